@@ -1,0 +1,1 @@
+"""Benchmark and training scripts that use the ops; results in RESULTS.md."""
