@@ -70,6 +70,10 @@ __all__ = [
     "cache_dir",
     "cuda_arch_list",
     "reload_changed",
+    "op_key",
+    "cached_builds",
+    "build_in_use",
+    "remove_build",
     "loaded_ops",
     "Op",
     "JitLoaderError",
@@ -1204,6 +1208,71 @@ def load_inline(name: str, cpp_source: str = "", cuda_source: str = "", *,
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
     return load(op_dir, **kwargs)
+
+
+def op_key(name_or_path: str | os.PathLike, **options) -> tuple[str, dict]:
+    """The cache key and build configuration ``load`` would use now (builds nothing)."""
+    op_dir = _resolve_op_dir(name_or_path)
+    opts = _options(options.get("extra_cflags", ()), options.get("extra_cuda_cflags", ()),
+                    options.get("extra_ldflags", ()), options.get("extra_include_paths", ()),
+                    options.get("cuda_arch"))
+    state = _OpState(name=op_dir.name, op_dir=op_dir, options=opts)
+    key, config, _sources, _inputs = _compute_key(state)
+    return key, config
+
+
+def cached_builds(name: str) -> list[dict]:
+    """Manifests of the complete builds of op ``name`` in the cache, newest first.
+
+    Each manifest gains ``path`` (its folder), ``in_use`` (a live process holds it)
+    and ``valid`` (library present with the recorded size).
+    """
+    builds = cache_dir() / name / "builds"
+    out = []
+    if not builds.is_dir():
+        return out
+    for entry in builds.iterdir():
+        if entry.name.startswith(".tmp-"):
+            continue
+        try:
+            manifest = json.loads((entry / "manifest.json").read_text())
+        except (OSError, ValueError):
+            manifest = {"key": entry.name, "name": name, "created": entry.stat().st_mtime}
+        manifest["path"] = str(entry)
+        manifest["valid"] = _valid_entry(name, entry.name) is not None
+        manifest["in_use"] = build_in_use(entry)
+        out.append(manifest)
+    out.sort(key=lambda m: m.get("created", 0), reverse=True)
+    return out
+
+
+def build_in_use(entry: str | os.PathLike) -> bool:
+    """True when some live process (this one included) holds the build folder open."""
+    entry = Path(entry)
+    with _LOCK:
+        for state in _STATES.values():
+            if state.key == entry.name and state.name == entry.parent.parent.name:
+                return True
+    try:
+        fd = os.open(entry / "manifest.json", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def remove_build(entry: str | os.PathLike) -> bool:
+    """Delete one cached build unless a live process holds it; True when removed."""
+    entry = Path(entry)
+    if build_in_use(entry):
+        return False
+    shutil.rmtree(entry, ignore_errors=True)
+    return not entry.exists()
 
 
 class Op:
