@@ -110,6 +110,10 @@ class CacheError(JitLoaderError):
     """The cache directory cannot be used (missing permission, full disk...)."""
 
 
+class _CorruptBuild(JitLoaderError):
+    """A cached library exists but cannot be loaded; it has been discarded."""
+
+
 class BuildError(JitLoaderError):
     """A compile or link failed.
 
@@ -707,8 +711,22 @@ def _progress_unit(command: str) -> str:
     return "link " + os.path.basename(m.group(1)) if m else command[:40]
 
 
+def _cpp_extension():
+    """torch.utils.cpp_extension, imported quietly (it warns when CUDA_HOME is unset)."""
+    if "torch.utils.cpp_extension" not in sys.modules and "CUDA_HOME" not in os.environ:
+        home = cuda_home()
+        if home:
+            os.environ["CUDA_HOME"] = home
+            try:
+                from torch.utils import cpp_extension
+            finally:
+                del os.environ["CUDA_HOME"]
+    from torch.utils import cpp_extension
+    return cpp_extension
+
+
 def _write_ninja_file(state: _OpState, config: dict, sources: list[Path], work: Path) -> None:
-    from torch.utils import cpp_extension as cx
+    cx = _cpp_extension()
 
     support = work / "_jit_loader"
     support.mkdir(exist_ok=True)
@@ -944,10 +962,8 @@ def _missing_cuda_kernels(state: _OpState, reason: str) -> None:
     for ns in state.namespaces:
         lib = torch.library.Library(ns, "FRAGMENT")
         for op in _ops_in(ns):
-            handle = torch._C._dispatch_find_schema_or_throw(f"{ns}::{op}", "")
             if not torch._C._dispatch_has_kernel_for_dispatch_key(f"{ns}::{op}", "CPU"):
                 continue
-            del handle
 
             def kernel(*args, _name=f"{ns}::{op}", **kwargs):
                 raise RuntimeError(
@@ -1006,9 +1022,8 @@ def _activate(state: _OpState, manifest: dict, key: str) -> None:
     try:
         lib = _open_library(so)
     except OSError as e:
-        _discard_entry(state.name, key)  # truncated or corrupt: rebuild next time
-        raise JitLoaderError(f"the cached library {so} could not be loaded ({e}); "
-                             "it was removed and will be rebuilt on the next load") from e
+        _discard_entry(state.name, key)  # truncated or corrupt: the caller rebuilds
+        raise _CorruptBuild(f"the cached library {so} could not be loaded ({e})") from e
     namespaces = lib.jit_loader_namespaces().decode().split()
     old = state.cdll
     if old is not None:
@@ -1073,18 +1088,24 @@ def _ensure_current(state: _OpState, verbose: bool | None) -> bool:
         return False
     compiled = False
     log_path = None
-    manifest = _valid_entry(state.name, key)
-    if manifest is None:
-        _op_cache(state.name)
-        verbose = _verbose(verbose)
-        with _build_lock(state.name, quiet=False):
-            manifest = _valid_entry(state.name, key)  # another process may have built it
-            if manifest is None:
-                manifest, log_path = _build(state, key, config, sources, verbose)
-                compiled = True
-                with contextlib.suppress(OSError):
-                    _prune(state.name, key)
-    _activate(state, manifest, key)
+    for attempt in range(2):
+        manifest = _valid_entry(state.name, key)
+        if manifest is None:
+            _op_cache(state.name)
+            with _build_lock(state.name, quiet=False):
+                manifest = _valid_entry(state.name, key)  # another process may have built it
+                if manifest is None:
+                    manifest, log_path = _build(state, key, config, sources, _verbose(verbose))
+                    compiled = True
+                    with contextlib.suppress(OSError):
+                        _prune(state.name, key)
+        try:
+            _activate(state, manifest, key)
+            break
+        except _CorruptBuild as e:
+            if attempt == 1:
+                raise
+            print(f"jit_loader: {e}; rebuilding", file=sys.stderr)
     state.snapshot = snapshot
     state.info = BuildInfo(
         key=key, library=state.library, compiled=compiled,
