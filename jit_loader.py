@@ -312,6 +312,28 @@ def _why_no_cuda() -> str | None:
     return None
 
 
+def _pip_cuda_includes(home: str | None) -> list[str]:
+    """Header folders of the CUDA libraries pip installed with torch (cuSPARSE, cuBLAS...).
+
+    A toolkit that has nvcc but not the library headers ATen's CUDA headers include
+    (a compiler-only install) builds with these, as torch's own wheels do.
+    """
+    if home and os.path.isfile(os.path.join(home, "include", "cusparse.h")):
+        return []
+    found = []
+    for base in sys.path:
+        nvidia = os.path.join(base, "nvidia")
+        if not os.path.isdir(nvidia):
+            continue
+        for sub in sorted(os.listdir(nvidia)):
+            inc = os.path.join(nvidia, sub, "include")
+            if os.path.isdir(inc) and inc not in found:
+                found.append(inc)
+        if found:
+            break
+    return found
+
+
 def cxx_compiler() -> str:
     return os.environ.get("CXX", "c++")
 
@@ -529,6 +551,7 @@ def _config(state: _OpState, sources: list[Path]) -> dict:
     no_cuda = _why_no_cuda() if has_cuda_sources else None
     with_cuda = has_cuda_sources and no_cuda is None
     home = cuda_home() if with_cuda else None
+    cuda_includes = [f"-isystem {d}" for d in _pip_cuda_includes(home)] if with_cuda else []
     return {
         "format": LOADER_FORMAT,
         "support": _SUPPORT_HASH,
@@ -542,8 +565,9 @@ def _config(state: _OpState, sources: list[Path]) -> dict:
         "nvcc": _file_identity(os.path.join(home, "bin", "nvcc")) if home else None,
         "with_cuda": with_cuda,
         "cuda_arch": cuda_arch_list(opts.get("cuda_arch")) if with_cuda else None,
-        "cflags": [*DEFAULT_CFLAGS, *opts.get("extra_cflags", ())],
-        "cuda_cflags": [*DEFAULT_CUDA_CFLAGS, *opts.get("extra_cuda_cflags", ())] if with_cuda else [],
+        "cflags": [*DEFAULT_CFLAGS, *cuda_includes, *opts.get("extra_cflags", ())],
+        "cuda_cflags": [*DEFAULT_CUDA_CFLAGS, *cuda_includes, *opts.get("extra_cuda_cflags", ())]
+        if with_cuda else [],
         "ldflags": list(opts.get("extra_ldflags", ())),
         "include_dirs": [str(p) for p in _include_dirs(state)],
         "no_cuda_reason": no_cuda,
@@ -633,7 +657,7 @@ def _build_lock(name: str, quiet: bool):
             fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield
+        yield fd
     finally:
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
@@ -780,8 +804,19 @@ def _write_ninja_file(state: _OpState, config: dict, sources: list[Path], work: 
                 os.environ[k] = v
 
 
-def _run_ninja(state: _OpState, work: Path, verbose: bool) -> str:
-    """Run Ninja in ``work``; progress bar from its [k/n] lines; returns the log path."""
+def _ninja_preexec() -> None:
+    # If this process dies (SIGKILL, OOM), Ninja gets SIGTERM, stops its compilers and
+    # deletes their partial outputs instead of running on as an orphan.
+    ctypes.CDLL(None).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+
+
+def _run_ninja(state: _OpState, work: Path, verbose: bool, lock_fd: int) -> str:
+    """Run Ninja in ``work``; progress bar from its [k/n] lines; returns the log path.
+
+    Ninja and its compilers inherit the build lock's descriptor, so the flock stays
+    held until the last of them exits: a process that takes over after this one was
+    killed never races a compiler still writing into the same folder.
+    """
     log_path = work / "build.log"
     jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
     cmd = ["ninja", "-v", "-j", jobs]
@@ -793,7 +828,8 @@ def _run_ninja(state: _OpState, work: Path, verbose: bool) -> str:
                    file=sys.stderr, dynamic_ncols=True)
     try:
         proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=env, text=True, errors="replace", start_new_session=True)
+                                env=env, text=True, errors="replace", start_new_session=True,
+                                pass_fds=(lock_fd,), preexec_fn=_ninja_preexec)
     except FileNotFoundError as e:
         if bar is not None:
             bar.close()
@@ -818,6 +854,10 @@ def _run_ninja(state: _OpState, work: Path, verbose: bool) -> str:
     except BaseException:
         # Ctrl-C or any error: stop the whole compiler tree, leave no orphan writing.
         with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 15)  # Ninja stops its compilers and removes partial outputs
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
         proc.wait()
         raise
@@ -843,7 +883,8 @@ def _run_ninja(state: _OpState, work: Path, verbose: bool) -> str:
     return str(log_path)
 
 
-def _build(state: _OpState, key: str, config: dict, sources: list[Path], verbose: bool) -> tuple[dict, str]:
+def _build(state: _OpState, key: str, config: dict, sources: list[Path], verbose: bool,
+           lock_fd: int) -> tuple[dict, str]:
     """Compile in the op's Ninja working folder, then publish the library into the
     content-addressed store by an atomic rename. Caller holds the build lock."""
     cfg = {k: v for k, v in config.items() if k != "no_cuda_reason"}
@@ -853,7 +894,7 @@ def _build(state: _OpState, key: str, config: dict, sources: list[Path], verbose
     started = time.perf_counter()
     try:
         _write_ninja_file(state, config, sources, work)
-        log_path = _run_ninja(state, work, verbose)
+        log_path = _run_ninja(state, work, verbose, lock_fd)
         built = work / f"{state.name}.so"
         tmp = cache_dir() / state.name / "builds" / f".tmp-{key}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -1092,10 +1133,11 @@ def _ensure_current(state: _OpState, verbose: bool | None) -> bool:
         manifest = _valid_entry(state.name, key)
         if manifest is None:
             _op_cache(state.name)
-            with _build_lock(state.name, quiet=False):
+            with _build_lock(state.name, quiet=False) as lock_fd:
                 manifest = _valid_entry(state.name, key)  # another process may have built it
                 if manifest is None:
-                    manifest, log_path = _build(state, key, config, sources, _verbose(verbose))
+                    manifest, log_path = _build(state, key, config, sources, _verbose(verbose),
+                                                lock_fd)
                     compiled = True
                     with contextlib.suppress(OSError):
                         _prune(state.name, key)
