@@ -293,10 +293,12 @@ def cuda_home() -> str | None:
             return home if os.path.isfile(os.path.join(home, "bin", "nvcc")) else None
     nvcc = shutil.which("nvcc")
     if nvcc:
-        return os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+        home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+        if os.path.isfile(os.path.join(home, "include", "cuda_runtime.h")):
+            return home
     if os.path.isfile("/usr/local/cuda/bin/nvcc"):
-        return "/usr/local/cuda"
-    return None
+        return "/usr/local/cuda"  # nvcc on PATH may be a wrapper script outside the toolkit
+    return home if nvcc else None
 
 
 def _why_no_cuda() -> str | None:
@@ -871,7 +873,9 @@ def _run_ninja(state: _OpState, work: Path, verbose: bool, lock_fd: int) -> str:
             file, line, msg = err
             first = f"{file}:{line}: {msg}"
         else:
-            failed = [l.strip() for l in lines if "error" in l.lower() or "FAILED" in l]
+            failed = [l.strip() for l in lines
+                      if re.search(r"error|undefined reference|cannot find", l, re.IGNORECASE)
+                      and not l.startswith(("FAILED", "ninja:", "collect2"))]
             first = failed[0] if failed else f"ninja exited with status {proc.returncode}"
             file = line = None
         if "No space left on device" in log:
