@@ -1,0 +1,103 @@
+"""The main job: build every op, check it against its reference, print a short benchmark.
+
+Runs on whatever device is there (CPU always, CUDA too when a GPU is visible).
+Exit status is non-zero when a build or a check fails.
+
+Usage: python experiments/run_all.py [--ops lltm,gelu] [--no-bench] [--json-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+import jit_loader  # noqa: E402
+from experiments.benchutil import environment, format_table, save_json  # noqa: E402
+
+# Benchmarks shown by the main job (quick sizes); each module exposes run(device, quick).
+BENCHMARKS = ["experiments.bench_pointwise", "experiments.bench_lltm"]
+
+
+def devices() -> list[str]:
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def build_and_check(names: list[str]) -> tuple[list[dict], bool]:
+    rows, ok = [], True
+    for name in names:
+        started = time.perf_counter()
+        try:
+            op = jit_loader.load(name)
+        except jit_loader.JitLoaderError as e:
+            print(f"BUILD FAILED {name}: {str(e).splitlines()[0]}", file=sys.stderr)
+            rows.append({"op": name, "device": "-", "check": "build", "ok": False})
+            ok = False
+            continue
+        build = op.build
+        how = "compiled" if build.compiled else "cached"
+        print(f"{name}: {how} in {time.perf_counter() - started:.1f} s "
+              f"({'CPU+CUDA' if build.with_cuda else 'CPU only'})", flush=True)
+        try:
+            reference = importlib.import_module(f"ops.{name}.reference")
+        except ModuleNotFoundError:
+            print(f"{name}: no reference.py; nothing to check against", file=sys.stderr)
+            continue
+        for device in devices():
+            try:
+                for row in reference.selfcheck(op, device):
+                    rows.append({"device": device, **row})
+                    ok &= bool(row["ok"])
+            except Exception:
+                traceback.print_exc()
+                rows.append({"op": name, "device": device, "check": "selfcheck raised", "ok": False})
+                ok = False
+    return rows, ok
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", help="comma-separated op names (default: every op in ops/)")
+    parser.add_argument("--no-bench", action="store_true", help="build and check only")
+    parser.add_argument("--json-dir", help="write check and benchmark rows as JSON here")
+    args = parser.parse_args(argv)
+
+    env = environment()
+    print(f"# {env['device']} | torch {env['torch']} (CUDA {env['cuda']}) | {env['date']}")
+    print(f"# cache: {jit_loader.cache_dir()}")
+    names = args.ops.split(",") if args.ops else jit_loader.available_ops()
+
+    rows, ok = build_and_check(names)
+    print("\n## correctness against the references")
+    print(format_table(rows, ["op", "device", "check", "max_abs_err", "tol", "ok"]))
+    if args.json_dir:
+        save_json(os.path.join(args.json_dir, "checks.json"), rows)
+
+    if not args.no_bench:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        for module_name in BENCHMARKS:
+            try:
+                bench = importlib.import_module(module_name)
+            except ModuleNotFoundError:
+                continue
+            print(f"\n## {module_name.split('.')[-1]} on {device} (quick sizes)")
+            bench_rows = bench.run(device, quick=True)
+            print(format_table(bench_rows))
+            if args.json_dir:
+                save_json(os.path.join(args.json_dir, f"{module_name.split('.')[-1]}.json"), bench_rows)
+
+    print("\nall checks passed" if ok else "\nSOME CHECKS FAILED", file=sys.stderr if not ok else sys.stdout)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
