@@ -10,7 +10,6 @@ PY := $(VENV)/bin/python
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -r requirements.txt
 	touch $@
 
