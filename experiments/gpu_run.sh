@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One call on a GPU machine (plain python3 with torch, no venv): CUDA tests, checks and
+# benchmarks, each stage's output kept under $OUT. Stages: env build tests demo bench loader
+#   bash experiments/gpu_run.sh env build tests       # default: all stages
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_out}
+mkdir -p "$OUT"
+# Pure-Python test dependencies missing on the GPU image travel as wheels in .whl/.
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export JIT_LOADER_CACHE=${JIT_LOADER_CACHE:-/tmp/jit_loader_cache}
+export JIT_LOADER_CUDA_ARCH=${JIT_LOADER_CUDA_ARCH:-9.0}
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(env build tests demo bench loader)
+status=0
+for stage in "${stages[@]}"; do
+  echo "=== $stage ($(date +%T))"
+  case $stage in
+    env)    { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+              python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
+              nvcc --version | tail -1; } 2>&1 | tee "$OUT/env.txt" ;;
+    build)  python3 -m jit_loader build 2>&1 | tail -20 | tee "$OUT/build.txt" ;;
+    tests)  python3 -m pytest -q -rs -p no:cacheprovider tests/test_ops_build.py \
+              $(ls tests/test_lltm.py tests/test_sigmoid.py tests/test_gelu.py 2>/dev/null) \
+              2>&1 | tee "$OUT/pytest_ops.txt" | tail -25 || status=1 ;;
+    loadertests) python3 -m pytest -q -rs -p no:cacheprovider tests/test_jit_loader.py \
+              2>&1 | tee "$OUT/pytest_loader.txt" | tail -15 || status=1 ;;
+    demo)   python3 experiments/run_all.py --no-bench 2>&1 | tee "$OUT/run_all.txt" | tail -40 || status=1 ;;
+    bench)  for b in bench_pointwise bench_lltm; do
+              python3 experiments/$b.py --json "$OUT/$b.json" 2>&1 | tee "$OUT/$b.txt" | grep -v "^W1" || status=1
+            done ;;
+    loader) python3 experiments/bench_loader.py --json "$OUT/bench_loader.json" 2>&1 | tee "$OUT/bench_loader.txt" || status=1 ;;
+    *) echo "unknown stage $stage"; status=1 ;;
+  esac
+done
+exit $status
