@@ -1,0 +1,146 @@
+"""Memory-bound activations: GB/s of the sigmoid and gelu ops, forward and backward.
+
+Each row is timed in the same run as its baselines: ``clone()`` of the same tensor
+(the copy ceiling, column ``% clone``); ``eager``, the same math in PyTorch ops
+(``torch.sigmoid``, ``(1 - y) * y * grad``, ``x * sigmoid(1.702 x)`` and its derivative
+formula) and ``compiled``, that math under ``torch.compile`` (columns ``x eager`` and
+``x compiled``: our speed over theirs); and the native twins ``aten.sigmoid_backward``,
+``F.gelu`` (erf and tanh forms, not the same function) and ``aten.gelu_backward``. Bytes
+counted are the ideal traffic: forward reads x and writes y (2 tensors), backward
+reads grad and the saved tensor and writes dx (3 tensors).
+
+GPU: 2^26 elements (2^22 with --quick). CPU: 2^22 elements (2^20 with --quick),
+without the compiled baselines (Inductor's C++ builds take minutes there).
+
+    python experiments/bench_pointwise.py [--device cuda] [--quick] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import jit_loader  # noqa: E402
+from experiments import benchutil  # noqa: E402
+
+ALPHA = 1.702
+COLUMNS = ["dtype", "op", "pass", "impl", "us", "GB/s", "% clone", "x eager", "x compiled"]
+
+
+def gelu_composite(x):
+    return x * torch.sigmoid(ALPHA * x)
+
+
+def gelu_backward_composite(grad, x):
+    s = torch.sigmoid(ALPHA * x)
+    return grad * (s + ALPHA * x * s * (1 - s))
+
+
+def sigmoid_backward_composite(grad, y):
+    return grad * (1 - y) * y
+
+
+def _groups(x, y, grad):
+    """(op, pass, tensors moved, ours, the same math in PyTorch ops, native twins, args)."""
+    return [
+        ("sigmoid", "forward", 2, torch.ops.sigmoid.forward, torch.sigmoid, {}, (x,)),
+        ("sigmoid", "backward", 3, torch.ops.sigmoid.backward, sigmoid_backward_composite,
+         {"aten.sigmoid_backward": torch.ops.aten.sigmoid_backward}, (grad, y)),
+        ("gelu", "forward", 2, torch.ops.gelu.forward, gelu_composite,
+         {"F.gelu": F.gelu, "F.gelu tanh": functools.partial(F.gelu, approximate="tanh")}, (x,)),
+        ("gelu", "backward", 3, torch.ops.gelu.backward, gelu_backward_composite,
+         {"aten.gelu_backward": torch.ops.aten.gelu_backward}, (grad, x)),
+    ]
+
+
+def _check(x, y, grad, dtype):
+    """Fail loudly rather than report the speed of a wrong answer."""
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
+    pairs = [
+        (torch.ops.sigmoid.forward(x), torch.sigmoid(x)),
+        (torch.ops.sigmoid.backward(grad, y), torch.ops.aten.sigmoid_backward(grad, y)),
+        (torch.ops.gelu.forward(x), gelu_composite(x.double())),
+        (torch.ops.gelu.backward(grad, x), gelu_backward_composite(grad.double(), x.double())),
+    ]
+    for got, want in pairs:
+        torch.testing.assert_close(got.double(), want.double(), atol=tol, rtol=tol)
+
+
+def problem_size(device, quick: bool) -> int:
+    if torch.device(device).type == "cuda":
+        return 2**22 if quick else 2**26
+    return 2**20 if quick else 2**22
+
+
+def run(device=None, quick: bool = False) -> list[dict]:
+    """Measure every row; returns them as dicts with the COLUMNS keys."""
+    device = torch.device(device or benchutil.default_device())
+    on_gpu = device.type == "cuda"
+    numel = problem_size(device, quick)
+    reps = 50 if on_gpu else (10 if quick else 20)
+    jit_loader.load("sigmoid")
+    jit_loader.load("gelu")
+
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(numel, device=device).mul_(3).to(dtype)
+        y = torch.sigmoid(x)
+        grad = torch.randn(numel, device=device).to(dtype)
+        _check(x, y, grad, dtype)
+        elem = x.element_size()
+
+        def measure(fn):
+            return benchutil.time_fn(fn, device, warmup=5 if on_gpu else 2, reps=reps)
+
+        clone_s = measure(lambda: x.clone())
+        clone_gbps = benchutil.gbps(2 * numel * elem, clone_s)
+        name = str(dtype).removeprefix("torch.")
+        rows.append({"dtype": name, "op": "copy", "pass": "", "impl": "clone()",
+                     "us": clone_s * 1e6, "GB/s": clone_gbps, "% clone": 100.0})
+        for op, direction, tensors, ours, math, natives, args in _groups(x, y, grad):
+            nbytes = tensors * numel * elem
+            times = {"ours": measure(lambda: ours(*args)), "eager": measure(lambda: math(*args))}
+            if on_gpu:
+                compiled = torch.compile(math, fullgraph=True, dynamic=False)
+                times["compiled"] = measure(lambda: compiled(*args))
+            times.update({impl: measure(lambda fn=fn: fn(*args)) for impl, fn in natives.items()})
+            for impl, seconds in times.items():
+                row = {"dtype": name, "op": op, "pass": direction, "impl": impl, "us": seconds * 1e6,
+                       "GB/s": benchutil.gbps(nbytes, seconds),
+                       "% clone": 100 * benchutil.gbps(nbytes, seconds) / clone_gbps}
+                if impl == "ours":
+                    row["x eager"] = times["eager"] / seconds
+                    if "compiled" in times:
+                        row["x compiled"] = times["compiled"] / seconds
+                rows.append(row)
+        del x, y, grad
+    return rows
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when visible)")
+    parser.add_argument("--quick", action="store_true", help="smaller tensors, fewer repetitions")
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows here")
+    args = parser.parse_args(argv)
+    device = args.device or benchutil.default_device()
+    rows = run(device, quick=args.quick)
+    env = benchutil.environment()
+    numel = problem_size(device, args.quick)
+    print(f"# bench_pointwise: {env['device']}, torch {env['torch']} (CUDA {env['cuda']}), "
+          f"{env['date']}, {env['threads']} threads, 2^{numel.bit_length() - 1} elements")
+    print(benchutil.format_table(rows, COLUMNS))
+    if args.json:
+        benchutil.save_json(args.json, rows, numel=numel, quick=args.quick)
+
+
+if __name__ == "__main__":
+    main()

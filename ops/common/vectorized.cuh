@@ -1,0 +1,122 @@
+#pragma once
+// Elementwise CUDA launcher shared by the activation ops: out[i] = f(in_0[i], ..., in_k[i])
+// over contiguous buffers. A memory-bound kernel reaches copy bandwidth only with wide
+// accesses and enough bytes in flight, so each thread moves 128 bits per tensor per
+// step (float4, 8 x bf16) for kUnroll independent steps before it waits. The n % width
+// tail runs element by element; a pointer that is not 16-byte aligned (a tensor with a
+// storage offset) sends the whole launch down the same loop with width 1.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "common/cuda_launch.cuh"
+
+namespace ops_common {
+
+constexpr int kVectorBytes = 16;
+constexpr int kElementwiseThreads = 256;
+constexpr int kElementwiseUnroll = 2;
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) AlignedVector {
+  T val[N];
+};
+
+template <typename T, int N>
+struct PointerArray {
+  const T* ptr[N];
+};
+
+template <typename F, typename T, int kArity, size_t... I>
+__device__ __forceinline__ T apply(const F& f, const T (&args)[kArity], std::index_sequence<I...>) {
+  return f(args[I]...);
+}
+
+template <int kWidth, typename F, typename scalar_t, int kArity>
+__global__ void __launch_bounds__(kElementwiseThreads)
+elementwise_kernel(F f, int64_t n, scalar_t* __restrict__ out, PointerArray<scalar_t, kArity> in) {
+  constexpr auto indices = std::make_index_sequence<kArity>{};
+  using Vec = AlignedVector<scalar_t, kWidth>;
+  const int64_t n_vec = n / kWidth;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+
+  for (int64_t base = first; base < n_vec; base += stride * kElementwiseUnroll) {
+    Vec args[kElementwiseUnroll][kArity];
+#pragma unroll
+    for (int u = 0; u < kElementwiseUnroll; ++u) {
+      const int64_t v = base + u * stride;
+      if (v < n_vec) {
+#pragma unroll
+        for (int a = 0; a < kArity; ++a) args[u][a] = reinterpret_cast<const Vec*>(in.ptr[a])[v];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kElementwiseUnroll; ++u) {
+      const int64_t v = base + u * stride;
+      if (v < n_vec) {
+        Vec result;
+#pragma unroll
+        for (int j = 0; j < kWidth; ++j) {
+          scalar_t element[kArity];
+#pragma unroll
+          for (int a = 0; a < kArity; ++a) element[a] = args[u][a].val[j];
+          result.val[j] = apply(f, element, indices);
+        }
+        reinterpret_cast<Vec*>(out)[v] = result;
+      }
+    }
+  }
+
+  for (int64_t i = n_vec * kWidth + first; i < n; i += stride) {
+    scalar_t element[kArity];
+#pragma unroll
+    for (int a = 0; a < kArity; ++a) element[a] = in.ptr[a][i];
+    out[i] = apply(f, element, indices);
+  }
+}
+
+inline bool is_vector_aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0;
+}
+
+// Resident blocks per SM of one kernel, asked once per kernel: it only sizes the grid,
+// and depends on registers and threads per SM, which the data-centre GPUs share.
+template <typename Kernel>
+int resident_blocks_per_sm(Kernel kernel, int threads_per_block) {
+  static const int blocks = [&] {
+    int b = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, threads_per_block, 0));
+    return std::max(b, 1);
+  }();
+  return blocks;
+}
+
+template <int kWidth, typename F, typename scalar_t, int kArity>
+void launch_elementwise_width(F f, int64_t n, scalar_t* out, const PointerArray<scalar_t, kArity>& in) {
+  auto kernel = elementwise_kernel<kWidth, F, scalar_t, kArity>;
+  // One full wave of resident blocks, fewer when the work is small: the grid-stride
+  // loop covers the rest, with no partial second wave.
+  const int64_t work = std::max<int64_t>((n / kWidth + kElementwiseUnroll - 1) / kElementwiseUnroll, n % kWidth);
+  const int grid = grid_for(work, kElementwiseThreads, resident_blocks_per_sm(kernel, kElementwiseThreads));
+  kernel<<<grid, kElementwiseThreads, 0, at::cuda::getCurrentCUDAStream()>>>(f, n, out, in);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// out[i] = f(in[i]...) for i < n on the current stream; the caller holds the device guard.
+template <typename F, typename scalar_t, typename... In>
+void launch_elementwise(F f, int64_t n, scalar_t* out, const In*... in) {
+  static_assert((std::is_same_v<In, scalar_t> && ...), "inputs and output share one dtype");
+  if (n == 0) return;
+  constexpr int kWidth = kVectorBytes / sizeof(scalar_t);
+  const PointerArray<scalar_t, sizeof...(In)> pointers{{in...}};
+  if (is_vector_aligned(out) && (is_vector_aligned(in) && ...)) {
+    launch_elementwise_width<kWidth>(f, n, out, pointers);
+  } else {
+    launch_elementwise_width<1>(f, n, out, pointers);
+  }
+}
+
+}  // namespace ops_common

@@ -1,0 +1,77 @@
+"""Python surface of the sigmoid op: a differentiable function, an explicit
+autograd.Function and an nn.Module over ``torch.ops.sigmoid.forward/backward``.
+
+Registered through ``LIB`` so that the loader can withdraw these registrations when
+it reloads the op. Ops are looked up at call time, so handles given out earlier call
+the newest build.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import jit_loader
+
+jit_loader.load_library(__file__)
+
+LIB = torch.library.Library("sigmoid", "FRAGMENT")
+
+
+def _check_floating(op: str, name: str, t: torch.Tensor) -> None:
+    torch._check(t.is_floating_point(),
+                 lambda: f"{op}: {name} must be a floating-point tensor, got {t.dtype}")
+
+
+@torch.library.register_fake("sigmoid::forward", lib=LIB)
+def _forward_fake(x):
+    _check_floating("sigmoid.forward", "x", x)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("sigmoid::backward", lib=LIB)
+def _backward_fake(grad, y):
+    _check_floating("sigmoid.backward", "y", y)
+    torch._check(grad.dtype == y.dtype,
+                 lambda: f"sigmoid.backward: grad has dtype {grad.dtype} but y has dtype {y.dtype}")
+    torch._check(grad.shape == y.shape,
+                 lambda: f"sigmoid.backward: grad has shape {list(grad.shape)} but y has shape {list(y.shape)}")
+    return torch.empty_like(y, memory_format=torch.contiguous_format)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(output)
+
+
+def _backward(ctx, grad):
+    (y,) = ctx.saved_tensors
+    return torch.ops.sigmoid.backward(grad, y)
+
+
+torch.library.register_autograd("sigmoid::forward", _backward, setup_context=_setup_context, lib=LIB)
+
+
+def sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """``1 / (1 + exp(-x))``, differentiable; the twin of ``torch.sigmoid``."""
+    return torch.ops.sigmoid.forward(x)
+
+
+class SigmoidFunction(torch.autograd.Function):
+    """The same op as an explicit autograd.Function (saves the output)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.ops.sigmoid.forward(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return torch.ops.sigmoid.backward(grad, y)
+
+
+class Sigmoid(torch.nn.Module):
+    """Drop-in for ``torch.nn.Sigmoid``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return sigmoid(x)
