@@ -8,7 +8,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "common/cuda_launch.cuh"
@@ -82,25 +84,20 @@ inline bool is_vector_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0;
 }
 
-// Resident blocks per SM of one kernel, asked once per kernel: it only sizes the grid,
-// and depends on registers and threads per SM, which the data-centre GPUs share.
-template <typename Kernel>
-int resident_blocks_per_sm(Kernel kernel, int threads_per_block) {
-  static const int blocks = [&] {
-    int b = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, threads_per_block, 0));
-    return std::max(b, 1);
-  }();
-  return blocks;
-}
-
 template <int kWidth, typename F, typename scalar_t, int kArity>
 void launch_elementwise_width(F f, int64_t n, scalar_t* out, const PointerArray<scalar_t, kArity>& in) {
   auto kernel = elementwise_kernel<kWidth, F, scalar_t, kArity>;
+  // Resident blocks per SM, asked once per kernel: it only sizes the grid, and depends
+  // on registers and threads per SM, which the data-centre GPUs share.
+  static const int blocks_per_sm = [&] {
+    int blocks = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kElementwiseThreads, 0));
+    return std::max(blocks, 1);
+  }();
   // One full wave of resident blocks, fewer when the work is small: the grid-stride
   // loop covers the rest, with no partial second wave.
   const int64_t work = std::max<int64_t>((n / kWidth + kElementwiseUnroll - 1) / kElementwiseUnroll, n % kWidth);
-  const int grid = grid_for(work, kElementwiseThreads, resident_blocks_per_sm(kernel, kElementwiseThreads));
+  const int grid = grid_for(work, kElementwiseThreads, blocks_per_sm);
   kernel<<<grid, kElementwiseThreads, 0, at::cuda::getCurrentCUDAStream()>>>(f, n, out, in);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
