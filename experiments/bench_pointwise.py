@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -130,13 +131,19 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when visible)")
     parser.add_argument("--quick", action="store_true", help="smaller tensors, fewer repetitions")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows here")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = args.device or benchutil.default_device()
     rows = run(device, quick=args.quick)
     env = benchutil.environment()
     numel = problem_size(device, args.quick)
-    print(f"# bench_pointwise: {env['device']}, torch {env['torch']} (CUDA {env['cuda']}), "
-          f"{env['date']}, {env['threads']} threads, 2^{numel.bit_length() - 1} elements")
+    header = (f"# bench_pointwise: {env['device']}, torch {env['torch']} (CUDA {env['cuda']}), "
+              f"{env['date']}, {env['threads']} threads, 2^{numel.bit_length() - 1} elements")
+    if torch.device(device).type == "cpu":
+        header += f", load average {os.getloadavg()[0]:.1f} (other processes skew CPU timings)"
+    print(header)
     print(benchutil.format_table(rows, COLUMNS))
     if args.json:
         benchutil.save_json(args.json, rows, numel=numel, quick=args.quick)

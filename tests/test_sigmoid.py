@@ -114,6 +114,18 @@ def test_saturates_without_overflow(op, device, dtype):
     assert op.sigmoid(torch.tensor([float("nan")], device=device, dtype=dtype)).isnan().all()
 
 
+@pytest.mark.cuda
+def test_indexing_past_2_31_elements(op):
+    """64-bit indices: elements past 2^31 are computed, and the tail after them too."""
+    n = 2**31 + 9
+    if torch.cuda.mem_get_info()[0] < 3 * n * 2:
+        pytest.skip("needs 13 GB of free GPU memory")
+    x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    y = op.sigmoid(x)
+    for part in (slice(0, 4096), slice(2**31 - 4096, n)):
+        assert_matches(y[part], reference.sigmoid_reference(x[part].double()), torch.bfloat16)
+
+
 # ------------------------------------------------------------------- autograd surface
 
 

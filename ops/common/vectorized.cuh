@@ -1,10 +1,11 @@
 #pragma once
 // Elementwise CUDA launcher shared by the activation ops: out[i] = f(in_0[i], ..., in_k[i])
-// over contiguous buffers. A memory-bound kernel reaches copy bandwidth only with wide
-// accesses and enough bytes in flight, so each thread moves 128 bits per tensor per
-// step (float4, 8 x bf16) for kUnroll independent steps before it waits. The n % width
-// tail runs element by element; a pointer that is not 16-byte aligned (a tensor with a
-// storage offset) sends the whole launch down the same loop with width 1.
+// over contiguous buffers, in a grid-stride loop with 64-bit indices. A memory-bound
+// kernel reaches copy bandwidth only with wide accesses and enough bytes in flight, so
+// each thread loads 128 bits per tensor (float4, 8 x bf16) for kElementwiseUnroll
+// independent steps before it computes. The n % width tail runs element by element;
+// a pointer that is not 16-byte aligned (a tensor with a storage offset) sends the
+// whole launch down the same loop with width 1.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 
