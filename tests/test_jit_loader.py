@@ -355,7 +355,7 @@ def test_without_nvcc_builds_cpu_only_and_cuda_calls_explain(tmp_path):
     assert out["cpu"] == [1.0, 1.0]
     assert out["with_cuda"] is False
     assert "CUDA_HOME" in out["reason"] and "no bin/nvcc" in out["reason"]
-    assert "built for CPU only" in proc.stderr
+    assert "for CPU only" in proc.stderr
     assert out["cuda_error"] is not None
     assert "toy_cuda::offset has no CUDA kernel" in out["cuda_error"]
     assert "CUDA_HOME" in out["cuda_error"]
