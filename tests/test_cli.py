@@ -1,0 +1,334 @@
+"""The command line, ``python -m jit_loader list|build|clean|doctor``, run as a user runs it:
+in a subprocess, with the cache in a temporary folder.
+
+One cold build of the toy op (tests/fixtures/toy_op, copied) is shared by the whole
+file. Tests that clean or inspect a damaged cache work on a copy of it; tests that
+need a rebuild damage the shared cache in place (its Ninja work folder makes the
+rebuild a no-op compile) and restore it afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def run_cli(*args, cache: Path, env: dict | None = None, timeout: float = 300):
+    return run_python("-m", "jit_loader", *args, cache=cache, env=env, timeout=timeout)
+
+
+def run_python(*args, cache: Path, env: dict | None = None, timeout: float = 300):
+    full_env = {k: v for k, v in os.environ.items() if k != "JIT_LOADER_VERBOSE"}
+    full_env.update(JIT_LOADER_CACHE=str(cache), **(env or {}))
+    return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+LOAD_AND_CALL = """
+import sys, torch, jit_loader
+op = jit_loader.load_library(sys.argv[1])
+print(op.build.compiled, torch.ops.toy_op.scale(torch.ones(3)).tolist())
+"""
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """The toy op, built once by ``python -m jit_loader build`` into a session cache."""
+    base = tmp_path_factory.mktemp("cli")
+    op_dir = base / "src" / "toy_op"
+    shutil.copytree(FIXTURES / "toy_op", op_dir)
+    cache = base / "cache"
+    first = run_cli("build", op_dir, cache=cache)
+    assert first.returncode == 0, first.stdout + first.stderr
+    (entry,) = (cache / "toy_op" / "builds").iterdir()
+    return SimpleNamespace(op_dir=op_dir, cache=cache, first=first, key=entry.name)
+
+
+def cache_copy(built, tmp_path: Path) -> Path:
+    """A copy of the session cache to damage or clean. Not for rebuilding: the copy's
+    work folder has another path, so Ninja would compile everything again."""
+    cache = tmp_path / "cache"
+    shutil.copytree(built.cache, cache)
+    return cache
+
+
+@contextlib.contextmanager
+def damaged_library(built, damage: str):
+    """Damage the session cache's toy_op library in place (a rebuild there is a no-op
+    for Ninja); put the original back afterwards whatever the test did."""
+    so = build_folder(built.cache, built.key) / "toy_op.so"
+    original = so.read_bytes()
+    if damage == "truncated":
+        os.truncate(so, len(original) // 2)
+    else:  # garbled at the same size, so only loading it can tell
+        so.write_bytes(b"\0" * len(original))
+    try:
+        yield so
+    finally:
+        so.write_bytes(original)
+
+
+def build_folder(cache: Path, key: str) -> Path:
+    return cache / "toy_op" / "builds" / key
+
+
+def write_broken_op(parent: Path, name: str) -> Path:
+    op_dir = parent / name
+    op_dir.mkdir(parents=True)
+    (op_dir / f"{name}.cpp").write_text(textwrap.dedent("""\
+        #include <torch/library.h>
+
+        int broken() {
+          return undefined_name;
+        }
+        """))
+    return op_dir
+
+
+# --------------------------------------------------------------------------------------
+# build
+# --------------------------------------------------------------------------------------
+
+
+def test_build_shows_progress_then_is_quiet_when_cached(built):
+    assert f"ok      toy_op  built in" in built.first.stdout
+    assert "building toy_op" in built.first.stderr  # the progress bar
+
+    again = run_cli("build", built.op_dir, cache=built.cache)
+    assert again.returncode == 0, again.stderr
+    assert f"toy_op  up to date (cached), key {built.key}" in again.stdout
+    assert again.stderr == ""
+
+
+def test_cache_hit_in_a_new_process_prints_nothing(built):
+    out = run_python("-c", LOAD_AND_CALL, built.op_dir, cache=built.cache)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "False [2.0, 2.0, 2.0]\n"  # not compiled, and it runs
+    assert out.stderr == ""
+
+
+def test_build_failure_names_first_error_and_the_other_op_still_builds(built, tmp_path):
+    broken = write_broken_op(tmp_path, "broken_op")
+    # A truncated library is not a build: toy_op goes to a worker next to the broken op.
+    with damaged_library(built, "truncated"):
+        out = run_cli("build", built.op_dir, broken, "-j", "2", cache=built.cache)
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    failed = next(l for l in lines if l.startswith("FAILED"))
+    assert "broken_op" in failed and "broken_op.cpp:4: " in failed and "undefined_name" in failed
+    assert any("full log:" in l and "build.log" in l for l in lines)
+    assert any(l.startswith("ok") and "toy_op" in l and "built in" in l for l in lines)
+    assert "1 of 2 ops failed to build" in out.stdout
+
+
+def test_build_unknown_op_is_a_usage_error(built):
+    out = run_cli("build", "no_such_op", cache=built.cache)
+    assert out.returncode == 2
+    assert "no op named 'no_such_op'" in out.stderr
+
+
+# --------------------------------------------------------------------------------------
+# cache housekeeping
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbled"])
+def test_damaged_library_is_rebuilt_by_the_next_load(built, damage):
+    with damaged_library(built, damage) as so:
+        out = run_python("-c", LOAD_AND_CALL, built.op_dir, cache=built.cache)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == "True [2.0, 2.0, 2.0]\n"  # compiled again, and it runs
+        manifest = json.loads((so.parent / "manifest.json").read_text())
+        assert so.stat().st_size == manifest["size"]
+
+
+# --------------------------------------------------------------------------------------
+# list
+# --------------------------------------------------------------------------------------
+
+
+def test_list_marks_the_build_a_process_would_load(built):
+    out = run_cli("list", built.op_dir, "--json", cache=built.cache)
+    assert out.returncode == 0, out.stderr
+    listing = json.loads(out.stdout)
+    assert listing["cache"] == str(built.cache)
+    (op,) = [o for o in listing["ops"] if o["path"] == str(built.op_dir)]
+    assert op["current_key"] == built.key and op["current_cached"]
+    (build,) = op["builds"]
+    assert build["key"] == built.key
+    assert build["current"] and build["valid"] and not build["in_use"]
+    assert build["size_bytes"] > 0 and build["age_seconds"] >= 0
+
+    text = run_cli("list", built.op_dir, cache=built.cache)
+    assert text.returncode == 0, text.stderr
+    assert f"* {built.key}" in text.stdout
+    assert f"a new process loads build {built.key} (cached, no compile)" in text.stdout
+
+
+# --------------------------------------------------------------------------------------
+# clean
+# --------------------------------------------------------------------------------------
+
+
+def test_clean_never_removes_a_build_a_live_process_holds(built, tmp_path):
+    cache = cache_copy(built, tmp_path)
+    entry = build_folder(cache, built.key)
+    holder_code = LOAD_AND_CALL + "sys.stdout.flush()\nimport time; time.sleep(120)\n"
+    env = {**os.environ, "JIT_LOADER_CACHE": str(cache)}
+    holder = subprocess.Popen([sys.executable, "-c", holder_code, str(built.op_dir)], cwd=ROOT,
+                              env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().startswith("False")  # loaded from the cache
+        out = run_cli("clean", cache=cache)
+        assert out.returncode == 0, out.stderr
+        assert f"skipped       toy_op/{built.key}  in use" in out.stdout
+        assert entry.is_dir() and list((cache / "toy_op").glob("work-*"))
+    finally:
+        holder.kill()
+        holder.wait()
+
+    out = run_cli("clean", cache=cache)
+    assert out.returncode == 0, out.stderr
+    assert f"removed       toy_op/{built.key}" in out.stdout
+    assert not entry.exists()
+    assert not list((cache / "toy_op").glob("work-*"))  # cleaned entirely: work folder too
+
+
+def fake_build(cache: Path, real_key: str, key: str, days_old: float) -> Path:
+    """A copy of the real build under another key, created ``days_old`` days ago."""
+    entry = build_folder(cache, key)
+    shutil.copytree(build_folder(cache, real_key), entry)
+    manifest = json.loads((entry / "manifest.json").read_text())
+    manifest.update(key=key, created=time.time() - days_old * 86400)
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+    return entry
+
+
+def test_clean_older_than_and_keep(built, tmp_path):
+    cache = cache_copy(built, tmp_path)
+    current = build_folder(cache, built.key)
+    recent = fake_build(cache, built.key, "1" * 20, days_old=2)
+    old = fake_build(cache, built.key, "0" * 20, days_old=40)
+
+    dry = run_cli("clean", "--older-than", "30", "--dry-run", cache=cache)
+    assert dry.returncode == 0, dry.stderr
+    assert f"would remove  toy_op/{old.name}" in dry.stdout and recent.name not in dry.stdout
+    assert old.exists()
+
+    out = run_cli("clean", "toy_op", "--older-than", "30", cache=cache)
+    assert out.returncode == 0, out.stderr
+    assert not old.exists() and recent.exists() and current.exists()
+
+    out = run_cli("clean", "--keep", "1", cache=cache)
+    assert out.returncode == 0, out.stderr
+    assert not recent.exists() and current.exists()
+    assert list((cache / "toy_op").glob("work-*"))  # not cleaned entirely: work folder stays
+
+
+def test_clean_broken_removes_damage_that_doctor_reports(built, tmp_path):
+    cache = cache_copy(built, tmp_path)
+    good = fake_build(cache, built.key, "1" * 20, days_old=1)
+    bad = build_folder(cache, built.key)
+    so = bad / "toy_op.so"
+    os.truncate(so, so.stat().st_size // 2)
+    leftover = cache / "toy_op" / "builds" / ".tmp-abc-12345"
+    leftover.mkdir()
+
+    doctor = run_cli("doctor", cache=cache)
+    warn = next(l for l in doctor.stdout.splitlines() if "broken cache entr" in l)
+    assert warn.startswith("WARN") and "clean --broken" in warn and "truncated" in warn
+
+    out = run_cli("clean", "--broken", cache=cache)
+    assert out.returncode == 0, out.stderr
+    assert "toy_op/builds/.tmp-abc-12345" in out.stdout
+    assert not bad.exists() and not leftover.exists() and good.exists()
+
+
+# --------------------------------------------------------------------------------------
+# doctor
+# --------------------------------------------------------------------------------------
+
+
+def verdicts(stdout: str) -> list[str]:
+    lines = stdout.splitlines()
+    assert lines and all(l.split(" ", 1)[0] in ("OK", "WARN", "ERROR") for l in lines), stdout
+    return lines
+
+
+def fake_cuda_toolkit(parent: Path, release: str) -> Path:
+    """A folder that looks like a CUDA toolkit to doctor: an nvcc reporting ``release``
+    and the headers ATen/cuda includes (empty). Keeps doctor's verdict on the toolchain
+    independent of what toolkit this machine has."""
+    home = parent / f"cuda-{release}"
+    (home / "bin").mkdir(parents=True)
+    (home / "include").mkdir()
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.0'\n")
+    nvcc.chmod(0o755)
+    for header in ("cuda_runtime_api.h", "cublas_v2.h", "cublasLt.h", "cusparse.h", "cusolverDn.h"):
+        (home / "include" / header).touch()
+    return home
+
+
+def test_doctor_healthy_setup_exits_zero(built, tmp_path):
+    env = {"CUDA_HOME": str(fake_cuda_toolkit(tmp_path, torch.version.cuda or "13.0"))}
+    out = run_cli("doctor", cache=cache_copy(built, tmp_path), env=env)
+    lines = verdicts(out.stdout)
+    assert out.returncode == 0, out.stdout
+    assert not [l for l in lines if l.startswith("ERROR")]
+    assert any(l.startswith("OK") and "torch" in l for l in lines)
+    assert any(l.startswith("OK") and "writable" in l for l in lines)
+
+
+def test_doctor_cuda_home_pointing_nowhere_is_an_error(tmp_path):
+    out = run_cli("doctor", cache=tmp_path / "cache", env={"CUDA_HOME": str(tmp_path / "nowhere")})
+    lines = verdicts(out.stdout)
+    assert out.returncode == 1
+    assert any(l.startswith("ERROR") and "CUDA_HOME" in l and "bin/nvcc" in l for l in lines)
+
+
+@pytest.mark.skipif(torch.version.cuda is None, reason="CPU-only torch ignores nvcc")
+def test_doctor_nvcc_of_another_cuda_major_is_an_error_with_the_fix(tmp_path):
+    major = int(torch.version.cuda.split(".")[0])
+    home = fake_cuda_toolkit(tmp_path, f"{major - 1}.8")
+    out = run_cli("doctor", cache=tmp_path / "cache", env={"CUDA_HOME": str(home)})
+    assert out.returncode == 1
+    (line,) = [l for l in verdicts(out.stdout) if "nvcc" in l and l.startswith("ERROR")]
+    assert f"CUDA {major - 1}.8" in line and f"set CUDA_HOME to a CUDA {major}.x toolkit" in line
+    assert f"install a torch built for CUDA {major - 1}.x" in line
+
+
+def test_doctor_cache_that_cannot_be_created_is_an_error(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    out = run_cli("doctor", cache=a_file / "cache")
+    lines = verdicts(out.stdout)
+    assert out.returncode == 1
+    assert any(l.startswith("ERROR") and "not writable" in l and "JIT_LOADER_CACHE" in l for l in lines)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permission bits")
+def test_doctor_read_only_cache_folder_is_an_error(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        out = run_cli("doctor", cache=locked / "cache")
+    finally:
+        locked.chmod(0o700)
+    assert out.returncode == 1
+    assert any(l.startswith("ERROR") and "not writable" in l for l in verdicts(out.stdout))
