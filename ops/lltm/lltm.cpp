@@ -1,0 +1,408 @@
+// LLTM: schema, the host composition both backends share (checks, GEMMs, buffers), the CPU
+// kernels and the autograd kernel. On CPU each direction's elementwise part is one
+// parallel loop over tiles (strided loads, the vectorised math of lltm.h, stores) instead
+// of a chain of temporaries; backward splits by feature so each task reduces its own share
+// of the bias gradient, in order. Autograd is C++ because at the tutorial's size the cell
+// is overhead-bound: a Python autograd kernel costs more than the fused forward itself.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "common/checks.h"
+#include "lltm.h"
+
+namespace lltm {
+
+ForwardResult forward(
+    ForwardPointwise pointwise, const at::Tensor& input, const at::Tensor& weights,
+    const at::Tensor& bias, const at::Tensor& old_h, const at::Tensor& old_cell) {
+  constexpr const char* op = "lltm.forward";
+  OP_CHECK_FLOATING(op, "input", input);
+  OP_CHECK_DIM(op, "input", input, 2);
+  OP_CHECK_DIM(op, "weights", weights, 2);
+  OP_CHECK_DIM(op, "bias", bias, 1);
+  OP_CHECK_DIM(op, "old_h", old_h, 2);
+  OP_CHECK_DIM(op, "old_cell", old_cell, 2);
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"weights", weights},
+                                {"bias", bias}, {"old_h", old_h}, {"old_cell", old_cell}}) {
+    OP_CHECK_SAME_DEVICE(op, name, t, "input", input);
+    OP_CHECK_SAME_DTYPE(op, name, t, "input", input);
+  }
+  const int64_t batch = input.size(0);
+  const int64_t features = input.size(1);
+  const int64_t state = old_h.size(1);
+  OP_CHECK_SIZE(op, "old_h", old_h, 0, batch);
+  TORCH_CHECK(old_cell.sizes() == old_h.sizes(), op, ": old_cell must have the shape of old_h ",
+              old_h.sizes(), ", got ", old_cell.sizes());
+  TORCH_CHECK(weights.size(0) == 3 * state && weights.size(1) == state + features, op,
+              ": weights must have shape (3 * state_size, state_size + input_features) = (",
+              3 * state, ", ", state + features, ") for state_size ", state,
+              " (old_h.size(1)) and input_features ", features, " (input.size(1)), got ",
+              weights.sizes());
+  TORCH_CHECK(bias.size(0) == 3 * state, op, ": bias must have shape (3 * state_size) = (",
+              3 * state, ") for state_size ", state, " (old_h.size(1)), got ", bias.sizes());
+
+  auto hx = at::cat({old_h, input}, 1);
+  auto gates = at::mm(hx, weights.t());
+  auto new_h = at::empty({batch, state}, input.options());
+  auto new_cell = at::empty({batch, state}, input.options());
+  if (new_h.numel() > 0) {
+    pointwise(gates, bias, old_cell, new_h, new_cell);
+  }
+  return {new_h, new_cell, gates, hx};
+}
+
+BackwardResult backward(
+    BackwardPointwise pointwise, const at::Tensor& grad_h, const at::Tensor& grad_cell,
+    const at::Tensor& new_cell, const at::Tensor& gates, const at::Tensor& hx,
+    const at::Tensor& weights, std::array<bool, 5> output_mask) {
+  constexpr const char* op = "lltm.backward";
+  OP_CHECK_FLOATING(op, "new_cell", new_cell);
+  OP_CHECK_DIM(op, "new_cell", new_cell, 2);
+  for (const auto& [name, t] :
+       {std::pair<const char*, const at::Tensor&>{"grad_h", grad_h}, {"grad_cell", grad_cell},
+        {"gates", gates}, {"hx", hx}, {"weights", weights}}) {
+    OP_CHECK_DIM(op, name, t, 2);
+    OP_CHECK_SAME_DEVICE(op, name, t, "new_cell", new_cell);
+    OP_CHECK_SAME_DTYPE(op, name, t, "new_cell", new_cell);
+  }
+  const int64_t batch = new_cell.size(0);
+  const int64_t state = new_cell.size(1);
+  const int64_t features = hx.size(1) - state;
+  TORCH_CHECK(grad_h.sizes() == new_cell.sizes() && grad_cell.sizes() == new_cell.sizes(), op,
+              ": grad_h and grad_cell must have the shape of new_cell ", new_cell.sizes(),
+              ", got ", grad_h.sizes(), " and ", grad_cell.sizes());
+  OP_CHECK_SIZE(op, "gates", gates, 0, batch);
+  OP_CHECK_SIZE(op, "gates", gates, 1, 3 * state);
+  OP_CHECK_SIZE(op, "hx", hx, 0, batch);
+  TORCH_CHECK(features >= 0, op, ": hx must have at least state_size = ", state,
+              " columns, got shape ", hx.sizes());
+  OP_CHECK_SIZE(op, "weights", weights, 0, 3 * state);
+  OP_CHECK_SIZE(op, "weights", weights, 1, state + features);
+
+  const auto [need_input, need_weights, need_bias, need_old_h, need_old_cell] = output_mask;
+  auto d_gates = at::empty({batch, 3 * state}, new_cell.options());
+  auto d_old_cell = at::empty({batch, state}, new_cell.options());
+  auto d_bias = d_gates.numel() > 0
+                    ? pointwise(grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell)
+                    : at::zeros({3 * state}, new_cell.options());
+  return {need_input ? at::mm(d_gates, weights.narrow(1, state, features)) : at::Tensor(),
+          need_weights ? at::mm(d_gates.t(), hx) : at::Tensor(),
+          need_bias ? d_bias : at::Tensor(),
+          need_old_h ? at::mm(d_gates, weights.narrow(1, 0, state)) : at::Tensor(),
+          need_old_cell ? d_old_cell : at::Tensor()};
+}
+
+namespace {
+
+constexpr int64_t kTile = 64;
+// Elements per task below which threading costs more than it saves (several
+// transcendental functions per element make this smaller than ATen's GRAIN_SIZE).
+constexpr int64_t kGrain = 8192;
+
+// The math of one tile, on contiguous arrays in the compute type; in-place outputs.
+template <typename T>
+C10_ALWAYS_INLINE void forward_math(T* __restrict zi, T* __restrict zo, T* __restrict zc,
+                                    T* __restrict cell, T* __restrict h, int64_t n) {
+#pragma omp simd
+  for (int64_t t = 0; t < n; ++t) {
+    const auto r = cell_forward(zi[t], zo[t], zc[t], cell[t]);
+    zi[t] = r.input_gate;
+    zo[t] = r.output_gate;
+    zc[t] = r.candidate;
+    cell[t] = r.new_cell;
+    h[t] = r.new_h;
+  }
+}
+
+template <typename T>
+C10_ALWAYS_INLINE void backward_math(T* __restrict gi, T* __restrict go, T* __restrict gc,
+                                     T* __restrict cell, const T* __restrict dh,
+                                     const T* __restrict dcell, T* __restrict sum_i,
+                                     T* __restrict sum_o, T* __restrict sum_c, int64_t n) {
+#pragma omp simd
+  for (int64_t t = 0; t < n; ++t) {
+    const auto r = cell_backward(gi[t], go[t], gc[t], cell[t], dh[t], dcell[t]);
+    gi[t] = r.d_input;
+    go[t] = r.d_output;
+    gc[t] = r.d_candidate;
+    cell[t] = r.d_old_cell;
+    sum_i[t] += r.d_input;
+    sum_o[t] += r.d_output;
+    sum_c[t] += r.d_candidate;
+  }
+}
+
+// The float loops are compiled for AVX-512, AVX2 and the x86-64 baseline and chosen at
+// run time by ATen's own CPU capability (which honours ATEN_CPU_CAPABILITY): the loader
+// builds with one set of flags for every machine, and the baseline (SSE2) is 4x slower.
+using ForwardMathFn = void (*)(float*, float*, float*, float*, float*, int64_t);
+using BackwardMathFn = void (*)(float*, float*, float*, float*, const float*, const float*,
+                                float*, float*, float*, int64_t);
+
+#define LLTM_FLOAT_MATH(isa, target_attribute)                                              \
+  target_attribute void forward_math_##isa(float* zi, float* zo, float* zc, float* cell,    \
+                                           float* h, int64_t n) {                           \
+    forward_math(zi, zo, zc, cell, h, n);                                                   \
+  }                                                                                         \
+  target_attribute void backward_math_##isa(float* gi, float* go, float* gc, float* cell,   \
+                                            const float* dh, const float* dcell,            \
+                                            float* sum_i, float* sum_o, float* sum_c,       \
+                                            int64_t n) {                                    \
+    backward_math(gi, go, gc, cell, dh, dcell, sum_i, sum_o, sum_c, n);                     \
+  }
+
+LLTM_FLOAT_MATH(baseline, )
+#if defined(__x86_64__) && defined(__GNUC__)
+#define LLTM_MULTIVERSION 1
+LLTM_FLOAT_MATH(avx2, __attribute__((target("avx2,fma"))))
+LLTM_FLOAT_MATH(avx512, __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"))))
+#endif
+#undef LLTM_FLOAT_MATH
+
+struct FloatMath {
+  ForwardMathFn forward;
+  BackwardMathFn backward;
+};
+
+const FloatMath& float_math() {
+  static const FloatMath math = [] {
+#ifdef LLTM_MULTIVERSION
+    const std::string capability = at::get_cpu_capability();
+    if (capability == "AVX512") return FloatMath{forward_math_avx512, backward_math_avx512};
+    if (capability == "AVX2") return FloatMath{forward_math_avx2, backward_math_avx2};
+#endif
+    return FloatMath{forward_math_baseline, backward_math_baseline};
+  }();
+  return math;
+}
+
+template <typename T>
+void forward_tile(T* zi, T* zo, T* zc, T* cell, T* h, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    float_math().forward(zi, zo, zc, cell, h, n);
+  } else {
+    forward_math(zi, zo, zc, cell, h, n);
+  }
+}
+
+template <typename T>
+void backward_tile(T* gi, T* go, T* gc, T* cell, const T* dh, const T* dcell, T* sum_i,
+                   T* sum_o, T* sum_c, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    float_math().backward(gi, go, gc, cell, dh, dcell, sum_i, sum_o, sum_c, n);
+  } else {
+    backward_math(gi, go, gc, cell, dh, dcell, sum_i, sum_o, sum_c, n);
+  }
+}
+
+template <typename scalar_t>
+void forward_cpu_kernel(const at::Tensor& gates, const at::Tensor& bias,
+                        const at::Tensor& old_cell, const at::Tensor& new_h,
+                        const at::Tensor& new_cell) {
+  using opmath_t = at::opmath_type<scalar_t>;
+  const int64_t batch = new_h.size(0);
+  const int64_t state = new_h.size(1);
+  auto z = gates.accessor<scalar_t, 2>();
+  auto b_ = bias.accessor<const scalar_t, 1>();
+  auto c0 = old_cell.accessor<const scalar_t, 2>();
+  auto h1 = new_h.accessor<scalar_t, 2>();
+  auto c1 = new_cell.accessor<scalar_t, 2>();
+  const int64_t grain = std::max<int64_t>(1, kGrain / state);
+  at::parallel_for(0, batch, grain, [&](int64_t begin, int64_t end) {
+    opmath_t zi[kTile], zo[kTile], zc[kTile], cell[kTile], h[kTile];
+    for (int64_t b = begin; b < end; ++b) {
+      for (int64_t j0 = 0; j0 < state; j0 += kTile) {
+        const int64_t n = std::min(kTile, state - j0);
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t j = j0 + t;
+          zi[t] = opmath_t(z[b][j]) + opmath_t(b_[j]);
+          zo[t] = opmath_t(z[b][state + j]) + opmath_t(b_[state + j]);
+          zc[t] = opmath_t(z[b][2 * state + j]) + opmath_t(b_[2 * state + j]);
+          cell[t] = opmath_t(c0[b][j]);
+        }
+        forward_tile(zi, zo, zc, cell, h, n);
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t j = j0 + t;
+          z[b][j] = scalar_t(zi[t]);
+          z[b][state + j] = scalar_t(zo[t]);
+          z[b][2 * state + j] = scalar_t(zc[t]);
+          c1[b][j] = scalar_t(cell[t]);
+          h1[b][j] = scalar_t(h[t]);
+        }
+      }
+    }
+  });
+}
+
+template <typename scalar_t>
+at::Tensor backward_cpu_kernel(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                               const at::Tensor& new_cell, const at::Tensor& gates,
+                               const at::Tensor& d_gates, const at::Tensor& d_old_cell) {
+  using opmath_t = at::opmath_type<scalar_t>;
+  const int64_t batch = new_cell.size(0);
+  const int64_t state = new_cell.size(1);
+  auto d_bias = at::empty({3 * state}, new_cell.options());
+  auto gh = grad_h.accessor<const scalar_t, 2>();
+  auto gc = grad_cell.accessor<const scalar_t, 2>();
+  auto c1 = new_cell.accessor<const scalar_t, 2>();
+  auto g = gates.accessor<const scalar_t, 2>();
+  auto dz = d_gates.accessor<scalar_t, 2>();
+  auto dc0 = d_old_cell.accessor<scalar_t, 2>();
+  auto db = d_bias.accessor<scalar_t, 1>();
+  const int64_t grain = std::max<int64_t>(1, kGrain / batch);
+  at::parallel_for(0, state, grain, [&](int64_t begin, int64_t end) {
+    const int64_t width = end - begin;
+    std::vector<opmath_t> sums(3 * width, opmath_t(0));
+    opmath_t gi[kTile], go[kTile], gcand[kTile], cell[kTile], dh[kTile], dcell[kTile];
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t j0 = begin; j0 < end; j0 += kTile) {
+        const int64_t n = std::min(kTile, end - j0);
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t j = j0 + t;
+          gi[t] = opmath_t(g[b][j]);
+          go[t] = opmath_t(g[b][state + j]);
+          gcand[t] = opmath_t(g[b][2 * state + j]);
+          cell[t] = opmath_t(c1[b][j]);
+          dh[t] = opmath_t(gh[b][j]);
+          dcell[t] = opmath_t(gc[b][j]);
+        }
+        opmath_t* sum_i = sums.data() + (j0 - begin);
+        backward_tile(gi, go, gcand, cell, dh, dcell, sum_i, sum_i + width, sum_i + 2 * width, n);
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t j = j0 + t;
+          dz[b][j] = scalar_t(gi[t]);
+          dz[b][state + j] = scalar_t(go[t]);
+          dz[b][2 * state + j] = scalar_t(gcand[t]);
+          dc0[b][j] = scalar_t(cell[t]);
+        }
+      }
+    }
+    for (int64_t t = 0; t < width; ++t) {
+      db[begin + t] = scalar_t(sums[t]);
+      db[state + begin + t] = scalar_t(sums[width + t]);
+      db[2 * state + begin + t] = scalar_t(sums[2 * width + t]);
+    }
+  });
+  return d_bias;
+}
+
+void forward_cpu_pointwise(const at::Tensor& gates, const at::Tensor& bias,
+                           const at::Tensor& old_cell, const at::Tensor& new_h,
+                           const at::Tensor& new_cell) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(),
+                                  "lltm_forward_cpu", [&] {
+    forward_cpu_kernel<scalar_t>(gates, bias, old_cell, new_h, new_cell);
+  });
+}
+
+at::Tensor backward_cpu_pointwise(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                                  const at::Tensor& new_cell, const at::Tensor& gates,
+                                  const at::Tensor& d_gates, const at::Tensor& d_old_cell) {
+  at::Tensor d_bias;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gates.scalar_type(),
+                                  "lltm_backward_cpu", [&] {
+    d_bias = backward_cpu_kernel<scalar_t>(grad_h, grad_cell, new_cell, gates, d_gates,
+                                           d_old_cell);
+  });
+  return d_bias;
+}
+
+ForwardResult forward_cpu(
+    const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
+    const at::Tensor& old_h, const at::Tensor& old_cell) {
+  return forward(&forward_cpu_pointwise, input, weights, bias, old_h, old_cell);
+}
+
+BackwardResult backward_cpu(
+    const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
+    const at::Tensor& gates, const at::Tensor& hx, const at::Tensor& weights,
+    std::array<bool, 5> output_mask) {
+  return backward(&backward_cpu_pointwise, grad_h, grad_cell, new_cell, gates, hx, weights,
+                  output_mask);
+}
+
+class LLTMAutograd : public torch::autograd::Function<LLTMAutograd> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const at::Tensor& input,
+                                                const at::Tensor& weights,
+                                                const at::Tensor& bias, const at::Tensor& old_h,
+                                                const at::Tensor& old_cell) {
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("lltm::forward", "")
+                               .typed<ForwardResult(const at::Tensor&, const at::Tensor&,
+                                                    const at::Tensor&, const at::Tensor&,
+                                                    const at::Tensor&)>();
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [new_h, new_cell, gates, hx] = op.call(input, weights, bias, old_h, old_cell);
+    ctx->save_for_backward({new_cell, gates, hx, weights});
+    ctx->mark_non_differentiable({gates, hx});
+    // An unused output gets no zero-filled gradient buffer; backward broadcasts a scalar.
+    ctx->set_materialize_grads(false);
+    return {new_h, new_cell, gates, hx};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("lltm::backward", "")
+                               .typed<BackwardResult(const at::Tensor&, const at::Tensor&,
+                                                     const at::Tensor&, const at::Tensor&,
+                                                     const at::Tensor&, const at::Tensor&,
+                                                     std::array<bool, 5>)>();
+    if (!grads[0].defined() && !grads[1].defined()) {
+      return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& new_cell = saved[0];
+    const auto zero = [&] { return at::zeros({}, new_cell.options()).expand_as(new_cell); };
+    const at::Tensor grad_h = grads[0].defined() ? grads[0] : zero();
+    const at::Tensor grad_cell = grads[1].defined() ? grads[1] : zero();
+    std::array<bool, 5> output_mask;
+    for (size_t i = 0; i < output_mask.size(); ++i) {
+      output_mask[i] = ctx->needs_input_grad(i);
+    }
+    auto [d_input, d_weights, d_bias, d_old_h, d_old_cell] =
+        op.call(grad_h, grad_cell, new_cell, saved[1], saved[2], saved[3], output_mask);
+    return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
+  }
+};
+
+ForwardResult forward_autograd(const at::Tensor& input, const at::Tensor& weights,
+                               const at::Tensor& bias, const at::Tensor& old_h,
+                               const at::Tensor& old_cell) {
+  auto outputs = LLTMAutograd::apply(input, weights, bias, old_h, old_cell);
+  return {outputs[0], outputs[1], outputs[2], outputs[3]};
+}
+
+}  // namespace
+}  // namespace lltm
+
+TORCH_LIBRARY(lltm, m) {
+  m.def(
+      "forward(Tensor input, Tensor weights, Tensor bias, Tensor old_h, Tensor old_cell)"
+      " -> (Tensor new_h, Tensor new_cell, Tensor gates, Tensor hx)");
+  m.def(
+      "backward(Tensor grad_h, Tensor grad_cell, Tensor new_cell, Tensor gates, Tensor hx,"
+      " Tensor weights, bool[5] output_mask)"
+      " -> (Tensor d_input, Tensor d_weights, Tensor d_bias, Tensor d_old_h, Tensor d_old_cell)");
+}
+
+TORCH_LIBRARY_IMPL(lltm, CPU, m) {
+  m.impl("forward", &lltm::forward_cpu);
+  m.impl("backward", &lltm::backward_cpu);
+}
+
+TORCH_LIBRARY_IMPL(lltm, Autograd, m) {
+  m.impl("forward", &lltm::forward_autograd);
+}

@@ -1,0 +1,338 @@
+"""The LLTM op, specified by tests against the pure-PyTorch reference (ops/lltm/reference.py).
+
+Every comparison evaluates the reference in float64 on the very values the op received,
+so the tolerance table below is the op's own accuracy in each dtype.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import jit_loader
+from ops.lltm.reference import (LLTMReference, example_inputs, lltm_reference, reset_parameters,
+                                selfcheck)
+
+# 16-bit: gates and new_cell are stored in the dtype between forward and backward, and the
+# weight gradient sums up to 130 rows of such values, hence the absolute terms.
+TOL = {
+    torch.float64: dict(atol=1e-10, rtol=1e-9),
+    torch.float32: dict(atol=2e-5, rtol=1e-4),
+    torch.float16: dict(atol=2e-2, rtol=1e-2),
+    torch.bfloat16: dict(atol=1.5e-1, rtol=5e-2),
+}
+DTYPES = list(TOL)
+
+# (batch, input_features, state_size): the tutorial's size, batch 1, sizes that are not
+# multiples of the CUDA block (32 features x 8 rows), and batches past one block row of
+# the bias reduction (64).
+SHAPES = [(16, 32, 128), (1, 32, 128), (1, 1, 1), (7, 5, 33), (65, 17, 40), (130, 3, 70)]
+
+NAMES = ("input", "weights", "bias", "old_h", "old_cell")
+
+
+@pytest.fixture(scope="module")
+def op():
+    return jit_loader.load("lltm")
+
+
+def _grad_outputs(new_h):
+    return [torch.randn_like(new_h), torch.randn_like(new_h)]
+
+
+def _reference(inputs, grad_outputs):
+    """Forward outputs and the five input gradients of the float64 reference."""
+    ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
+    out = lltm_reference(*ref_inputs)
+    grads = torch.autograd.grad(out, ref_inputs, [g.double() for g in grad_outputs])
+    return [o.detach() for o in out], list(grads)
+
+
+def _assert_matches_reference(fn, inputs, dtype, grad_outputs=None):
+    out = fn(*inputs)
+    grad_outputs = grad_outputs if grad_outputs is not None else _grad_outputs(out[0])
+    grads = torch.autograd.grad(out, inputs, grad_outputs)
+    ref_out, ref_grads = _reference(inputs, grad_outputs)
+    for name, got, want in zip(("new_h", "new_cell"), out, ref_out):
+        assert got.dtype == dtype and got.shape == want.shape
+        torch.testing.assert_close(got.double(), want, **TOL[dtype], msg=lambda m: f"{name}: {m}")
+    for name, got, want in zip(NAMES, grads, ref_grads):
+        assert got.dtype == dtype and got.shape == want.shape
+        torch.testing.assert_close(got.double(), want, **TOL[dtype],
+                                   msg=lambda m: f"grad of {name}: {m}")
+
+
+# --- values ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_forward_and_all_gradients_match_reference(op, device, dtype, shape):
+    torch.manual_seed(sum(shape))
+    inputs = example_inputs(device, dtype, *shape)
+    _assert_matches_reference(op.lltm, inputs, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+def test_strided_and_broadcast_inputs(op, device, dtype):
+    batch, features, state = 9, 6, 37
+    kw = dict(device=device, dtype=dtype)
+    bound = state ** -0.5
+    leaves = [
+        torch.randn(batch, 2 * features, **kw),                      # every other column
+        torch.randn(features + state, 3 * state, **kw) * bound,      # transposed weights
+        torch.randn(6 * state, **kw) * bound,                        # every other element
+        torch.randn(state, batch, **kw),                             # column-major old_h
+        torch.randn(1, state, **kw),                                 # old_cell broadcast
+    ]
+    for t in leaves:
+        t.requires_grad_()
+    inputs = (leaves[0][:, ::2], leaves[1].t(), leaves[2][::2], leaves[3].t(),
+              leaves[4].expand(batch, state))
+    assert not any(t.is_contiguous() for t in inputs)
+    grad_outputs = [torch.randn(state, batch, **kw).t(),             # strided grad_h
+                    torch.randn((), **kw).expand(batch, state)]      # zero-stride grad_cell
+    _assert_matches_reference(op.lltm, inputs, dtype, grad_outputs)
+
+
+def _errors(fn, inputs, grad_outputs):
+    out = fn(*inputs)
+    grads = torch.autograd.grad(out, inputs, grad_outputs)
+    ref_out, ref_grads = _reference(inputs, grad_outputs)
+    return [(got.double() - want).abs().max().item()
+            for got, want in zip([*out, *grads], [*ref_out, *ref_grads])]
+
+
+def test_saturated_gates_and_nan_propagation(op, device):
+    """Pre-activations in the hundreds saturate every gate. Derivatives of saturated gates
+    round to 0 in float32 (as in PyTorch's own sigmoid backward), and hx in the hundreds
+    amplifies that in the weight gradient, so the op is held to the float32 reference's
+    own error. A NaN in the input gives NaN exactly where the reference has it."""
+    torch.manual_seed(0)
+    inputs = [t.detach() for t in example_inputs(device, torch.float32, 8, 12, 40)]
+    inputs[0] = inputs[0] * 200
+    inputs[3] = inputs[3] * 200
+    inputs = [t.requires_grad_() for t in inputs]
+    grad_outputs = _grad_outputs(inputs[3])
+    for name, err, eager_err in zip(("new_h", "new_cell", *NAMES),
+                                    _errors(op.lltm, inputs, grad_outputs),
+                                    _errors(lltm_reference, inputs, grad_outputs)):
+        assert err <= 2 * eager_err + 1e-6, (name, err, eager_err)
+
+    with torch.no_grad():
+        inputs[0][2, 3] = float("nan")
+        new_h, new_cell = op.lltm(*inputs)
+        ref_h, ref_cell = lltm_reference(*inputs)
+    assert torch.equal(new_h.isnan(), ref_h.isnan()) and new_h.isnan().any()
+    assert torch.equal(new_cell.isnan(), ref_cell.isnan())
+
+
+def test_empty_batch(op, device):
+    inputs = example_inputs(device, torch.float32, 0, 5, 7)
+    new_h, new_cell = op.lltm(*inputs)
+    assert new_h.shape == new_cell.shape == (0, 7)
+    grads = torch.autograd.grad((new_h.sum() + new_cell.sum()), inputs)
+    assert [tuple(g.shape) for g in grads] == [tuple(t.shape) for t in inputs]
+    assert all(torch.count_nonzero(g) == 0 for g in grads)
+
+
+def test_only_new_h_used(op, device):
+    """An output left out of the loss gets no gradient buffer; the result is unchanged."""
+    torch.manual_seed(1)
+    inputs = example_inputs(device, torch.float64, 5, 4, 9)
+    got = torch.autograd.grad(op.lltm(*inputs)[0].sum(), inputs)
+    want = torch.autograd.grad(lltm_reference(*inputs)[0].sum(), inputs)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **TOL[torch.float64])
+
+
+def test_gradients_only_for_parameters(op, device):
+    """The tutorial's use: inputs and state do not require grad, parameters do."""
+    torch.manual_seed(2)
+    inputs = example_inputs(device, torch.float32, 16, 32, 128, requires_grad=False)
+    inputs[1].requires_grad_()
+    inputs[2].requires_grad_()
+    go = _grad_outputs(inputs[3])
+    got = torch.autograd.grad(op.lltm(*inputs), inputs[1:3], go)
+    want = torch.autograd.grad(lltm_reference(*inputs), inputs[1:3], go)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **TOL[torch.float32])
+
+
+# --- the three Python entry points ---------------------------------------------------------
+
+
+def test_autograd_function_matches_reference(op, device):
+    torch.manual_seed(3)
+    inputs = example_inputs(device, torch.float64, 6, 10, 20)
+    _assert_matches_reference(op.LLTMFunction.apply, inputs, torch.float64)
+    got = torch.autograd.grad(op.LLTMFunction.apply(*inputs)[1].sum(), inputs)
+    want = torch.autograd.grad(lltm_reference(*inputs)[1].sum(), inputs)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **TOL[torch.float64])
+
+
+def test_module_has_reference_parameters_and_outputs(op, device):
+    torch.manual_seed(4)
+    cell = op.LLTM(12, 24).to(device)
+    torch.manual_seed(4)
+    ref = LLTMReference(12, 24).to(device)
+    assert [n for n, _ in cell.named_parameters()] == ["weights", "bias"]
+    for (name, p), q in zip(cell.named_parameters(), ref.parameters()):
+        assert p.shape == q.shape and torch.equal(p, q), name
+        assert p.abs().max() <= 24 ** -0.5
+    x = torch.randn(3, 12, device=device)
+    state = (torch.randn(3, 24, device=device), torch.randn(3, 24, device=device))
+    (h, c), (rh, rc) = cell(x, state), ref(x, state)
+    torch.testing.assert_close(h, rh, **TOL[torch.float32])
+    torch.testing.assert_close(c, rc, **TOL[torch.float32])
+    (h.sum() + c.sum()).backward()
+    (rh.sum() + rc.sum()).backward()
+    for p, q in zip(cell.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **TOL[torch.float32])
+
+
+def test_reset_parameters_bound():
+    weights, bias = torch.empty(3 * 100, 150), torch.empty(3 * 100)
+    reset_parameters(weights, bias)
+    for t in (weights, bias):
+        assert t.abs().max() <= 0.1 and t.abs().max() > 0.09
+
+
+# --- PyTorch machinery: gradcheck, opcheck, torch.compile, TorchScript ----------------------
+
+
+def test_gradcheck(op, device):
+    inputs = example_inputs(device, torch.float64, 3, 4, 5)
+    assert torch.autograd.gradcheck(op.lltm, inputs)
+    assert torch.autograd.gradcheck(op.LLTMFunction.apply, inputs)
+
+
+def test_opcheck_forward(op, device):
+    inputs = example_inputs(device, torch.float32, 4, 3, 6)
+    torch.library.opcheck(torch.ops.lltm.forward.default, inputs)
+    torch.library.opcheck(torch.ops.lltm.forward.default,
+                          [t.detach() for t in example_inputs(device, torch.float64, 1, 2, 3)])
+
+
+@pytest.mark.parametrize("output_mask", [[True] * 5, [False, True, True, False, False]],
+                         ids=["all", "parameters"])
+def test_opcheck_backward(op, device, output_mask):
+    inputs = [t.detach() for t in example_inputs(device, torch.float32, 4, 3, 6)]
+    new_h, new_cell, gates, hx = torch.ops.lltm.forward(*inputs)
+    args = (torch.randn_like(new_h), torch.randn_like(new_h), new_cell, gates, hx, inputs[1])
+    grads = torch.ops.lltm.backward(*args, output_mask)
+    assert [g is not None for g in grads] == output_mask
+    torch.library.opcheck(torch.ops.lltm.backward.default, (*args, output_mask))
+
+
+def test_torch_compile_fullgraph(op):
+    torch._dynamo.reset()
+    torch.manual_seed(5)
+    inputs = example_inputs("cpu", torch.float32, 8, 6, 10)
+    compiled = torch.compile(op.lltm, fullgraph=True)
+    _assert_matches_reference(compiled, inputs, torch.float32)
+    cell = op.LLTM(6, 10)
+    compiled_cell = torch.compile(cell, fullgraph=True)
+    x, state = inputs[0].detach(), (inputs[3].detach(), inputs[4].detach())
+    h, c = compiled_cell(x, state)
+    torch.testing.assert_close(h, cell(x, state)[0])
+
+
+def test_compile_traces_fake_and_autograd_kernels(op, device):
+    """aot_eager exercises the fake kernels and the C++ autograd on any device, no codegen."""
+    torch._dynamo.reset()
+    torch.manual_seed(6)
+    inputs = example_inputs(device, torch.float32, 5, 7, 9)
+    _assert_matches_reference(torch.compile(op.lltm, backend="aot_eager", fullgraph=True),
+                              inputs, torch.float32)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
+def test_torchscript(op, device):
+    @torch.jit.script
+    def scripted(input, weights, bias, old_h, old_cell):
+        new_h, new_cell, gates, hx = torch.ops.lltm.forward(input, weights, bias, old_h, old_cell)
+        return new_h, new_cell
+
+    torch.manual_seed(7)
+    inputs = example_inputs(device, torch.float32, 4, 5, 6)
+    _assert_matches_reference(scripted, inputs, torch.float32)
+
+    cell = torch.jit.script(op.LLTM(5, 6).to(device))
+    x, state = inputs[0].detach(), (inputs[3].detach(), inputs[4].detach())
+    h, c = cell(x, state)
+    torch.testing.assert_close(h, lltm_reference(x, cell.weights, cell.bias, *state)[0])
+    (h.sum() + c.sum()).backward()
+    assert cell.weights.grad is not None and cell.bias.grad is not None
+
+
+def test_selfcheck(op, device):
+    rows = selfcheck(op, device)
+    assert len(rows) == 12 and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+
+def _bad(device, **changes):
+    inputs = dict(zip(NAMES, example_inputs(device, torch.float32, 4, 3, 5, requires_grad=False)))
+    inputs.update(changes)
+    return [inputs[n] for n in NAMES]
+
+
+BAD_INPUTS = {
+    "input rank": (lambda d: _bad(d, input=torch.randn(4, 3, 1, device=d)),
+                   r"input must be a 2-D tensor, got 3-D"),
+    "weights rank": (lambda d: _bad(d, weights=torch.randn(15, device=d)),
+                     r"weights must be a 2-D tensor, got 1-D"),
+    "bias rank": (lambda d: _bad(d, bias=torch.randn(15, 1, device=d)),
+                  r"bias must be a 1-D tensor, got 2-D"),
+    "weights shape": (lambda d: _bad(d, weights=torch.randn(15, 9, device=d)),
+                      r"weights must have shape \(3 \* state_size, state_size \+ input_features\) "
+                      r"= \(15, 8\) .* got \[15, 9\]"),
+    "bias shape": (lambda d: _bad(d, bias=torch.randn(14, device=d)),
+                   r"bias must have shape \(3 \* state_size\) = \(15\) .* got \[14\]"),
+    "old_h batch": (lambda d: _bad(d, old_h=torch.randn(3, 5, device=d)),
+                    r"old_h.size\(0\) must be 4, got 3"),
+    "old_cell shape": (lambda d: _bad(d, old_cell=torch.randn(4, 6, device=d)),
+                       r"old_cell must have the shape of old_h \[4, 5\], got \[4, 6\]"),
+    "integer input": (lambda d: _bad(d, input=torch.ones(4, 3, dtype=torch.long, device=d)),
+                      r"input must be a floating-point tensor, got Long"),
+    "integer weights": (lambda d: _bad(d, weights=torch.ones(15, 8, dtype=torch.int32, device=d)),
+                        r"weights has dtype Int but input has dtype Float"),
+    "mixed float dtypes": (lambda d: _bad(d, old_cell=torch.randn(4, 5, dtype=torch.float64, device=d)),
+                           r"old_cell has dtype Double but input has dtype Float"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_names_argument_and_value(op, device, case):
+    make, message = BAD_INPUTS[case]
+    with pytest.raises(RuntimeError, match=message):
+        op.lltm(*make(device))
+
+
+@pytest.mark.cuda
+def test_inputs_on_different_devices(op):
+    inputs = _bad("cuda")
+    inputs[1] = inputs[1].cpu()
+    with pytest.raises(RuntimeError, match=r"lltm.forward: weights is on cpu but input is on cuda:0"):
+        op.lltm(*inputs)
+    inputs = _bad("cpu")
+    inputs[3] = inputs[3].cuda()
+    with pytest.raises(RuntimeError, match=r"lltm.forward: old_h is on cuda:0 but input is on cpu"):
+        op.lltm(*inputs)
+
+
+@pytest.mark.cuda
+def test_cuda_matches_cpu_on_large_batch(op):
+    """Batches past one block row use per-block partial sums for the bias gradient."""
+    torch.manual_seed(8)
+    cpu = example_inputs("cpu", torch.float64, 1000, 40, 96)
+    cuda = [t.detach().cuda().requires_grad_() for t in cpu]
+    go = [torch.randn(1000, 96, dtype=torch.float64) for _ in range(2)]
+    got = torch.autograd.grad(op.lltm(*cuda), cuda, [g.cuda() for g in go])
+    want = torch.autograd.grad(op.lltm(*cpu), cpu, go)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w, **TOL[torch.float64])
