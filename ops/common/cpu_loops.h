@@ -1,9 +1,9 @@
 #pragma once
 // Elementwise CPU loop shared by the activation ops: out[i] = f(in_0[i], ..., in_k[i])
 // over contiguous buffers, split across threads by at::parallel_for. The inner loop is
-// plain code that GCC vectorises; it is compiled twice, for AVX2+FMA and for the
-// baseline ISA, and the CPU picks one at load time, because cached builds are shared
-// across machines and so cannot be built with -mavx2 or -march=native.
+// plain code that GCC vectorises; it is compiled three times, for AVX-512, AVX2+FMA
+// and the baseline ISA, and the CPU picks one at load time, because cached builds are
+// shared across machines and so cannot be built with -mavx2 or -march=native.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
@@ -12,7 +12,7 @@
 #include <cstring>
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define OPS_CPU_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define OPS_CPU_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define OPS_CPU_MULTIVERSION
 #endif
