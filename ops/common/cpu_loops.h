@@ -11,7 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+// x86-64-v* clones need GCC 12; older compilers and clang get the baseline loop only.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && __GNUC__ >= 12
 #define OPS_CPU_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define OPS_CPU_MULTIVERSION
