@@ -677,7 +677,12 @@ def _hold(entry: Path):
 def _prune(name: str, keep_key: str) -> None:
     """Bound the number of builds kept per op (JIT_LOADER_KEEP), oldest first,
     skipping any build another process holds open."""
-    keep = int(os.environ.get("JIT_LOADER_KEEP", DEFAULT_KEEP))
+    try:
+        keep = max(1, int(os.environ.get("JIT_LOADER_KEEP", DEFAULT_KEEP)))
+    except ValueError:
+        print(f"jit_loader: JIT_LOADER_KEEP={os.environ['JIT_LOADER_KEEP']!r} is not a number; "
+              f"keeping {DEFAULT_KEEP} builds", file=sys.stderr)
+        keep = DEFAULT_KEEP
     builds = cache_dir() / name / "builds"
     entries = []
     for entry in builds.iterdir():
@@ -849,7 +854,7 @@ def _run_ninja(state: _OpState, work: Path, verbose: bool, lock_fd: int) -> str:
                     if m:
                         done, total = int(m.group(1)), int(m.group(2))
                         bar.total = total
-                        bar.n = done - 1
+                        bar.n = done  # Ninja reports a step when it finishes
                         bar.set_postfix_str(_progress_unit(m.group(3)), refresh=False)
                         bar.refresh()
         proc.wait()
