@@ -90,8 +90,13 @@ HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".cuh", ".inl")
 DEFAULT_CUDA_ARCH = "8.0;9.0+PTX"  # Ampere and Hopper, plus PTX newer GPUs can JIT
 DEFAULT_CFLAGS = ("-O3", "-fopenmp")
 DEFAULT_CUDA_CFLAGS = ("-O3", "-lineinfo")
+# Link the C++ runtime that torch itself uses, by its soname. A compiler whose
+# libstdc++.so development link is missing silently falls back to libstdc++.a, and a
+# second, static copy of the C++ runtime inside an op crashes the first time it formats
+# a number into a stream torch created (locale facets of two runtimes do not mix).
+DEFAULT_LDFLAGS = ("-l:libstdc++.so.6",) if sys.platform.startswith("linux") else ()
 DEFAULT_KEEP = 8
-LOADER_FORMAT = 1  # bump when the cache layout or the support code changes meaning
+LOADER_FORMAT = 2  # bump when the cache layout or the support code changes meaning
 
 # --------------------------------------------------------------------------------------
 # Errors
@@ -570,7 +575,7 @@ def _config(state: _OpState, sources: list[Path]) -> dict:
         "cflags": [*DEFAULT_CFLAGS, *cuda_includes, *opts.get("extra_cflags", ())],
         "cuda_cflags": [*DEFAULT_CUDA_CFLAGS, *cuda_includes, *opts.get("extra_cuda_cflags", ())]
         if with_cuda else [],
-        "ldflags": list(opts.get("extra_ldflags", ())),
+        "ldflags": [*DEFAULT_LDFLAGS, *opts.get("extra_ldflags", ())],
         "include_dirs": [str(p) for p in _include_dirs(state)],
         "no_cuda_reason": no_cuda,
     }
