@@ -1,0 +1,594 @@
+"""Write the notebooks of this folder from the cell sources below, without outputs.
+
+    python notebooks/make_notebooks.py          # rewrite the .ipynb files
+    python notebooks/make_notebooks.py --check  # exit 1 if a notebook differs
+
+Edit a notebook here, not in Jupyter, so that the stored notebooks stay output-free
+and reviewable; tests/test_notebooks.py executes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+
+HERE = Path(__file__).resolve().parent
+
+SETUP = """\
+import sys
+from pathlib import Path
+
+# The repository root (the folder holding jit_loader.py), wherever Jupyter was started.
+ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "jit_loader.py").is_file())
+sys.path.insert(0, str(ROOT))
+
+import torch
+import jit_loader
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+print(f"torch {torch.__version__}, device {device}, build cache {jit_loader.cache_dir()}")
+"""
+# Notebooks other than 02 load the extension with the setup: edit an op's source in
+# an editor, re-run a cell, and the op is rebuilt first (02 shows it step by step).
+SETUP_WITH_EXTENSION = SETUP + """
+%load_ext jit_loader
+"""
+
+
+def md(text: str):
+    return nbformat.v4.new_markdown_cell(textwrap.dedent(text).strip())
+
+
+def code(text: str):
+    return nbformat.v4.new_code_cell(textwrap.dedent(text).strip())
+
+
+QUICKSTART = [
+    md("""
+        # Quickstart: load, run, check and compare custom ops
+
+        Every operator lives in one folder under `ops/` (C++ and CUDA sources, a Python
+        surface, a plain-PyTorch reference). `jit_loader.load(name)` compiles it on first
+        use, caches the build by content, and hands back a handle whose attributes are
+        the op's functions, `autograd.Function`s and modules.
+
+        The first run compiles every op (a few minutes, CUDA sources included when `nvcc`
+        is installed); later runs load from the cache in well under a second. The
+        notebook runs on the GPU when there is one, else on the CPU.
+        """),
+    code(SETUP_WITH_EXTENSION),
+    md("""
+        ## Load
+
+        `available_ops()` lists the op folders. `load` returns an `Op`; `op.build` says
+        whether this call compiled or came from the cache.
+        """),
+    code("""
+        print(jit_loader.available_ops())
+        sigmoid = jit_loader.load("sigmoid")
+        gelu = jit_loader.load("gelu")
+        lltm = jit_loader.load("lltm")
+        for op in (sigmoid, gelu, lltm):
+            how = "compiled" if op.build.compiled else "cached"
+            print(f"{op.name:8s} {how:8s} in {op.build.seconds:5.1f} s: {op.library}")
+        """),
+    md("""
+        ## Run, and compare with PyTorch
+
+        The ops are ordinary differentiable PyTorch functions. `sigmoid` has a twin in
+        `torch.sigmoid`; `gelu` is the sigmoid approximation `x * sigmoid(1.702 x)` of
+        `F.gelu`, so it matches its own reference exactly and `F.gelu` only to about 0.02.
+        """),
+    code("""
+        import torch.nn.functional as F
+        from ops.gelu.reference import gelu_reference
+
+        x = torch.randn(1 << 16, device=device, requires_grad=True)
+        y = sigmoid.sigmoid(x)
+        y.sum().backward()
+        print("sigmoid  vs torch.sigmoid:", (y - torch.sigmoid(x)).abs().max().item())
+        print("d/dx     vs y (1 - y):    ", (x.grad - y * (1 - y)).abs().max().item())
+        g = gelu.gelu(x)
+        print("gelu     vs reference:    ", (g - gelu_reference(x)).abs().max().item())
+        print("gelu     vs F.gelu (erf): ", (g - F.gelu(x)).abs().max().item())
+        """),
+    md("""
+        The LLTM cell (an LSTM-like recurrent cell from PyTorch's extension tutorial) comes
+        as a function, an `autograd.Function` and an `nn.Module`. The module takes the same
+        parameters as the plain-PyTorch `LLTMReference`, so the two can be compared
+        directly, gradients included.
+        """),
+    code("""
+        from ops.lltm.reference import LLTMReference
+
+        batch, features, state = 16, 32, 128
+        cell = lltm.LLTM(features, state).to(device)
+        reference = LLTMReference(features, state).to(device)
+        reference.load_state_dict(cell.state_dict())
+
+        x = torch.randn(batch, features, device=device)
+        h, c = torch.randn(batch, state, device=device), torch.randn(batch, state, device=device)
+        new_h, new_c = cell(x, (h, c))
+        ref_h, ref_c = reference(x, (h, c))
+        print("new_h, new_cell vs reference:", (new_h - ref_h).abs().max().item(),
+              (new_c - ref_c).abs().max().item())
+        (new_h.sum() + new_c.sum()).backward()
+        (ref_h.sum() + ref_c.sum()).backward()
+        weight_error = (cell.weights.grad - reference.weights.grad).abs().max().item()
+        print("weight gradient vs reference:", weight_error)
+        """),
+    md("""
+        ## Check
+
+        `jit_loader.check(fn, inputs, reference=...)` runs, in one line, the reference
+        comparison in float32 and float64 (outputs and gradients), a float64
+        `gradcheck`, `torch.library.opcheck` on the dispatcher ops the function calls and
+        a `torch.compile(fullgraph=True)` run against eager. A shape spec such as
+        `[(8, 16)]` stands for fresh random float64 inputs that require grad. The result
+        is truthy when every check passed. See `03_gradcheck_and_debug` for more.
+        """),
+    code("""
+        result = jit_loader.check(sigmoid.sigmoid, [(8, 16)], reference=torch.sigmoid)
+        assert result
+        """),
+    code("""
+        from ops.lltm.reference import example_inputs, lltm_reference
+
+        small = example_inputs(device, torch.float64, batch=3, input_features=4, state_size=5)
+        assert jit_loader.check(lltm.lltm, small, reference=lltm_reference)
+        """),
+    md("""
+        ## How fast, next to PyTorch?
+
+        A first look with the shared timing helper of `experiments/` (median of many runs
+        after warm-up, CUDA events on a GPU). `04_benchmarks` runs the full benchmarks
+        with every baseline.
+        """),
+    code("""
+        from experiments import benchutil
+
+        x = torch.randn(1 << 20, device=device)
+        rows = []
+        for name, ours, theirs in [
+            ("sigmoid", sigmoid.sigmoid, torch.sigmoid),
+            ("gelu", gelu.gelu, gelu_reference),
+        ]:
+            t_ours = benchutil.time_fn(lambda: ours(x), device, reps=20)
+            t_torch = benchutil.time_fn(lambda: theirs(x), device, reps=20)
+            rows.append({"op": name, "ours us": t_ours * 1e6, "PyTorch us": t_torch * 1e6,
+                         "speed-up": t_torch / t_ours})
+        print(benchutil.format_table(rows))
+        """),
+]
+
+
+EDIT_AND_REBUILD = [
+    md("""
+        # Edit a kernel, re-run the cell, get the new kernel
+
+        With the `jit_loader` extension loaded, every cell first checks the ops this
+        kernel loaded: an edited `.cpp`, `.cu`, header or Python surface is rebuilt and
+        reloaded before the cell runs, without restarting the kernel. Compile errors
+        appear in the cell's output, compiler location first, and the op keeps its last
+        good build, so the cell still runs (with that build).
+
+        This notebook works on a scratch copy of `ops/sigmoid` in a temporary folder,
+        without its `.cu` file so that each rebuild takes seconds on a CPU. In real use
+        you edit the files in your editor; here the cells write them.
+        """),
+    code(SETUP),
+    code("""
+        %load_ext jit_loader
+        """),
+    code("""
+        import shutil
+        import tempfile
+
+        scratch = Path(tempfile.mkdtemp(prefix="jit_edit_")) / "sigmoid"
+        shutil.copytree(ROOT / "ops" / "sigmoid", scratch,
+                        ignore=shutil.ignore_patterns("*.cu", "__pycache__"))
+        kernel_source = scratch / "sigmoid.cpp"
+        original_source = kernel_source.read_text()
+        print(sorted(p.name for p in scratch.iterdir()))
+        """),
+    md("""
+        Load the copy by its path. It registers the same `torch.ops.sigmoid` ops as the
+        original, so this kernel must not also load `ops/sigmoid`.
+        """),
+    code("""
+        op = jit_loader.load(scratch)
+        x = torch.linspace(-3, 3, 7)
+        print(op.sigmoid(x))
+        print("max |op - torch.sigmoid|:", (op.sigmoid(x) - torch.sigmoid(x)).abs().max().item())
+        """),
+    md("""
+        ## Edit the kernel source
+
+        Make the forward kernel compute `sigmoid(2 x)`: one line of `sigmoid.cpp`.
+        """),
+    code("""
+        def edit(path, old, new):
+            text = path.read_text()
+            assert old in text, f"{old!r} not found in {path}"
+            path.write_text(text.replace(old, new))
+
+        edit(kernel_source, "const at::Tensor xc = x.contiguous();",
+             "const at::Tensor xc = (2 * x).contiguous();")
+        """),
+    md("""
+        Re-run the same call. The extension sees the edit before the cell runs, rebuilds
+        (only `sigmoid.cpp` recompiles) and swaps the new build in: the same handle `op`,
+        and `torch.ops.sigmoid.forward` itself, now run the new code.
+        """),
+    code("""
+        print(op.sigmoid(x))
+        print("max |op - sigmoid(2x)|:", (op.sigmoid(x) - torch.sigmoid(2 * x)).abs().max().item())
+        print("torch.ops.sigmoid.forward is the new kernel too:",
+              torch.equal(torch.ops.sigmoid.forward(x), op.sigmoid(x)))
+        """),
+    md("""
+        ## Edit the Python surface
+
+        The op's `sigmoid.py` is watched too: add a function, and the next cell has it.
+        """),
+    code('''
+        with open(scratch / "sigmoid.py", "a") as surface:
+            surface.write("""
+
+        def swish(x):
+            return x * sigmoid(x)
+        """)
+        '''),
+    code("""
+        print(op.swish(x))
+        """),
+    md("""
+        ## A compile error
+
+        Introduce a typo in the kernel. The next cell reports the first compiler error as
+        `file:line: message` with the path of the full log, and runs with the last good
+        build (the `sigmoid(2 x)` one). Until the source changes again, later cells get a
+        one-line reminder instead of a recompilation.
+        """),
+    code("""
+        edit(kernel_source, "ops_common::SigmoidForward{}", "ops_common::SigmoidFoward{}")
+        """),
+    code("""
+        print(op.sigmoid(x))
+        """),
+    md("""
+        In a script, the same error is a `jit_loader.BuildError`: its first line is the
+        compiler's, and it carries `file`, `line` and `log_path`.
+        """),
+    code("""
+        try:
+            op.reload()
+        except jit_loader.BuildError as err:
+            print("first line:", str(err).splitlines()[0])
+            print(f"file {err.file}, line {err.line}")
+            print("log:", err.log_path)
+            print("that line:", kernel_source.read_text().splitlines()[err.line - 1].strip())
+        """),
+    md("""
+        ## Fix it
+
+        Correct the typo: the sources are again those of the build in use, so nothing is
+        compiled.
+        """),
+    code("""
+        edit(kernel_source, "ops_common::SigmoidFoward{}", "ops_common::SigmoidForward{}")
+        """),
+    code("""
+        print("max |op - sigmoid(2x)|:", (op.sigmoid(x) - torch.sigmoid(2 * x)).abs().max().item())
+        """),
+    md("""
+        Revert the kernel to the original. The cache is keyed by content, so the first
+        build is reused: no compiler runs.
+        """),
+    code("""
+        kernel_source.write_text(original_source)
+        print("restored", kernel_source)
+        """),
+    code("""
+        print("max |op - torch.sigmoid|:", (op.sigmoid(x) - torch.sigmoid(x)).abs().max().item())
+        assert torch.allclose(op.sigmoid(x), torch.sigmoid(x))
+        """),
+    md("""
+        `%jit_reload` runs the same check on demand (and fails the cell on a compile
+        error). `%%jit_op NAME` builds an op from the C++ source in a cell; errors point at
+        the cell's own lines:
+        """),
+    code("""
+        %jit_reload
+        """),
+    code("""
+        %%jit_op twice
+        #include <ATen/ATen.h>
+        #include <torch/library.h>
+
+        at::Tensor twice(const at::Tensor& x) { return x * 2; }
+
+        TORCH_LIBRARY(twice, m) { m.def("twice(Tensor x) -> Tensor"); }
+        TORCH_LIBRARY_IMPL(twice, CPU, m) { m.impl("twice", &twice); }
+        """),
+    code("""
+        print(twice.twice(x))
+        """),
+    code("""
+        shutil.rmtree(scratch.parent)
+        """),
+]
+
+
+GRADCHECK_AND_DEBUG = [
+    md("""
+        # Gradient checks and debugging a backward
+
+        `jit_loader.check(fn, inputs, reference=None)` is the one-line check of an op.
+        `fn` is a function, an `autograd.Function` (its `apply` is called), an `nn.Module`
+        or a dispatcher op; `inputs` are sample arguments or a shape spec such as
+        `[(8, 16)]` (fresh random float64 tensors that require grad). It runs:
+
+        | check | what it catches |
+        |---|---|
+        | reference (float32, float64) | wrong forward; wrong backward, for one random output gradient |
+        | gradcheck (float64) | backward that disagrees with finite differences; the error column is the worst Jacobian entry |
+        | opcheck | a dispatcher op (found by running `fn`) with a wrong schema, fake kernel or autograd registration |
+        | compile | a graph break under `torch.compile(fullgraph=True)` or a compiled result that differs from eager |
+
+        It prints a table and returns a result that is truthy when every check passed.
+        """),
+    code(SETUP_WITH_EXTENSION),
+    code("""
+        from ops.gelu.reference import gelu_reference
+        from ops.lltm.reference import example_inputs, lltm_reference
+        from ops.sigmoid.reference import sigmoid_reference
+
+        sigmoid = jit_loader.load("sigmoid")
+        gelu = jit_loader.load("gelu")
+        lltm = jit_loader.load("lltm")
+        """),
+    md("""
+        ## Every op, every route
+
+        The plain function (autograd registered with the dispatcher op), the explicit
+        `autograd.Function` and the `nn.Module` of each op.
+        """),
+    code("""
+        results = [
+            jit_loader.check(sigmoid.sigmoid, [(8, 16)], reference=sigmoid_reference, device=device),
+            jit_loader.check(sigmoid.SigmoidFunction, [(8, 16)], reference=sigmoid_reference, device=device),
+            jit_loader.check(sigmoid.Sigmoid(), [(8, 16)], reference=torch.nn.Sigmoid(), device=device),
+        ]
+        """),
+    code("""
+        results += [
+            jit_loader.check(gelu.gelu, [(8, 16)], reference=gelu_reference, device=device),
+            jit_loader.check(gelu.GELUFunction, [(8, 16)], reference=gelu_reference, device=device),
+            jit_loader.check(gelu.GELU(), [(8, 16)], reference=gelu_reference, device=device),
+        ]
+        """),
+    md("""
+        LLTM takes five tensors; small sizes keep the float64 Jacobians of the gradient
+        check cheap.
+        """),
+    code("""
+        small = example_inputs(device, torch.float64, batch=3, input_features=4, state_size=5)
+        results += [
+            jit_loader.check(lltm.lltm, small, reference=lltm_reference),
+            jit_loader.check(lltm.LLTMFunction, small, reference=lltm_reference),
+        ]
+        """),
+    code("""
+        assert all(results), [r.summary() for r in results if not r]
+        print(f"{len(results)} checks passed")
+        """),
+    md("""
+        Each op's `reference.py` also has a `selfcheck` with its own tolerance table
+        (bfloat16 included on a GPU); the tests use it too.
+        """),
+    code("""
+        from experiments import benchutil
+        import ops.gelu.reference, ops.lltm.reference, ops.sigmoid.reference
+
+        rows = []
+        for op, reference in [(sigmoid, ops.sigmoid.reference), (gelu, ops.gelu.reference),
+                              (lltm, ops.lltm.reference)]:
+            rows += reference.selfcheck(op, device)
+        print(benchutil.format_table(rows, ["op", "check", "max_abs_err", "tol", "ok"]))
+        assert all(row["ok"] for row in rows)
+        """),
+    md("""
+        ## A deliberately wrong backward
+
+        A GELU whose backward forgets the inner derivative: `d/dx sigmoid(1.702 x)` is
+        `1.702 s (1 - s)`, and the factor 1.702 is missing. The forward is right, so a
+        forward-only test passes; the check catches it.
+        """),
+    code("""
+        class BuggyGELU(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return torch.ops.gelu.forward(x)
+
+            @staticmethod
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                s = torch.sigmoid(1.702 * x)
+                return grad * (s + x * s * (1 - s))  # missing the factor 1.702 on the second term
+
+
+        buggy = jit_loader.check(BuggyGELU, [(8, 16)], reference=gelu_reference, device=device)
+        assert not buggy and buggy.row("gradcheck").status == "FAIL"
+        """),
+    md("""
+        ### Finding the bug
+
+        The forward rows pass and the gradient rows fail: the bug is in `backward`. Compare
+        the analytical derivative with a central difference, element by element: the error
+        is zero at `x = 0`, grows with `|x|` where `sigmoid` bends, and vanishes again
+        where it saturates, which points at the `x s (1 - s)` term.
+        """),
+    code("""
+        x = torch.linspace(-4, 4, 9, dtype=torch.float64, requires_grad=True)
+        (analytical,) = torch.autograd.grad(BuggyGELU.apply(x).sum(), x)
+        eps = 1e-6
+        with torch.no_grad():
+            numerical = (gelu.gelu(x + eps) - gelu.gelu(x - eps)) / (2 * eps)
+        for xi, a, n in zip(x.tolist(), analytical.tolist(), numerical.tolist()):
+            print(f"x = {xi:5.1f}   analytical {a:8.4f}   numerical {n:8.4f}   error {a - n:8.4f}")
+        """),
+    code("""
+        class FixedGELU(BuggyGELU):
+            @staticmethod
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                s = torch.sigmoid(1.702 * x)
+                return grad * (s + 1.702 * x * s * (1 - s))
+
+
+        assert jit_loader.check(FixedGELU, [(8, 16)], reference=gelu_reference, device=device)
+        """),
+]
+
+
+BENCHMARKS = [
+    md("""
+        # Benchmarks
+
+        Runs the benchmark scripts of `experiments/` (the same code as
+        `python experiments/bench_lltm.py` and `bench_pointwise.py`, imported, not
+        copied) on the available device, at the small `quick` sizes that finish in a
+        minute or two, and plots time per op and the ratio to each baseline measured in
+        the same run. Numbers from a CPU say little about a GPU; see
+        `experiments/RESULTS.md` for recorded GPU runs.
+        """),
+    code(SETUP_WITH_EXTENSION),
+    code("""
+        %matplotlib inline
+        import matplotlib.pyplot as plt
+
+        from experiments import bench_lltm, bench_pointwise, benchutil
+
+        print(benchutil.environment())
+        """),
+    md("""
+        ## LLTM
+
+        One LLTM step at the tutorial's size (batch 16, 32 input features, 128 state),
+        forward and forward+backward: the pure-PyTorch reference in eager mode and under
+        `torch.compile`, and our op through its C++ autograd kernel and through the
+        tutorial's Python `autograd.Function`.
+        """),
+    code("""
+        lltm_rows = bench_lltm.run(device, quick=True)
+        print(benchutil.format_table(lltm_rows, bench_lltm.COLUMNS))
+        """),
+    md("""
+        ## Pointwise: sigmoid and GELU
+
+        Forward and backward in float32 and bfloat16, against the same math in PyTorch
+        ops (`eager`, and `compiled` on a GPU), the native twins (`aten.sigmoid_backward`,
+        `F.gelu`) and `clone()` of the same tensor, the copy ceiling.
+        """),
+    code("""
+        pointwise_rows = bench_pointwise.run(device, quick=True)
+        print(benchutil.format_table(pointwise_rows, bench_pointwise.COLUMNS))
+        """),
+    md("""
+        ## Plots
+
+        Both benchmarks become records `(case, implementation, microseconds)`. Left: time
+        per call of every implementation (log scale). Right: each baseline's time over
+        ours, so a bar past 1 means our op is faster than that baseline.
+        """),
+    code("""
+        def plot(records, ours, title):
+            cases = list(dict.fromkeys(r["case"] for r in records))
+            impls = list(dict.fromkeys(r["impl"] for r in records))
+            us = {(r["case"], r["impl"]): r["us"] for r in records}
+            times = {impl: {c: us[c, impl] for c in cases if (c, impl) in us} for impl in impls}
+            ratios = {f"{base} / {mine}": {c: us[c, base] / us[c, mine] for c in cases
+                                           if (c, base) in us and (c, mine) in us}
+                      for mine in ours for base in impls if base not in ours}
+            fig, (left, right) = plt.subplots(1, 2, figsize=(14, 0.5 * len(cases) + 3.5))
+            for impl, values in times.items():
+                left.plot(list(values.values()), [cases.index(c) for c in values], "o", label=impl)
+            height = 0.8 / len(ratios)
+            for k, (label, values) in enumerate(ratios.items()):
+                right.barh([cases.index(c) - 0.4 + (k + 0.5) * height for c in values],
+                           list(values.values()), height, label=label)
+            for ax in (left, right):
+                ax.set_yticks(range(len(cases)), cases)
+                ax.set_ylim(len(cases) - 0.5, -0.5)
+                ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
+            left.set_xscale("log")
+            left.grid(axis="x", which="both", alpha=0.3)
+            left.set_xlabel("time per call (us)")
+            right.axvline(1.0, color="black", linewidth=0.8)
+            right.set_xlabel("baseline time / our time (> 1: ours faster)")
+            fig.suptitle(f"{title} on {benchutil.environment()['device']}")
+            fig.tight_layout()
+            plt.show()
+        """),
+    code("""
+        lltm_records = [{"case": f"{row['size']} {step}", "impl": row["impl"],
+                         "us": row[f"{step}_us"]}
+                        for row in lltm_rows if "fwd_us" in row for step in ("fwd", "fwd_bwd")]
+        plot(lltm_records, ["op lltm (C++ autograd)", "op LLTMFunction (Python)"], "LLTM")
+        """),
+    code("""
+        pointwise_records = [{"case": f"{row['op']} {row['pass']} {row['dtype']}",
+                              "impl": row["impl"], "us": row["us"]}
+                             for row in pointwise_rows if row["op"] != "copy"]
+        plot(pointwise_records, ["ours"], "sigmoid and GELU")
+        """),
+]
+
+
+NOTEBOOKS = {
+    "01_quickstart.ipynb": QUICKSTART,
+    "02_edit_and_rebuild.ipynb": EDIT_AND_REBUILD,
+    "03_gradcheck_and_debug.ipynb": GRADCHECK_AND_DEBUG,
+    "04_benchmarks.ipynb": BENCHMARKS,
+}
+
+
+def build(cells) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    for i, cell in enumerate(cells):
+        cell = nbformat.from_dict(dict(cell))
+        cell["id"] = f"cell-{i:02d}"  # stable ids: regenerating changes nothing
+        nb.cells.append(cell)
+    nbformat.validate(nb)
+    return nb
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare instead of writing")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, cells in NOTEBOOKS.items():
+        text = nbformat.writes(build(cells)) + "\n"
+        path = HERE / name
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+    if stale:
+        print("out of date (run python notebooks/make_notebooks.py):", ", ".join(stale))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

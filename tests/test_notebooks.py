@@ -1,0 +1,88 @@
+"""The notebooks: stored without outputs, in sync with their generator, and runnable.
+
+Each notebook is executed top to bottom in a Jupyter kernel of this interpreter (on the
+GPU where there is one). They load the real ops through the default build cache
+(JIT_LOADER_CACHE if set), which they share with the op tests: a cold cache compiles
+every op first, CUDA sources included when nvcc is installed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import nbformat
+import pytest
+
+from notebook_runner import ROOT, execute, kernel_env, kernel_spec, output_text
+
+NOTEBOOK_DIR = ROOT / "notebooks"
+NOTEBOOKS = ["01_quickstart.ipynb", "02_edit_and_rebuild.ipynb", "03_gradcheck_and_debug.ipynb",
+             "04_benchmarks.ipynb"]
+
+
+def test_notebooks_match_their_generator():
+    sys.path.insert(0, str(NOTEBOOK_DIR))
+    try:
+        import make_notebooks
+    finally:
+        sys.path.remove(str(NOTEBOOK_DIR))
+    assert sorted(make_notebooks.NOTEBOOKS) == NOTEBOOKS
+    assert make_notebooks.main(["--check"]) == 0
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_is_stored_without_outputs(name):
+    nb = nbformat.read(NOTEBOOK_DIR / name, as_version=4)
+    nbformat.validate(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, cell.source[:60]
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    with kernel_spec(tmp_path_factory.mktemp("jupyter")):
+        yield
+
+
+def run(name: str) -> nbformat.NotebookNode:
+    nb = nbformat.read(NOTEBOOK_DIR / name, as_version=4)
+    return execute(nb, cwd=NOTEBOOK_DIR, env=kernel_env(), timeout=1200)  # a cold cache compiles every op
+
+
+def outputs(nb) -> str:
+    return "\n".join(output_text(cell) for cell in nb.cells if cell.cell_type == "code")
+
+
+@pytest.mark.slow
+def test_quickstart(kernel):
+    out = outputs(run("01_quickstart.ipynb"))
+    assert "check sigmoid: PASS" in out
+    assert "check lltm: PASS" in out
+
+
+@pytest.mark.slow
+def test_edit_and_rebuild(kernel):
+    nb = run("02_edit_and_rebuild.ipynb")
+    out = outputs(nb)
+    assert "jit_loader: reloaded op 'sigmoid' (compiled in" in out
+    assert "jit_loader: reloaded op 'sigmoid' (Python surface only)" in out
+    assert "sigmoid.cpp:" in out and "SigmoidFoward" in out
+    assert "this cell runs with the last good build of 'sigmoid'" in out
+    assert "op 'sigmoid' builds again" in out
+    assert "jit_loader: reloaded op 'sigmoid' (loaded from the build cache)" in out
+
+
+@pytest.mark.slow
+def test_gradcheck_and_debug(kernel):
+    out = outputs(run("03_gradcheck_and_debug.ipynb"))
+    assert "check BuggyGELU: FAIL" in out
+    assert "check FixedGELU: PASS" in out
+
+
+@pytest.mark.slow
+def test_benchmarks(kernel):
+    nb = run("04_benchmarks.ipynb")
+    images = [out for cell in nb.cells for out in cell.get("outputs", [])
+              if "image/png" in out.get("data", {})]
+    assert len(images) == 2
