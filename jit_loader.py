@@ -835,7 +835,11 @@ def _run_ninja(state: _OpState, work: Path, verbose: bool, lock_fd: int) -> str:
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
     bar = None
     if not verbose:
-        from tqdm.auto import tqdm
+        import warnings
+
+        with warnings.catch_warnings():  # "IProgress not found" in a notebook without ipywidgets
+            warnings.simplefilter("ignore")
+            from tqdm.auto import tqdm
         bar = tqdm(total=1, desc=f"building {state.name}", unit="step", leave=False,
                    file=sys.stderr, dynamic_ncols=True)
     try:
