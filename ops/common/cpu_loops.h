@@ -1,8 +1,9 @@
 #pragma once
 // Elementwise CPU loop shared by the activation ops: out[i] = f(in_0[i], ..., in_k[i])
 // over contiguous buffers, split across threads by at::parallel_for. The inner loop is
-// plain code that GCC vectorises for the baseline ISA (cached builds are shared across
-// machines, so they cannot be built with -mavx2 or -march=native).
+// plain code that GCC vectorises; it is compiled three times, for AVX-512, AVX2+FMA
+// and the baseline ISA, and the CPU picks one at load time, because cached builds are
+// shared across machines and so cannot be built with -mavx2 or -march=native.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
@@ -10,12 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
-// target_clones (AVX-512/AVX2/baseline copies picked by an IFUNC resolver) crashed a
-// dlopen'ed build on the GPU machine (torch 2.11, a segfault inside libstdc++ code of the
-// op's library when a TORCH_CHECK message was formatted); until that is understood the
-// loop is compiled for the baseline ISA only. Set OPS_CPU_MULTIVERSION_CLONES to try it.
-#if defined(OPS_CPU_MULTIVERSION_CLONES) && defined(__GNUC__) && !defined(__clang__) && \
-    defined(__x86_64__) && __GNUC__ >= 12
+// x86-64-v* clones need GCC 12; older compilers and clang get the baseline loop only.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && __GNUC__ >= 12
 #define OPS_CPU_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define OPS_CPU_MULTIVERSION
