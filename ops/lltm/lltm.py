@@ -15,11 +15,11 @@ from __future__ import annotations
 from typing import Tuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 import jit_loader
 
-from .reference import reset_parameters
+from .reference import LLTMReference
 
 jit_loader.load_library(__file__)
 
@@ -78,19 +78,9 @@ class LLTMFunction(torch.autograd.Function):
                                        list(ctx.needs_input_grad))
 
 
-class LLTM(nn.Module):
-    """The LLTM cell on the native op; parameters and initialisation as ``LLTMReference``."""
-
-    def __init__(self, input_features: int, state_size: int):
-        super().__init__()
-        self.input_features = input_features
-        self.state_size = state_size
-        self.weights = nn.Parameter(torch.empty(3 * state_size, input_features + state_size))
-        self.bias = nn.Parameter(torch.empty(3 * state_size))
-        reset_parameters(self.weights, self.bias)
+class LLTM(LLTMReference):
+    """The LLTM cell on the native op: the reference's parameters and initialisation,
+    inherited so the two cannot drift; only ``forward`` differs."""
 
     def forward(self, input: Tensor, state: Tuple[Tensor, Tensor]) -> Tuple[Tensor, Tensor]:
         return lltm(input, self.weights, self.bias, state[0], state[1])
-
-    def extra_repr(self) -> str:
-        return f"input_features={self.input_features}, state_size={self.state_size}"
