@@ -1,7 +1,8 @@
 """LLTM benchmark: the C++/CUDA extension tutorial's protocol on every implementation.
 
 For each size (batch, input_features, state_size) it times, in microseconds per iteration
-(median after warm-up; CUDA events on GPU, synchronised wall time on CPU):
+(median after warm-up, in three rounds that interleave the implementations, median of
+the rounds; CUDA events on GPU, synchronised wall time on CPU):
 
 * forward: ``new_h, new_cell = cell(input, (old_h, old_cell))``;
 * forward+backward: the same, then the gradients of the parameters for random output
@@ -23,6 +24,7 @@ GEMMs' thread barriers (milliseconds per call on a 2-core VM with other load).
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -39,6 +41,7 @@ from ops.lltm.reference import LLTMReference  # noqa: E402
 SIZES = [(16, 32, 128), (256, 256, 1024), (4096, 512, 2048)]
 # On CPU the largest size is too slow to time (two 129-GFLOP GEMMs per iteration).
 CPU_SKIP = {(4096, 512, 2048)}
+ROUNDS = 3
 COLUMNS = ["size", "impl", "fwd_us", "fwd_bwd_us", "fwd_speedup", "fwd_bwd_speedup",
            "kernels_fwd", "kernels_fwd_bwd"]
 
@@ -89,7 +92,7 @@ def _bench_size(op, device, size, budget_s) -> list[dict]:
 
     with torch.no_grad():
         want = reference(x, (h, c))
-    rows, eager = [], None
+    timed = {}
     for name, (cell, params) in _cells(op, reference).items():
         def forward(cell=cell):
             return cell(x, (h, c))
@@ -102,11 +105,21 @@ def _bench_size(op, device, size, budget_s) -> list[dict]:
             torch.testing.assert_close(g.detach(), w, atol=1e-4, rtol=1e-3,
                                        msg=lambda m: f"{name} disagrees with eager: {m}")
         forward_backward()
+        timed[name] = {"fwd": forward, "fwd_bwd": forward_backward}
+    # Rounds interleave the cells, so a slow spell of the machine (other processes, clock
+    # changes) lands on all of them rather than on whichever cell ran then.
+    samples = {name: {key: [] for key in fns} for name, fns in timed.items()}
+    for _ in range(ROUNDS):
+        for name, fns in timed.items():
+            for key, fn in fns.items():
+                samples[name][key].append(_time_us(fn, device, budget_s / ROUNDS))
+    rows, eager = [], None
+    for name, fns in timed.items():
         row = {"size": "x".join(map(str, size)), "impl": name,
-               "fwd_us": _time_us(forward, device, budget_s),
-               "fwd_bwd_us": _time_us(forward_backward, device, budget_s),
-               "kernels_fwd": _count_kernels(forward, device),
-               "kernels_fwd_bwd": _count_kernels(forward_backward, device)}
+               "fwd_us": statistics.median(samples[name]["fwd"]),
+               "fwd_bwd_us": statistics.median(samples[name]["fwd_bwd"]),
+               "kernels_fwd": _count_kernels(fns["fwd"], device),
+               "kernels_fwd_bwd": _count_kernels(fns["fwd_bwd"], device)}
         eager = eager or row
         row["fwd_speedup"] = eager["fwd_us"] / row["fwd_us"]
         row["fwd_bwd_speedup"] = eager["fwd_bwd_us"] / row["fwd_bwd_us"]

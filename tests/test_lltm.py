@@ -24,9 +24,11 @@ TOL = {
 DTYPES = list(TOL)
 
 # (batch, input_features, state_size): the tutorial's size, batch 1, sizes that are not
-# multiples of the CUDA block (32 features x 8 rows), and batches past one block row of
-# the bias reduction (64).
-SHAPES = [(16, 32, 128), (1, 32, 128), (1, 1, 1), (7, 5, 33), (65, 17, 40), (130, 3, 70)]
+# multiples of the CUDA block (32 features x 8 rows), batches past one block row of
+# the bias reduction (64), and one past the CUDA one-launch forward (2^22 multiply-adds:
+# 48 x 480 x 224 takes the cuBLAS route; the others the single kernel).
+SHAPES = [(16, 32, 128), (1, 32, 128), (1, 1, 1), (7, 5, 33), (65, 17, 40), (130, 3, 70),
+          (48, 64, 160)]
 
 NAMES = ("input", "weights", "bias", "old_h", "old_cell")
 

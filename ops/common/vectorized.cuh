@@ -21,6 +21,7 @@ namespace ops_common {
 constexpr int kVectorBytes = 16;
 constexpr int kElementwiseThreads = 256;
 constexpr int kElementwiseUnroll = 2;
+constexpr int kElementwiseWaves = 1;
 
 template <typename T, int N>
 struct alignas(sizeof(T) * N) AlignedVector {
@@ -37,7 +38,7 @@ __device__ __forceinline__ T apply(const F& f, const T (&args)[kArity], std::ind
   return f(args[I]...);
 }
 
-template <int kWidth, typename F, typename scalar_t, int kArity>
+template <int kWidth, int kUnroll, typename F, typename scalar_t, int kArity>
 __global__ void __launch_bounds__(kElementwiseThreads)
 elementwise_kernel(F f, int64_t n, scalar_t* __restrict__ out, PointerArray<scalar_t, kArity> in) {
   constexpr auto indices = std::make_index_sequence<kArity>{};
@@ -46,10 +47,10 @@ elementwise_kernel(F f, int64_t n, scalar_t* __restrict__ out, PointerArray<scal
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
 
-  for (int64_t base = first; base < n_vec; base += stride * kElementwiseUnroll) {
-    Vec args[kElementwiseUnroll][kArity];
+  for (int64_t base = first; base < n_vec; base += stride * kUnroll) {
+    Vec args[kUnroll][kArity];
 #pragma unroll
-    for (int u = 0; u < kElementwiseUnroll; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = base + u * stride;
       if (v < n_vec) {
 #pragma unroll
@@ -57,7 +58,7 @@ elementwise_kernel(F f, int64_t n, scalar_t* __restrict__ out, PointerArray<scal
       }
     }
 #pragma unroll
-    for (int u = 0; u < kElementwiseUnroll; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = base + u * stride;
       if (v < n_vec) {
         Vec result;
@@ -85,9 +86,10 @@ inline bool is_vector_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0;
 }
 
-template <int kWidth, typename F, typename scalar_t, int kArity>
-void launch_elementwise_width(F f, int64_t n, scalar_t* out, const PointerArray<scalar_t, kArity>& in) {
-  auto kernel = elementwise_kernel<kWidth, F, scalar_t, kArity>;
+template <int kWidth, int kUnroll, typename F, typename scalar_t, int kArity>
+void launch_elementwise_width(F f, int64_t n, scalar_t* out, const PointerArray<scalar_t, kArity>& in,
+                              int max_waves) {
+  auto kernel = elementwise_kernel<kWidth, kUnroll, F, scalar_t, kArity>;
   // Resident blocks per SM, asked once per kernel: it only sizes the grid, and depends
   // on registers and threads per SM, which the data-centre GPUs share.
   static const int blocks_per_sm = [&] {
@@ -95,26 +97,32 @@ void launch_elementwise_width(F f, int64_t n, scalar_t* out, const PointerArray<
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kElementwiseThreads, 0));
     return std::max(blocks, 1);
   }();
-  // One full wave of resident blocks, fewer when the work is small: the grid-stride
-  // loop covers the rest, with no partial second wave.
-  const int64_t work = std::max<int64_t>((n / kWidth + kElementwiseUnroll - 1) / kElementwiseUnroll, n % kWidth);
-  const int grid = grid_for(work, kElementwiseThreads, blocks_per_sm);
+  // At most max_waves full waves of resident blocks, fewer when the work is small: the
+  // grid-stride loop covers the rest, with no partial last wave.
+  const int64_t work = std::max<int64_t>((n / kWidth + kUnroll - 1) / kUnroll, n % kWidth);
+  const int grid = grid_for(work, kElementwiseThreads, blocks_per_sm * max_waves);
   kernel<<<grid, kElementwiseThreads, 0, at::cuda::getCurrentCUDAStream()>>>(f, n, out, in);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// out[i] = f(in[i]...) for i < n on the current stream; the caller holds the device guard.
-template <typename F, typename scalar_t, typename... In>
-void launch_elementwise(F f, int64_t n, scalar_t* out, const In*... in) {
+template <int kUnroll, typename F, typename scalar_t, typename... In>
+void launch_elementwise_config(int max_waves, F f, int64_t n, scalar_t* out, const In*... in) {
   static_assert((std::is_same_v<In, scalar_t> && ...), "inputs and output share one dtype");
   if (n == 0) return;
   constexpr int kWidth = kVectorBytes / sizeof(scalar_t);
   const PointerArray<scalar_t, sizeof...(In)> pointers{{in...}};
   if (is_vector_aligned(out) && (is_vector_aligned(in) && ...)) {
-    launch_elementwise_width<kWidth>(f, n, out, pointers);
+    launch_elementwise_width<kWidth, kUnroll>(f, n, out, pointers, max_waves);
   } else {
-    launch_elementwise_width<1>(f, n, out, pointers);
+    launch_elementwise_width<1, kUnroll>(f, n, out, pointers, max_waves);
   }
+}
+
+// out[i] = f(in[i]...) for i < n on the current stream; the caller holds the device guard.
+// kUnroll and max_waves are the tuning knobs (experiments/pointwise_variants.py).
+template <int kUnroll = kElementwiseUnroll, typename F, typename scalar_t, typename... In>
+void launch_elementwise(F f, int64_t n, scalar_t* out, const In*... in) {
+  launch_elementwise_config<kUnroll>(kElementwiseWaves, f, n, out, in...);
 }
 
 }  // namespace ops_common

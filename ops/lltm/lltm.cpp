@@ -22,9 +22,9 @@
 
 namespace lltm {
 
-ForwardResult forward(
-    ForwardPointwise pointwise, const at::Tensor& input, const at::Tensor& weights,
-    const at::Tensor& bias, const at::Tensor& old_h, const at::Tensor& old_cell) {
+ForwardShape check_forward(const at::Tensor& input, const at::Tensor& weights,
+                           const at::Tensor& bias, const at::Tensor& old_h,
+                           const at::Tensor& old_cell) {
   constexpr const char* op = "lltm.forward";
   OP_CHECK_FLOATING(op, "input", input);
   OP_CHECK_DIM(op, "input", input, 2);
@@ -50,7 +50,14 @@ ForwardResult forward(
               weights.sizes());
   TORCH_CHECK(bias.size(0) == 3 * state, op, ": bias must have shape (3 * state_size) = (",
               3 * state, ") for state_size ", state, " (old_h.size(1)), got ", bias.sizes());
+  return {batch, features, state};
+}
 
+ForwardResult compose_forward(
+    ForwardPointwise pointwise, const ForwardShape& shape, const at::Tensor& input,
+    const at::Tensor& weights, const at::Tensor& bias, const at::Tensor& old_h,
+    const at::Tensor& old_cell) {
+  const auto [batch, features, state] = shape;
   auto hx = at::cat({old_h, input}, 1);
   auto gates = at::mm(hx, weights.t());
   auto new_h = at::empty({batch, state}, input.options());
@@ -320,7 +327,8 @@ at::Tensor backward_cpu_pointwise(const at::Tensor& grad_h, const at::Tensor& gr
 ForwardResult forward_cpu(
     const at::Tensor& input, const at::Tensor& weights, const at::Tensor& bias,
     const at::Tensor& old_h, const at::Tensor& old_cell) {
-  return forward(&forward_cpu_pointwise, input, weights, bias, old_h, old_cell);
+  const ForwardShape shape = check_forward(input, weights, bias, old_h, old_cell);
+  return compose_forward(&forward_cpu_pointwise, shape, input, weights, bias, old_h, old_cell);
 }
 
 BackwardResult backward_cpu(

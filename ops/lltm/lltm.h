@@ -188,10 +188,21 @@ using BackwardPointwise = at::Tensor (*)(const at::Tensor& grad_h, const at::Ten
 using ForwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 using BackwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
-// new_h, new_cell, gates (activated), hx = [old_h, input]
-ForwardResult forward(
-    ForwardPointwise pointwise, const at::Tensor& input, const at::Tensor& weights,
-    const at::Tensor& bias, const at::Tensor& old_h, const at::Tensor& old_cell);
+struct ForwardShape {
+  int64_t batch, features, state;
+};
+
+// Checks forward's arguments (each error names the argument and shows its value).
+ForwardShape check_forward(const at::Tensor& input, const at::Tensor& weights,
+                           const at::Tensor& bias, const at::Tensor& old_h,
+                           const at::Tensor& old_cell);
+
+// On checked arguments: hx = cat(old_h, input), gates = hx @ W^T, then the pointwise
+// stage. Returns new_h, new_cell, gates (activated), hx = [old_h, input].
+ForwardResult compose_forward(
+    ForwardPointwise pointwise, const ForwardShape& shape, const at::Tensor& input,
+    const at::Tensor& weights, const at::Tensor& bias, const at::Tensor& old_h,
+    const at::Tensor& old_cell);
 
 // d_input, d_weights, d_bias, d_old_h, d_old_cell; those off in output_mask are undefined
 // and their GEMMs are skipped.

@@ -1,8 +1,10 @@
 // CUDA kernels of the LLTM cell; the GEMMs go to cuBLAS through the host composition in
 // lltm.cpp. At the tutorial's size the cell is launch-bound, so each direction fuses all its
 // elementwise work into one kernel: forward is cat + GEMM + 1 kernel, backward 1 kernel + one
-// GEMM per gradient needed. Blocks are 32 features x 8 rows, so a warp reads 32 consecutive
-// features of a row (coalesced for any row stride). Backward also reduces the bias gradient
+// GEMM per gradient needed. Small forwards (up to kSmallForwardMacs multiply-adds, the
+// tutorial's size among them) are one launch in all: forward_small_kernel computes the
+// gates as dot products and runs the cell in the same kernel. Blocks are 32 features x 8
+// rows, so a warp reads 32 consecutive features of a row (coalesced for any row stride). Backward also reduces the bias gradient
 // over its rows in shared memory; past kOneBlockRowBatch rows a second kernel adds up the
 // per-block-row partial sums in a fixed order (deterministic, no atomics).
 #include <ATen/ATen.h>
@@ -48,6 +50,61 @@ __global__ void __launch_bounds__(kCols * kRows)
                                   opmath_t(gates[b][2 * state + j]) +
                                       opmath_t(bias[2 * state + j]),
                                   opmath_t(old_cell[b][j]));
+      gates[b][j] = scalar_t(r.input_gate);
+      gates[b][state + j] = scalar_t(r.output_gate);
+      gates[b][2 * state + j] = scalar_t(r.candidate);
+      new_cell[b][j] = scalar_t(r.new_cell);
+      new_h[b][j] = scalar_t(r.new_h);
+    }
+  }
+}
+
+// One warp per (row b, feature j): the three gate pre-activations are dot products of
+// hx[b] = [old_h[b], input[b]] with weight rows j, state + j and 2 state + j. Lanes stride
+// over the state + features columns, so every warp reads its weight rows and hx row
+// coalesced; the weights are read once per batch row, from L2 after the first. A shuffle
+// reduction gives lane 0 the sums, and lane 0 runs the cell. The warps of feature 0 also
+// write hx, which backward needs. Sums are in the compute type, as cuBLAS's are.
+constexpr int kSmallWarps = 8;
+constexpr int64_t kSmallForwardMacs = int64_t(1) << 22;
+
+template <typename scalar_t>
+__global__ void __launch_bounds__(kSmallWarps * 32)
+    forward_small_kernel(Accessor<const scalar_t, 2> input, Accessor<const scalar_t, 2> weights,
+                         Accessor<const scalar_t, 1> bias, Accessor<const scalar_t, 2> old_h,
+                         Accessor<const scalar_t, 2> old_cell, Accessor<scalar_t, 2> hx,
+                         Accessor<scalar_t, 2> gates, Accessor<scalar_t, 2> new_h,
+                         Accessor<scalar_t, 2> new_cell) {
+  using opmath_t = at::opmath_type<scalar_t>;
+  const int64_t batch = new_h.size(0);
+  const int64_t state = new_h.size(1);
+  const int64_t columns = state + input.size(1);
+  const int lane = threadIdx.x % 32;
+  // The loop bound is the same for every lane of a warp, so whole warps enter the shuffles.
+  for (int64_t w = int64_t(blockIdx.x) * kSmallWarps + threadIdx.x / 32; w < batch * state;
+       w += int64_t(gridDim.x) * kSmallWarps) {
+    const int64_t b = w / state;
+    const int64_t j = w % state;
+    opmath_t zi = 0, zo = 0, zc = 0;
+#pragma unroll 4
+    for (int64_t k = lane; k < columns; k += 32) {
+      const scalar_t x = k < state ? old_h[b][k] : input[b][k - state];
+      if (j == 0) {
+        hx[b][k] = x;
+      }
+      zi += opmath_t(x) * opmath_t(weights[j][k]);
+      zo += opmath_t(x) * opmath_t(weights[state + j][k]);
+      zc += opmath_t(x) * opmath_t(weights[2 * state + j][k]);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      zi += __shfl_xor_sync(0xffffffff, zi, offset);
+      zo += __shfl_xor_sync(0xffffffff, zo, offset);
+      zc += __shfl_xor_sync(0xffffffff, zc, offset);
+    }
+    if (lane == 0) {
+      const auto r = cell_forward(zi + opmath_t(bias[j]), zo + opmath_t(bias[state + j]),
+                                  zc + opmath_t(bias[2 * state + j]), opmath_t(old_cell[b][j]));
       gates[b][j] = scalar_t(r.input_gate);
       gates[b][state + j] = scalar_t(r.output_gate);
       gates[b][2 * state + j] = scalar_t(r.candidate);
@@ -197,10 +254,42 @@ at::Tensor backward_cuda_pointwise(const at::Tensor& grad_h, const at::Tensor& g
   return d_bias;
 }
 
+ForwardResult forward_small(const ForwardShape& shape, const at::Tensor& input,
+                            const at::Tensor& weights, const at::Tensor& bias,
+                            const at::Tensor& old_h, const at::Tensor& old_cell) {
+  const c10::cuda::CUDAGuard device_guard(input.device());
+  const auto [batch, features, state] = shape;
+  const auto options = input.options().memory_format(at::MemoryFormat::Contiguous);
+  auto hx = at::empty({batch, state + features}, options);
+  auto gates = at::empty({batch, 3 * state}, options);
+  auto new_h = at::empty({batch, state}, options);
+  auto new_cell = at::empty({batch, state}, options);
+  constexpr int threads = kSmallWarps * 32;
+  static_assert(threads == kCols * kRows, "resident_blocks() counts blocks of this size");
+  const auto blocks =
+      static_cast<unsigned>(std::min(ceil_div(batch * state, kSmallWarps), resident_blocks()));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(),
+                                  "lltm_forward_small_cuda", [&] {
+    forward_small_kernel<scalar_t><<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        accessor<const scalar_t, 2>(input), accessor<const scalar_t, 2>(weights),
+        accessor<const scalar_t, 1>(bias), accessor<const scalar_t, 2>(old_h),
+        accessor<const scalar_t, 2>(old_cell), accessor<scalar_t, 2>(hx),
+        accessor<scalar_t, 2>(gates), accessor<scalar_t, 2>(new_h),
+        accessor<scalar_t, 2>(new_cell));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return {new_h, new_cell, gates, hx};
+}
+
 ForwardResult forward_cuda(const at::Tensor& input, const at::Tensor& weights,
                            const at::Tensor& bias, const at::Tensor& old_h,
                            const at::Tensor& old_cell) {
-  return forward(&forward_cuda_pointwise, input, weights, bias, old_h, old_cell);
+  const ForwardShape shape = check_forward(input, weights, bias, old_h, old_cell);
+  const int64_t macs = shape.batch * 3 * shape.state * (shape.state + shape.features);
+  if (shape.batch * shape.state > 0 && macs <= kSmallForwardMacs) {
+    return forward_small(shape, input, weights, bias, old_h, old_cell);
+  }
+  return compose_forward(&forward_cuda_pointwise, shape, input, weights, bias, old_h, old_cell);
 }
 
 BackwardResult backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_cell,
