@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine (plain python3 with torch, no venv): CUDA tests, checks and
-# benchmarks, each stage's output kept under $OUT. Stages: env build tests demo bench loader
+# benchmarks, each stage's output kept under $OUT.
+# Stages: env build tests loadertests demo bench variants loader
 #   bash experiments/gpu_run.sh env build tests       # default: all stages
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,8 @@ for stage in "${stages[@]}"; do
     bench)  for b in bench_pointwise bench_lltm; do
               python3 experiments/$b.py --json "$OUT/$b.json" 2>&1 | tee "$OUT/$b.txt" | grep -v "^W1" || status=1
             done ;;
+    variants) python3 experiments/pointwise_variants.py --json "$OUT/pointwise_variants.json" 2>&1 \
+              | tee "$OUT/pointwise_variants.txt" | grep -v "^W1" | tail -62 || status=1 ;;
     loader) python3 experiments/bench_loader.py --json "$OUT/bench_loader.json" 2>&1 | tee "$OUT/bench_loader.txt" || status=1 ;;
     *) echo "unknown stage $stage"; status=1 ;;
   esac

@@ -1,11 +1,15 @@
 #pragma once
 // Elementwise CUDA launcher shared by the activation ops: out[i] = f(in_0[i], ..., in_k[i])
-// over contiguous buffers, in a grid-stride loop with 64-bit indices. A memory-bound
-// kernel reaches copy bandwidth only with wide accesses and enough bytes in flight, so
-// each thread loads 128 bits per tensor (float4, 8 x bf16) for kElementwiseUnroll
-// independent steps before it computes. The n % width tail runs element by element;
-// a pointer that is not 16-byte aligned (a tensor with a storage offset) sends the
-// whole launch down the same loop with width 1.
+// over contiguous buffers, with 64-bit indices. A memory-bound kernel reaches copy
+// bandwidth only with wide accesses and enough bytes in flight, so each thread loads 128
+// bits per tensor (float4, 8 x bf16) for kElementwiseUnroll independent steps before it
+// computes. The grid has one block per kElementwiseThreads x kElementwiseUnroll vectors,
+// so each thread makes one pass; the grid-stride loop only matters past 2^31 blocks.
+// A grid capped at one wave of resident blocks, each looping over the tensor, ran at
+// 91-92% of clone() on an H200 even for the identity; one pass per thread at 98-99.7%
+// (experiments/pointwise_variants.py, results in experiments/RESULTS.md). The n % width
+// tail runs element by element; a pointer that is not 16-byte aligned (a tensor with a
+// storage offset) sends the whole launch down the same loop with width 1.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 
@@ -21,7 +25,7 @@ namespace ops_common {
 constexpr int kVectorBytes = 16;
 constexpr int kElementwiseThreads = 256;
 constexpr int kElementwiseUnroll = 2;
-constexpr int kElementwiseWaves = 1;
+constexpr int kElementwiseWaves = 0;  // no cap on the grid (see above)
 
 template <typename T, int N>
 struct alignas(sizeof(T) * N) AlignedVector {
@@ -90,17 +94,19 @@ template <int kWidth, int kUnroll, typename F, typename scalar_t, int kArity>
 void launch_elementwise_width(F f, int64_t n, scalar_t* out, const PointerArray<scalar_t, kArity>& in,
                               int max_waves) {
   auto kernel = elementwise_kernel<kWidth, kUnroll, F, scalar_t, kArity>;
-  // Resident blocks per SM, asked once per kernel: it only sizes the grid, and depends
-  // on registers and threads per SM, which the data-centre GPUs share.
-  static const int blocks_per_sm = [&] {
-    int blocks = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kElementwiseThreads, 0));
-    return std::max(blocks, 1);
-  }();
-  // At most max_waves full waves of resident blocks, fewer when the work is small: the
-  // grid-stride loop covers the rest, with no partial last wave.
   const int64_t work = std::max<int64_t>((n / kWidth + kUnroll - 1) / kUnroll, n % kWidth);
-  const int grid = grid_for(work, kElementwiseThreads, blocks_per_sm * max_waves);
+  int64_t max_blocks = INT32_MAX;
+  if (max_waves > 0) {
+    // Resident blocks per SM, asked once per kernel: it depends on registers and threads
+    // per SM, which the data-centre GPUs share.
+    static const int blocks_per_sm = [&] {
+      int blocks = 0;
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kElementwiseThreads, 0));
+      return std::max(blocks, 1);
+    }();
+    max_blocks = resident_blocks(blocks_per_sm) * max_waves;
+  }
+  const int grid = grid_for(work, kElementwiseThreads, max_blocks);
   kernel<<<grid, kElementwiseThreads, 0, at::cuda::getCurrentCUDAStream()>>>(f, n, out, in);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -119,7 +125,8 @@ void launch_elementwise_config(int max_waves, F f, int64_t n, scalar_t* out, con
 }
 
 // out[i] = f(in[i]...) for i < n on the current stream; the caller holds the device guard.
-// kUnroll and max_waves are the tuning knobs (experiments/pointwise_variants.py).
+// kUnroll and max_waves (a cap on the grid in waves of resident blocks; 0: none) are the
+// tuning knobs that experiments/pointwise_variants.py compares.
 template <int kUnroll = kElementwiseUnroll, typename F, typename scalar_t, typename... In>
 void launch_elementwise(F f, int64_t n, scalar_t* out, const In*... in) {
   launch_elementwise_config<kUnroll>(kElementwiseWaves, f, n, out, in...);

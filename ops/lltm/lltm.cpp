@@ -1,7 +1,7 @@
 // LLTM: schema, the host composition both backends share (checks, GEMMs, buffers), the CPU
 // kernels and the autograd kernel. On CPU each direction's elementwise part is one
-// parallel loop over tiles (strided loads, the vectorised math of lltm.h, stores) instead
-// of a chain of temporaries; backward splits by feature so each task reduces its own share
+// parallel loop (the vectorised math of lltm.h, in place on float rows, else over tiles:
+// strided loads, math, stores) instead of a chain of temporaries; backward splits by feature so each task reduces its own share
 // of the bias gradient, in order. Autograd is C++ because at the tutorial's size the cell
 // is overhead-bound: a Python autograd kernel costs more than the fused forward itself.
 #include <ATen/ATen.h>
@@ -116,17 +116,20 @@ constexpr int64_t kTile = 64;
 // transcendental functions per element make this smaller than ATen's GRAIN_SIZE).
 constexpr int64_t kGrain = 8192;
 
-// The math of one tile, on contiguous arrays in the compute type; in-place outputs.
+// The math of n consecutive features of one row, on unit-stride arrays in the compute
+// type: pre-activations z* (without bias) in, activated gates out in place.
 template <typename T>
 C10_ALWAYS_INLINE void forward_math(T* __restrict zi, T* __restrict zo, T* __restrict zc,
-                                    T* __restrict cell, T* __restrict h, int64_t n) {
+                                    const T* __restrict bi, const T* __restrict bo,
+                                    const T* __restrict bc, const T* __restrict old_cell,
+                                    T* __restrict new_cell, T* __restrict h, int64_t n) {
 #pragma omp simd
   for (int64_t t = 0; t < n; ++t) {
-    const auto r = cell_forward(zi[t], zo[t], zc[t], cell[t]);
+    const auto r = cell_forward(zi[t] + bi[t], zo[t] + bo[t], zc[t] + bc[t], old_cell[t]);
     zi[t] = r.input_gate;
     zo[t] = r.output_gate;
     zc[t] = r.candidate;
-    cell[t] = r.new_cell;
+    new_cell[t] = r.new_cell;
     h[t] = r.new_h;
   }
 }
@@ -152,14 +155,17 @@ C10_ALWAYS_INLINE void backward_math(T* __restrict gi, T* __restrict go, T* __re
 // The float loops are compiled for AVX-512, AVX2 and the x86-64 baseline and chosen at
 // run time by ATen's own CPU capability (which honours ATEN_CPU_CAPABILITY): the loader
 // builds with one set of flags for every machine, and the baseline (SSE2) is 4x slower.
-using ForwardMathFn = void (*)(float*, float*, float*, float*, float*, int64_t);
+using ForwardMathFn = void (*)(float*, float*, float*, const float*, const float*, const float*,
+                               const float*, float*, float*, int64_t);
 using BackwardMathFn = void (*)(float*, float*, float*, float*, const float*, const float*,
                                 float*, float*, float*, int64_t);
 
 #define LLTM_FLOAT_MATH(isa, target_attribute)                                              \
-  target_attribute void forward_math_##isa(float* zi, float* zo, float* zc, float* cell,    \
-                                           float* h, int64_t n) {                           \
-    forward_math(zi, zo, zc, cell, h, n);                                                   \
+  target_attribute void forward_math_##isa(float* zi, float* zo, float* zc, const float* bi, \
+                                           const float* bo, const float* bc,                \
+                                           const float* old_cell, float* new_cell, float* h, \
+                                           int64_t n) {                                     \
+    forward_math(zi, zo, zc, bi, bo, bc, old_cell, new_cell, h, n);                         \
   }                                                                                         \
   target_attribute void backward_math_##isa(float* gi, float* go, float* gc, float* cell,   \
                                             const float* dh, const float* dcell,            \
@@ -194,11 +200,12 @@ const FloatMath& float_math() {
 }
 
 template <typename T>
-void forward_tile(T* zi, T* zo, T* zc, T* cell, T* h, int64_t n) {
+void forward_run(T* zi, T* zo, T* zc, const T* bi, const T* bo, const T* bc, const T* old_cell,
+                 T* new_cell, T* h, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
-    float_math().forward(zi, zo, zc, cell, h, n);
+    float_math().forward(zi, zo, zc, bi, bo, bc, old_cell, new_cell, h, n);
   } else {
-    forward_math(zi, zo, zc, cell, h, n);
+    forward_math(zi, zo, zc, bi, bo, bc, old_cell, new_cell, h, n);
   }
 }
 
@@ -212,6 +219,9 @@ void backward_tile(T* gi, T* go, T* gc, T* cell, const T* dh, const T* dcell, T*
   }
 }
 
+// float and double rows with unit feature stride (the usual case: gates and the outputs are
+// fresh contiguous buffers) run in place, a row at a time; other rows (16-bit types, strided
+// bias or old_cell) go through tiles converted to the compute type.
 template <typename scalar_t>
 void forward_cpu_kernel(const at::Tensor& gates, const at::Tensor& bias,
                         const at::Tensor& old_cell, const at::Tensor& new_h,
@@ -219,31 +229,53 @@ void forward_cpu_kernel(const at::Tensor& gates, const at::Tensor& bias,
   using opmath_t = at::opmath_type<scalar_t>;
   const int64_t batch = new_h.size(0);
   const int64_t state = new_h.size(1);
+  const int64_t grain = std::max<int64_t>(1, kGrain / state);
+  if constexpr (std::is_same_v<scalar_t, opmath_t>) {
+    if (gates.is_contiguous() && bias.stride(0) == 1 && old_cell.stride(1) == 1) {
+      scalar_t* z = gates.mutable_data_ptr<scalar_t>();
+      const scalar_t* b_ = bias.const_data_ptr<scalar_t>();
+      const scalar_t* c0 = old_cell.const_data_ptr<scalar_t>();
+      scalar_t* c1 = new_cell.mutable_data_ptr<scalar_t>();
+      scalar_t* h1 = new_h.mutable_data_ptr<scalar_t>();
+      const int64_t c0_row = old_cell.stride(0);
+      at::parallel_for(0, batch, grain, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          scalar_t* zb = z + b * 3 * state;
+          forward_run(zb, zb + state, zb + 2 * state, b_, b_ + state, b_ + 2 * state,
+                      c0 + b * c0_row, c1 + b * state, h1 + b * state, state);
+        }
+      });
+      return;
+    }
+  }
   auto z = gates.accessor<scalar_t, 2>();
   auto b_ = bias.accessor<const scalar_t, 1>();
   auto c0 = old_cell.accessor<const scalar_t, 2>();
   auto h1 = new_h.accessor<scalar_t, 2>();
   auto c1 = new_cell.accessor<scalar_t, 2>();
-  const int64_t grain = std::max<int64_t>(1, kGrain / state);
   at::parallel_for(0, batch, grain, [&](int64_t begin, int64_t end) {
-    opmath_t zi[kTile], zo[kTile], zc[kTile], cell[kTile], h[kTile];
+    opmath_t zi[kTile], zo[kTile], zc[kTile], bi[kTile], bo[kTile], bc[kTile], cell[kTile],
+        next[kTile], h[kTile];
     for (int64_t b = begin; b < end; ++b) {
       for (int64_t j0 = 0; j0 < state; j0 += kTile) {
         const int64_t n = std::min(kTile, state - j0);
         for (int64_t t = 0; t < n; ++t) {
           const int64_t j = j0 + t;
-          zi[t] = opmath_t(z[b][j]) + opmath_t(b_[j]);
-          zo[t] = opmath_t(z[b][state + j]) + opmath_t(b_[state + j]);
-          zc[t] = opmath_t(z[b][2 * state + j]) + opmath_t(b_[2 * state + j]);
+          zi[t] = opmath_t(z[b][j]);
+          zo[t] = opmath_t(z[b][state + j]);
+          zc[t] = opmath_t(z[b][2 * state + j]);
+          bi[t] = opmath_t(b_[j]);
+          bo[t] = opmath_t(b_[state + j]);
+          bc[t] = opmath_t(b_[2 * state + j]);
           cell[t] = opmath_t(c0[b][j]);
         }
-        forward_tile(zi, zo, zc, cell, h, n);
+        forward_run(zi, zo, zc, bi, bo, bc, cell, next, h, n);
         for (int64_t t = 0; t < n; ++t) {
           const int64_t j = j0 + t;
           z[b][j] = scalar_t(zi[t]);
           z[b][state + j] = scalar_t(zo[t]);
           z[b][2 * state + j] = scalar_t(zc[t]);
-          c1[b][j] = scalar_t(cell[t]);
+          c1[b][j] = scalar_t(next[t]);
           h1[b][j] = scalar_t(h[t]);
         }
       }
