@@ -222,8 +222,8 @@ def test_backward_rejects_mismatched_grad(op, spec, device):
 @pytest.mark.cuda
 def test_backward_rejects_mismatched_devices(op, spec):
     x = torch.randn(4, device="cuda")
-    with pytest.raises(RuntimeError,
-                       match=f"{spec.name}.backward: grad is on cpu but {spec.saved_name} is on cuda:0"):
+    message = f"{spec.name}.backward: grad is on cpu but {spec.saved_name} is on cuda:0"
+    with pytest.raises(RuntimeError, match=message):
         spec.backward_op()(torch.ones(4), x)
 
 

@@ -31,12 +31,12 @@ C10_HOST_DEVICE inline uint32_t float_to_bits(float f) {
 
 // exp(x) for x <= 0 within 2 ulp, subnormal results included. The device has CUDA's
 // expf, or with kFast the hardware exp2 alone (see kFastMath). The host has a
-// Cody-Waite reduction x = n ln2 + r with |r| <= ln2 / 2 (n rounded by adding 1.5 * 2^23, which needs no
-// rounding instruction), Cephes' polynomial for e^r, and 2^n applied in two halves
-// because 2^n alone is not a normal float below n = -126. Below -104 (where the
-// result rounds to 0, and -inf would give NaN) the result is masked to 0 rather than
-// the input clamped: GCC turns a clamp to a constant into a branch and then refuses
-// to vectorise the loop.
+// Cody-Waite reduction x = n ln2 + r with |r| <= ln2 / 2 (n rounded by adding
+// 1.5 * 2^23, which needs no rounding instruction), Cephes' polynomial for e^r, and 2^n
+// applied in two halves because 2^n alone is not a normal float below n = -126. Below
+// -104 (where the result rounds to 0, and -inf would give NaN) the result is masked to
+// 0 rather than the input clamped: GCC turns a clamp to a constant into a branch and
+// then refuses to vectorise the loop.
 template <bool kFast = false>
 C10_HOST_DEVICE inline float exp_nonpositive(float x) {
 #if defined(__CUDA_ARCH__)
@@ -86,10 +86,10 @@ C10_HOST_DEVICE inline double divide_by_1_to_2(double a, double b) {
 
 // 16-bit data is computed in float and rounded to 8 (bfloat16) or 11 (half) significant
 // bits, so on the device its exp may be the bare hardware exp2 of x log2(e) (__expf): for
-// the arguments used here, -87 <= x <= 0, its relative error stays under 6e-6, far below
-// one 16-bit ulp (2^-11 = 4.9e-4 for half), and it halves the instructions per element,
-// which a bfloat16 kernel needs to stay memory-bound (8 elements per 16-byte load).
-// Results under float's normal range (1.2e-38) flush to 0. float and double keep the
+// x in [-87, 0] its relative error stays under 6e-6, far below one 16-bit ulp (2^-11 =
+// 4.9e-4 for half), and it halves the instructions per element, which a bfloat16 kernel
+// needs to stay memory-bound (8 elements per 16-byte load). Below -87 the result is
+// under float's normal range (1.2e-38) and flushes to 0. float and double keep the
 // accurate exp.
 template <typename T>
 constexpr bool kFastMath = sizeof(T) < sizeof(at::opmath_type<T>);
@@ -149,7 +149,8 @@ struct GeluBackward {
   template <typename T>
   C10_HOST_DEVICE T operator()(T grad, T x) const {
     using acc_t = at::opmath_type<T>;
-    return static_cast<T>(gelu_backward<kFastMath<T>>(static_cast<acc_t>(grad), static_cast<acc_t>(x)));
+    return static_cast<T>(
+        gelu_backward<kFastMath<T>>(static_cast<acc_t>(grad), static_cast<acc_t>(x)));
   }
 };
 

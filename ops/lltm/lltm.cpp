@@ -1,8 +1,8 @@
 // LLTM: schema, the host composition both backends share (checks, GEMMs, buffers), the CPU
 // kernels and the autograd kernel. On CPU each direction's elementwise part is one
 // parallel loop (the vectorised math of lltm.h, in place on float rows, else over tiles:
-// strided loads, math, stores) instead of a chain of temporaries; backward splits by feature so each task reduces its own share
-// of the bias gradient, in order. Autograd is C++ because at the tutorial's size the cell
+// strided loads, math, stores) instead of a chain of temporaries; backward splits by
+// feature so each task reduces its own share of the bias gradient, in order. Autograd is C++ because at the tutorial's size the cell
 // is overhead-bound: a Python autograd kernel costs more than the fused forward itself.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>

@@ -4,9 +4,10 @@
 // GEMM per gradient needed. Small forwards (up to kSmallForwardMacs multiply-adds, the
 // tutorial's size among them) are one launch in all: forward_small_kernel computes the
 // gates as dot products and runs the cell in the same kernel. Blocks are 32 features x 8
-// rows, so a warp reads 32 consecutive features of a row (coalesced for any row stride). Backward also reduces the bias gradient
-// over its rows in shared memory; past kOneBlockRowBatch rows a second kernel adds up the
-// per-block-row partial sums in a fixed order (deterministic, no atomics).
+// rows, so a warp reads 32 consecutive features of a row (coalesced for any row stride).
+// Backward also reduces the bias gradient over its rows in shared memory; past
+// kOneBlockRowBatch rows a second kernel adds up the per-block-row partial sums in a fixed
+// order (deterministic, no atomics).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
