@@ -86,6 +86,10 @@ REPO_ROOT = Path(__file__).resolve().parent
 OPS_DIR = REPO_ROOT / "ops"
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu")
 CUDA_SUFFIXES = (".cu",)
+# C++ host code of the CUDA backend (device guard, stream, dtype dispatch, the
+# TORCH_LIBRARY_IMPL(ns, CUDA, m) block) lives in "<anything>_cuda.cpp" beside the
+# torch-free kernels in ".cu" files; like them it is compiled only when CUDA is built.
+CUDA_HOST_SUFFIX = "_cuda"
 HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".cuh", ".inl")
 DEFAULT_CUDA_ARCH = "8.0;9.0+PTX"  # Ampere and Hopper, plus PTX newer GPUs can JIT
 DEFAULT_CFLAGS = ("-O3", "-fopenmp")
@@ -421,6 +425,14 @@ def _resolve_op_dir(name_or_path: str | os.PathLike) -> Path:
 _INCLUDE_RE = re.compile(rb'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
 
 
+def _is_cuda_source(path: Path, op_name: str) -> bool:
+    """A source built only with CUDA: a ``.cu`` file, or C++ host code of the CUDA
+    backend named ``*_cuda.cpp`` (the op's main ``<op>.cpp`` never counts)."""
+    if path.suffix in CUDA_SUFFIXES:
+        return True
+    return path.stem.endswith(CUDA_HOST_SUFFIX) and path.stem != op_name
+
+
 def _walk_sources(op_dir: Path) -> list[Path]:
     found = []
     for root, dirs, files in os.walk(op_dir):
@@ -554,7 +566,7 @@ def _surface_path(state: _OpState) -> Path | None:
 
 def _config(state: _OpState, sources: list[Path]) -> dict:
     opts = state.options
-    has_cuda_sources = any(p.suffix in CUDA_SUFFIXES for p in sources)
+    has_cuda_sources = any(_is_cuda_source(p, state.name) for p in sources)
     no_cuda = _why_no_cuda() if has_cuda_sources else None
     with_cuda = has_cuda_sources and no_cuda is None
     home = cuda_home() if with_cuda else None
@@ -593,7 +605,8 @@ def _compute_key(state: _OpState) -> tuple[str, dict, list[Path], list[Path]]:
         raise JitLoaderError(
             f"op {state.name!r}: no C++/CUDA source ({', '.join(SOURCE_SUFFIXES)}) in {state.op_dir}")
     config = _config(state, all_sources)
-    sources = [p for p in all_sources if config["with_cuda"] or p.suffix not in CUDA_SUFFIXES]
+    sources = [p for p in all_sources
+               if config["with_cuda"] or not _is_cuda_source(p, state.name)]
     headers = _local_headers(all_sources, _include_dirs(state))
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode())
     for p in sorted(set(sources) | set(headers)):
