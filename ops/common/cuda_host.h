@@ -1,0 +1,36 @@
+#pragma once
+// Host side of a CUDA backend (an op's *_cuda.cpp): the stream and device guard, and the
+// mapping from ATen's scalar types to the CUDA types that torch-free launchers take.
+// at::Half / at::BFloat16 have the bit layout of __half / __nv_bfloat16.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+namespace ops_common {
+
+template <typename T> struct cuda_type { using type = T; };
+template <> struct cuda_type<c10::Half> { using type = __half; };
+template <> struct cuda_type<c10::BFloat16> { using type = __nv_bfloat16; };
+template <typename T> using cuda_t = typename cuda_type<T>::type;
+
+// A tensor's data as the CUDA type its launcher takes.
+template <typename scalar_t>
+inline cuda_t<scalar_t>* cuda_ptr(at::Tensor& t) {
+  return reinterpret_cast<cuda_t<scalar_t>*>(t.data_ptr<scalar_t>());
+}
+template <typename scalar_t>
+inline const cuda_t<scalar_t>* cuda_ptr(const at::Tensor& t) {
+  return reinterpret_cast<const cuda_t<scalar_t>*>(t.const_data_ptr<scalar_t>());
+}
+
+inline cudaStream_t current_stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+
+}  // namespace ops_common
+
+// A launcher returns cudaGetLastError() after its launches; this turns a failure into a
+// c10::Error naming the CUDA error, as C10_CUDA_KERNEL_LAUNCH_CHECK does.
+#define OPS_CHECK_LAUNCH(expr) C10_CUDA_CHECK(expr)
