@@ -1,8 +1,8 @@
 """LLTM benchmark: the C++/CUDA extension tutorial's protocol on every implementation.
 
 For each size (batch, input_features, state_size) it times, in microseconds per iteration
-(median after warm-up, in three rounds that interleave the implementations, median of
-the rounds; CUDA events on GPU, synchronised wall time on CPU):
+(median after warm-up, the implementations interleaved; ``benchutil.measure``: CUDA
+events on GPU, wall time on CPU):
 
 * forward: ``new_h, new_cell = cell(input, (old_h, old_cell))``;
 * forward+backward: the same, then the gradients of the parameters for random output
@@ -24,7 +24,6 @@ GEMMs' thread barriers (milliseconds per call on a 2-core VM with other load).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -41,25 +40,24 @@ from ops.lltm.reference import LLTMReference  # noqa: E402
 SIZES = [(16, 32, 128), (256, 256, 1024), (4096, 512, 2048)]
 # On CPU the largest size is too slow to time (two 129-GFLOP GEMMs per iteration).
 CPU_SKIP = {(4096, 512, 2048)}
-ROUNDS = 3
 COLUMNS = ["size", "impl", "fwd_us", "fwd_bwd_us", "fwd_speedup", "fwd_bwd_speedup",
            "kernels_fwd", "kernels_fwd_bwd"]
 
 
-def _cells(op, reference: LLTMReference):
+def _cells(op, reference: LLTMReference, with_compile: bool = True):
     op_cell = op.LLTM(reference.input_features, reference.state_size).to(reference.weights.device)
     op_cell.load_state_dict(reference.state_dict())
 
     def function_cell(input, state):
         return op.LLTMFunction.apply(input, op_cell.weights, op_cell.bias, *state)
 
-    return {
-        "reference eager": (reference, list(reference.parameters())),
-        "reference torch.compile": (torch.compile(reference, dynamic=False),
-                                    list(reference.parameters())),
-        "op lltm (C++ autograd)": (op_cell, list(op_cell.parameters())),
-        "op LLTMFunction (Python)": (function_cell, list(op_cell.parameters())),
-    }
+    cells = {"reference eager": (reference, list(reference.parameters()))}
+    if with_compile:
+        cells["reference torch.compile"] = (torch.compile(reference, dynamic=False),
+                                            list(reference.parameters()))
+    cells["op lltm (C++ autograd)"] = (op_cell, list(op_cell.parameters()))
+    cells["op LLTMFunction (Python)"] = (function_cell, list(op_cell.parameters()))
+    return cells
 
 
 def _count_kernels(fn, device) -> int | None:
@@ -75,13 +73,8 @@ def _count_kernels(fn, device) -> int | None:
         return None
 
 
-def _time_us(fn, device, budget_s: float) -> float:
-    once = benchutil.time_fn(fn, device, warmup=3, reps=3)
-    reps = int(min(200, max(5, budget_s / max(once, 1e-7))))
-    return benchutil.time_fn(fn, device, warmup=min(10, reps), reps=reps) * 1e6
-
-
-def _bench_size(op, device, size, budget_s) -> list[dict]:
+def _size_fns(op, device, size, with_compile: bool = True) -> dict[str, dict]:
+    """{cell name: {"fwd": fn, "fwd_bwd": fn}} on fresh inputs, each cell checked against eager."""
     batch, features, state = size
     torch.manual_seed(sum(size))
     reference = LLTMReference(features, state).to(device)
@@ -93,7 +86,7 @@ def _bench_size(op, device, size, budget_s) -> list[dict]:
     with torch.no_grad():
         want = reference(x, (h, c))
     timed = {}
-    for name, (cell, params) in _cells(op, reference).items():
+    for name, (cell, params) in _cells(op, reference, with_compile).items():
         def forward(cell=cell):
             return cell(x, (h, c))
 
@@ -106,18 +99,22 @@ def _bench_size(op, device, size, budget_s) -> list[dict]:
                                        msg=lambda m: f"{name} disagrees with eager: {m}")
         forward_backward()
         timed[name] = {"fwd": forward, "fwd_bwd": forward_backward}
-    # Rounds interleave the cells, so a slow spell of the machine (other processes, clock
-    # changes) lands on all of them rather than on whichever cell ran then.
-    samples = {name: {key: [] for key in fns} for name, fns in timed.items()}
-    for _ in range(ROUNDS):
-        for name, fns in timed.items():
-            for key, fn in fns.items():
-                samples[name][key].append(_time_us(fn, device, budget_s / ROUNDS))
+    return timed
+
+
+def _bench_size(op, device, size, budget_s) -> list[dict]:
+    timed = _size_fns(op, device, size)
+    # benchutil.measure interleaves the cells, so a slow spell of the machine (other
+    # processes, clock changes) lands on all of them rather than on whichever cell ran then.
+    us = {}
+    for key in ("fwd", "fwd_bwd"):
+        timings = benchutil.measure({name: fns[key] for name, fns in timed.items()}, device,
+                                    warmup=3, budget_s=budget_s / 2, min_reps=5)
+        us.update({(name, key): t.median * 1e6 for name, t in timings.items()})
     rows, eager = [], None
     for name, fns in timed.items():
         row = {"size": "x".join(map(str, size)), "impl": name,
-               "fwd_us": statistics.median(samples[name]["fwd"]),
-               "fwd_bwd_us": statistics.median(samples[name]["fwd_bwd"]),
+               "fwd_us": us[name, "fwd"], "fwd_bwd_us": us[name, "fwd_bwd"],
                "kernels_fwd": _count_kernels(fns["fwd"], device),
                "kernels_fwd_bwd": _count_kernels(fns["fwd_bwd"], device)}
         eager = eager or row
@@ -125,6 +122,56 @@ def _bench_size(op, device, size, budget_s) -> list[dict]:
         row["fwd_bwd_speedup"] = eager["fwd_bwd_us"] / row["fwd_bwd_us"]
         rows.append(row)
     return rows
+
+
+# Suite sizes (experiments/bench.py); the seed size carries the targets of issue 4.
+SUITE_SIZES = {"tiny": [(4, 8, 16)], "quick": SIZES[:2], "full": SIZES}
+OURS = ("op lltm (C++ autograd)", "op LLTMFunction (Python)")
+
+
+def suite_cases(device: str, scale: str) -> list[benchutil.Case]:
+    """Forward and forward+backward per size, for the suite (fp32, TF32 off).
+
+    Baselines: the reference in eager mode and under torch.compile (on a CPU only at full
+    scale: Inductor's C++ builds take minutes there). Targets (issue 4): GPU, seed size:
+    forward 3x and forward+backward 2.5x eager; GPU, largest size: forward+backward at
+    least torch.compile's speed; CPU, seed size: forward 1.3x eager."""
+    on_gpu = torch.device(device).type == "cuda"
+    with_compile = on_gpu or scale == "full"
+    built = {}  # the cells of the last size: its two passes share one build
+
+    def make(size, key):
+        def build():
+            if size not in built:
+                built.clear()
+                torch.backends.cuda.matmul.allow_tf32 = False
+                torch.backends.cudnn.allow_tf32 = False
+                torch.set_float32_matmul_precision("highest")
+                built[size] = _size_fns(jit_loader.load("lltm"), device, size, with_compile)
+            return {name: fns[key] for name, fns in built[size].items()}
+        return build
+
+    cases = []
+    for size in SUITE_SIZES[scale]:
+        if not on_gpu and size in CPU_SKIP:
+            continue
+        batch, features, state = size
+        gemm = 2 * batch * (features + state) * 3 * state
+        seed, largest = size == SIZES[0], size == SIZES[-1]
+        for key, direction, flops in (("fwd", "forward", gemm),
+                                      ("fwd_bwd", "forward+backward", 3 * gemm)):
+            targets = {}
+            if seed and on_gpu:
+                targets["reference eager"] = 3.0 if key == "fwd" else 2.5
+            elif seed and key == "fwd":
+                targets["reference eager"] = 1.3
+            if largest and on_gpu and key == "fwd_bwd":
+                targets["reference torch.compile"] = 1.0
+            cases.append(benchutil.Case(
+                op="lltm", pass_=direction, shape="x".join(map(str, size)), dtype="float32",
+                build=make(size, key), ours=OURS, flops=flops, targets=targets,
+                host_bound=batch * state <= 16 * 1024))
+    return cases
 
 
 def run(device: str | None = None, quick: bool = False) -> list[dict]:

@@ -98,21 +98,24 @@ def run(device=None, quick: bool = False) -> list[dict]:
         _check(x, y, grad, dtype)
         elem = x.element_size()
 
-        def measure(fn):
-            return benchutil.time_fn(fn, device, warmup=5 if on_gpu else 2, reps=reps)
+        def measure(fns):
+            # Interleaved, L2 flushed between calls: benchutil's protocol for memory-bound ops.
+            timings = benchutil.measure(fns, device, warmup=5 if on_gpu else 2, reps=reps, flush=True)
+            return {name: t.median for name, t in timings.items()}
 
-        clone_s = measure(lambda: x.clone())
+        clone_s = measure({"clone": lambda: x.clone()})["clone"]
         clone_gbps = benchutil.gbps(2 * numel * elem, clone_s)
         name = str(dtype).removeprefix("torch.")
         rows.append({"dtype": name, "op": "copy", "pass": "", "impl": "clone()",
                      "us": clone_s * 1e6, "GB/s": clone_gbps, "% clone": 100.0})
         for op, direction, tensors, ours, math, natives, args in _groups(x, y, grad):
             nbytes = tensors * numel * elem
-            times = {"ours": measure(lambda: ours(*args)), "eager": measure(lambda: math(*args))}
+            fns = {"ours": lambda: ours(*args), "eager": lambda: math(*args)}
             if on_gpu:
                 compiled = torch.compile(math, fullgraph=True, dynamic=False)
-                times["compiled"] = measure(lambda: compiled(*args))
-            times.update({impl: measure(lambda fn=fn: fn(*args)) for impl, fn in natives.items()})
+                fns["compiled"] = lambda: compiled(*args)
+            fns.update({impl: lambda fn=fn: fn(*args) for impl, fn in natives.items()})
+            times = measure(fns)
             for impl, seconds in times.items():
                 row = {"dtype": name, "op": op, "pass": direction, "impl": impl, "us": seconds * 1e6,
                        "GB/s": benchutil.gbps(nbytes, seconds),
@@ -124,6 +127,65 @@ def run(device=None, quick: bool = False) -> list[dict]:
                 rows.append(row)
         del x, y, grad
     return rows
+
+
+# Suite sizes (experiments/bench.py): elements per tensor; targets apply at the largest.
+SUITE_SIZES = {"tiny": (2**10, 2**14), "quick": (2**20, 2**24), "full": (2**16, 2**20, 2**26)}
+
+
+def suite_cases(device: str, scale: str) -> list[benchutil.Case]:
+    """Forward and backward of sigmoid and gelu per size and dtype, for the suite.
+
+    Targets (issue 5, at the largest size): on a GPU every pass at least 90% of the copy
+    bandwidth, GELU forward 3x the eager composite and 1.3x the compiled one; on a CPU
+    GELU forward 1.5x the eager composite. Compiled baselines only on a GPU (Inductor's
+    C++ builds take minutes on a small CPU)."""
+    on_gpu = torch.device(device).type == "cuda"
+    sizes = SUITE_SIZES[scale]
+    dtypes = (torch.float32, torch.bfloat16) if scale != "tiny" else (torch.float32,)
+    compiled = {}
+
+    def build(op, direction, numel, dtype):
+        def make():
+            jit_loader.load(op)
+            x = torch.randn(numel, device=device).mul_(3).to(dtype)
+            y = torch.sigmoid(x)
+            grad = torch.randn(numel, device=device).to(dtype)
+            _, _, _, ours, math, natives, args = next(
+                g for g in _groups(x, y, grad) if g[:2] == (op, direction))
+            # Fail loudly rather than report the speed of a wrong answer.
+            tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
+            torch.testing.assert_close(ours(*args).double(), math(*(a.double() for a in args)),
+                                       atol=tol, rtol=tol)
+            fns = {"ours": lambda: ours(*args), "eager": lambda: math(*args)}
+            if on_gpu:
+                if math not in compiled:
+                    compiled[math] = torch.compile(math, fullgraph=True, dynamic=False)
+                compiled_math = compiled[math]
+                fns["torch.compile"] = lambda: compiled_math(*args)
+            fns.update({impl: lambda fn=fn: fn(*args) for impl, fn in natives.items()})
+            return fns
+        return make
+
+    cases = []
+    for numel in sizes:
+        last = numel == sizes[-1]
+        for dtype in dtypes:
+            for op, direction, tensors in [("sigmoid", "forward", 2), ("sigmoid", "backward", 3),
+                                           ("gelu", "forward", 2), ("gelu", "backward", 3)]:
+                targets = {}
+                if last and on_gpu:
+                    targets[benchutil.COPY] = 0.9
+                    if (op, direction) == ("gelu", "forward"):
+                        targets.update({"eager": 3.0, "torch.compile": 1.3})
+                elif last and (op, direction) == ("gelu", "forward"):
+                    targets["eager"] = 1.5
+                cases.append(benchutil.Case(
+                    op=op, pass_=direction, shape=f"2^{numel.bit_length() - 1}",
+                    dtype=str(dtype).removeprefix("torch."), build=build(op, direction, numel, dtype),
+                    bytes=tensors * numel * torch.tensor([], dtype=dtype).element_size(),
+                    targets=targets, host_bound=numel <= 2**16))
+    return cases
 
 
 def main(argv=None) -> None:

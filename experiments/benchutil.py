@@ -1,12 +1,31 @@
-"""Timing and reporting shared by every benchmark (scripts and notebooks alike).
+"""The one timing module: every benchmark script, the suite and notebook 04 time with it.
 
-Rules (DESIGN.md, performance protocol): warm up first; time GPU work with CUDA
-events around the region; report the median of many runs on fresh random data;
-report ratios against baselines measured in the same run.
+How a measurement is taken (and why):
+
+* Warm-up calls first (caches, autotuning, ``torch.compile``'s first compilation).
+* On CUDA each call is bracketed by CUDA events on the current stream: device time of
+  the enqueued work, launch gaps included. On CPU, ``time.perf_counter`` around a call.
+* Many repetitions; the result is the median with the interquartile range (IQR) as its
+  spread, so one slow outlier moves neither.
+* Memory-bound cases flush the L2 cache between repetitions (a memset of twice its
+  size, outside the timed region): otherwise a tensor that fits in L2 is read from it
+  and the GB/s exceed what DRAM can give.
+* Implementations are interleaved (``measure``): repetition k calls every
+  implementation once, in an order rotated by k, so a slow spell of the machine (other
+  processes, clock changes) lands on all of them rather than on whichever ran then.
+* Host-bound cases (launch and dispatch overhead dominate) are also timed by the wall
+  clock, synchronising after each call: that is what a Python caller waits.
+* ``warnings`` says when the figures deserve less trust: the machine is loaded (load
+  average near or above its cores) or a spread is wide (IQR over 10% of the median).
+
+``time_fn``, ``copy_bandwidth``, ``gbps``, ``environment``, ``format_table`` and
+``save_json`` are the older single-implementation helpers, kept for scripts that call
+them; ``measure`` and ``Case`` are what ``experiments/bench.py`` (the suite) uses.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -16,6 +35,9 @@ import time
 from typing import Callable, Iterable, Sequence
 
 import torch
+
+# A spread (IQR / median) above this is reported as wide.
+WIDE_SPREAD = 0.10
 
 
 def default_device() -> str:
@@ -27,43 +49,159 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_fn(fn: Callable[[], object], device="cpu", *, warmup: int = 10, reps: int = 100,
-            min_seconds: float = 0.0) -> float:
-    """Median wall time of ``fn()`` in seconds.
+# --------------------------------------------------------------------------- statistics
 
-    On CUDA each call is bracketed by CUDA events (device time of the enqueued work,
-    launch gaps included); on CPU by ``time.perf_counter``. ``min_seconds`` keeps
-    repeating until that much time was spent, for noisy CPU timings.
+
+@dataclasses.dataclass
+class Timing:
+    """Per-call seconds of one implementation: median, quartiles, repetitions and,
+    for host-bound cases, the median wall-clock time of a synchronised call."""
+
+    median: float
+    q1: float
+    q3: float
+    reps: int
+    wall: float | None = None
+
+    @property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+    @property
+    def spread(self) -> float:
+        """IQR relative to the median."""
+        return self.iqr / self.median if self.median > 0 else 0.0
+
+    @classmethod
+    def of(cls, samples: Sequence[float], wall: Sequence[float] | None = None) -> "Timing":
+        ordered = sorted(samples)
+        if len(ordered) >= 2:
+            q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+        else:
+            q1 = q3 = ordered[0]
+        return cls(statistics.median(ordered), q1, q3, len(ordered),
+                   statistics.median(wall) if wall else None)
+
+
+# ------------------------------------------------------------------------ L2 cache flush
+
+_FLUSH: dict[str, torch.Tensor] = {}
+
+
+def l2_flush_bytes(device) -> int:
+    """Twice the device's L2 size (CUDA); 0 on CPU, whose caches are not flushed."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return 0
+    props = torch.cuda.get_device_properties(dev)
+    return 2 * int(getattr(props, "L2_cache_size", 0) or 64 << 20)
+
+
+def flush_l2(device) -> None:
+    """Overwrite the L2 cache with a memset of twice its size (no-op on CPU)."""
+    nbytes = l2_flush_bytes(device)
+    if not nbytes:
+        return
+    key = str(torch.device(device))
+    buf = _FLUSH.get(key)
+    if buf is None:
+        buf = _FLUSH[key] = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    buf.zero_()
+
+
+# ------------------------------------------------------------------------------ timing
+
+
+def measure(fns: dict[str, Callable[[], object]], device="cpu", *, warmup: int = 5,
+            reps: int | None = None, budget_s: float = 0.5, min_reps: int = 10,
+            max_reps: int = 200, flush: bool = False, wall: bool = False) -> dict[str, Timing]:
+    """Time every implementation in ``fns``, interleaved; returns a ``Timing`` each.
+
+    ``reps`` fixed, or chosen so that all implementations together take about
+    ``budget_s`` (clamped to ``[min_reps, max_reps]``). ``flush``: L2 flush before each
+    call (memory-bound cases). ``wall``: also the synchronised wall-clock time per call
+    (host-bound cases); on CPU the two are the same measurement.
     """
     dev = torch.device(device)
-    for _ in range(warmup):
-        fn()
-    sync(dev)
-    samples: list[float] = []
-    spent = 0.0
-    if dev.type == "cuda":
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        for s, e in zip(starts, ends):
-            s.record()
+    on_gpu = dev.type == "cuda"
+    names = list(fns)
+    for _ in range(max(1, warmup)):
+        for fn in fns.values():
             fn()
-            e.record()
+    sync(dev)
+    if reps is None:
+        t0 = time.perf_counter()
+        for fn in fns.values():
+            fn()
+        sync(dev)
+        once = max(time.perf_counter() - t0, 1e-7)
+        reps = int(min(max_reps, max(min_reps, budget_s / once)))
+    events = {n: [] for n in names}
+    cpu = {n: [] for n in names}
+    walls = {n: [] for n in names}
+    for k in range(reps):
+        shift = k % len(names)
+        for name in names[shift:] + names[:shift]:
+            fn = fns[name]
+            if flush:
+                flush_l2(dev)
+            if on_gpu:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                events[name].append((start, end))
+            else:
+                t0 = time.perf_counter()
+                fn()
+                cpu[name].append(time.perf_counter() - t0)
+    if on_gpu:
         torch.cuda.synchronize(dev)
-        samples = [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
-    else:
+        for name in names:
+            cpu[name] = [s.elapsed_time(e) / 1e3 for s, e in events[name]]
+        if wall:
+            # A separate pass: a sync inside the event pass would drain the queue before
+            # every call and so change what the events measure.
+            for k in range(reps):
+                shift = k % len(names)
+                for name in names[shift:] + names[:shift]:
+                    if flush:
+                        flush_l2(dev)
+                    torch.cuda.synchronize(dev)
+                    t0 = time.perf_counter()
+                    fns[name]()
+                    torch.cuda.synchronize(dev)
+                    walls[name].append(time.perf_counter() - t0)
+    elif wall:
+        walls = cpu
+    return {n: Timing.of(cpu[n], walls[n] if wall else None) for n in names}
+
+
+def time_fn(fn: Callable[[], object], device="cpu", *, warmup: int = 10, reps: int = 100,
+            min_seconds: float = 0.0) -> float:
+    """Median time of ``fn()`` in seconds (CUDA events on GPU, perf_counter on CPU).
+
+    ``min_seconds`` keeps repeating until that much time was spent, for noisy CPU
+    timings. For several implementations use ``measure`` (interleaved, with spread).
+    """
+    dev = torch.device(device)
+    if dev.type != "cuda" and min_seconds > 0:
+        for _ in range(warmup):
+            fn()
+        samples, spent = [], 0.0
         while len(samples) < reps or spent < min_seconds:
             t0 = time.perf_counter()
             fn()
-            dt = time.perf_counter() - t0
-            samples.append(dt)
-            spent += dt
-    return statistics.median(samples)
+            samples.append(time.perf_counter() - t0)
+            spent += samples[-1]
+        return statistics.median(samples)
+    return measure({"fn": fn}, dev, warmup=warmup, reps=reps)["fn"].median
 
 
 def copy_bandwidth(numel: int, dtype=torch.float32, device="cuda", reps: int = 50) -> float:
     """GB/s of ``clone()`` on a tensor of ``numel`` elements (bytes read + written)."""
     x = torch.randn(numel, device=device).to(dtype)
-    seconds = time_fn(lambda: x.clone(), device, reps=reps)
+    seconds = measure({"clone": x.clone}, device, reps=reps)["clone"].median
     return 2 * x.numel() * x.element_size() / seconds / 1e9
 
 
@@ -71,19 +209,140 @@ def gbps(bytes_moved: int, seconds: float) -> float:
     return bytes_moved / seconds / 1e9
 
 
-def environment() -> dict:
+# ------------------------------------------------------------------- machine and warnings
+
+
+def load_warning() -> str | None:
+    """A warning when the 1-minute load average says other work competes for the CPU
+    (more than half the cores busy besides this process)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    cores = os.cpu_count() or 1
+    if load - 1 > 0.5 * cores:
+        return (f"machine loaded: load average {load:.1f} on {cores} cores; "
+                "timings (host-bound ones most) are skewed by other processes")
+    return None
+
+
+def spread_warning(label: str, timing: Timing, limit: float = WIDE_SPREAD) -> str | None:
+    if timing.spread > limit:
+        return (f"wide spread: {label}: IQR {timing.iqr * 1e6:.3g} us is "
+                f"{100 * timing.spread:.0f}% of the median {timing.median * 1e6:.3g} us")
+    return None
+
+
+def device_name(device=None) -> str:
+    dev = torch.device(device or default_device())
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def environment(device=None) -> dict:
     """Device, torch version and date: the header every recorded result carries."""
-    if torch.cuda.is_available():
-        device = torch.cuda.get_device_name()
-    else:
-        device = f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except OSError:
+        load = None
     return {
-        "device": device,
+        "device": device_name(device),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "date": datetime.date.today().isoformat(),
         "threads": torch.get_num_threads(),
+        "cores": os.cpu_count(),
+        "load_average": load,
     }
+
+
+# ----------------------------------------------------------------------- suite cases
+
+
+@dataclasses.dataclass
+class Case:
+    """One benchmark case of the suite: our implementation(s) against baselines.
+
+    ``build()`` allocates the inputs (fresh random data) and returns the callables,
+    ``{name: fn}``; the names in ``ours`` are our implementations, every other name a
+    baseline. ``bytes``: ideal traffic of one call (read + written; gives GB/s and the
+    copy-ceiling baseline, and makes the case memory-bound: L2 flush between calls).
+    ``flops``: floating-point operations of one call (gives FLOP/s). ``targets``:
+    baseline name -> the ratio our first implementation must reach (ratio = baseline
+    time / our time; for ``COPY`` it is our GB/s over the copy's at the same traffic).
+    ``check(fns)``: raises if an implementation gives a wrong answer (run once, before
+    timing). ``host_bound``: also time by wall clock.
+    """
+
+    op: str
+    pass_: str
+    shape: str
+    dtype: str
+    build: Callable[[], dict[str, Callable[[], object]]]
+    ours: Sequence[str] = ("ours",)
+    bytes: int | None = None
+    flops: int | None = None
+    targets: dict[str, float] = dataclasses.field(default_factory=dict)
+    reasons: dict[str, str] = dataclasses.field(default_factory=dict)
+    check: Callable[[dict], None] | None = None
+    host_bound: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.op} {self.pass_} {self.shape} {self.dtype}"
+
+
+# Name of the baseline that is the device's copy speed for the case's own traffic.
+COPY = "copy ceiling"
+
+# The JSON record of one (case, our implementation, baseline): field -> (type, meaning).
+RECORD_FIELDS = {
+    "op": (str, "op name"),
+    "pass": (str, "forward, backward or forward+backward"),
+    "shape": (str, "problem size, e.g. 2^26 or 16x32x128"),
+    "dtype": (str, "element type"),
+    "impl": (str, "our implementation timed"),
+    "device": (str, "device name"),
+    "torch": (str, "torch version"),
+    "date": (str, "ISO date of the run"),
+    "median_us": (float, "median time per call (CUDA events on GPU)"),
+    "iqr_us": (float, "interquartile range of the per-call times"),
+    "spread": (float, "IQR / median"),
+    "reps": (int, "repetitions timed"),
+    "wall_us": ((float, type(None)), "median synchronised wall time per call (host-bound cases)"),
+    "gbps": ((float, type(None)), "achieved GB/s of the ideal traffic (memory-bound cases)"),
+    "flops_per_s": ((float, type(None)), "achieved FLOP/s (compute cases)"),
+    "copy_gbps": ((float, type(None)), "clone() GB/s at the same traffic, same run"),
+    "baseline": (str, "baseline name"),
+    "baseline_us": (float, "baseline median time per call"),
+    "baseline_iqr_us": (float, "baseline IQR"),
+    "ratio": (float, "baseline time / our time (> 1: ours faster)"),
+    "target": ((float, type(None)), "the ratio the op's issue asks for, if any"),
+    "met": ((bool, type(None)), "ratio >= target (null without a target)"),
+    "reason": ((str, type(None)), "why a target is out of reach, where known"),
+}
+
+
+def validate_record(record: dict) -> None:
+    """Raise ValueError unless ``record`` has exactly the documented fields and types."""
+    missing = set(RECORD_FIELDS) - set(record)
+    extra = set(record) - set(RECORD_FIELDS)
+    if missing or extra:
+        raise ValueError(f"record fields: missing {sorted(missing)}, unexpected {sorted(extra)}")
+    for key, (kind, _) in RECORD_FIELDS.items():
+        value = record[key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            continue
+        if isinstance(value, bool) and kind in (float, int, str):
+            raise ValueError(f"{key}: {value!r} is not a {kind.__name__}")
+        if not isinstance(value, kind):
+            raise ValueError(f"{key}: {value!r} has type {type(value).__name__}")
+    if record["met"] is not None and record["met"] != (record["ratio"] >= record["target"]):
+        raise ValueError(f"met={record['met']} contradicts ratio {record['ratio']} / target {record['target']}")
+
+
+# ------------------------------------------------------------------------- reporting
 
 
 def format_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
@@ -93,6 +352,8 @@ def format_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> 
     columns = list(columns or rows[0].keys())
 
     def cell(v):
+        if v is None:
+            return ""
         if isinstance(v, float):
             return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
         return str(v)

@@ -461,92 +461,82 @@ BENCHMARKS = [
     md("""
         # Benchmarks
 
-        Runs the benchmark scripts of `experiments/` (the same code as
-        `python experiments/bench_lltm.py` and `bench_pointwise.py`, imported, not
-        copied) on the available device, at the small `quick` sizes that finish in a
-        minute or two, and plots time per op and the ratio to each baseline measured in
-        the same run. Numbers from a CPU say little about a GPU; see
-        `experiments/RESULTS.md` for recorded GPU runs.
+        Runs the benchmark suite of `experiments/bench.py` (the same code as
+        `python -m experiments.bench --quick`) on the available device: every op against
+        its baselines, timed in the same run. Short sizes here (`quick` on a GPU, `tiny`
+        on a CPU, a minute or two); the full suite takes at most five minutes on one GPU.
+        Numbers from a CPU say little about a GPU; see `experiments/RESULTS.md` for
+        recorded GPU runs.
+
+        How it times (`experiments/benchutil.py`): CUDA events after warm-up; the median
+        and interquartile range (IQR) of many repetitions; the implementations of a case
+        interleaved, so a slow spell of the machine hits all of them; an L2 flush between
+        calls of memory-bound cases; host-bound cases also by wall clock. It warns when the
+        machine is loaded or a spread is wide.
         """),
     code(SETUP_WITH_EXTENSION),
     code("""
-        %matplotlib inline
-        import matplotlib.pyplot as plt
+        import tempfile
 
-        from experiments import bench_lltm, bench_pointwise, benchutil
+        from IPython.display import Image, Markdown, display
 
-        print(benchutil.environment())
+        from experiments import bench
+
+        out_dir = Path(tempfile.mkdtemp(prefix="bench_"))
+        scale = "quick" if device == "cuda" else "tiny"
+        doc = bench.run_suite(device, scale, out_dir=out_dir)
+        print(f"{doc['cases']} cases, {len(doc['records'])} records in {doc['elapsed_s']:.0f} s")
+        print("warnings:", *doc["warnings"] or ["none"], sep="\n  ")
+        print("files:", *sorted(p.name for p in out_dir.iterdir()))
         """),
     md("""
-        ## LLTM
+        ## Ratio to each baseline
 
-        One LLTM step at the tutorial's size (batch 16, 32 input features, 128 state),
-        forward and forward+backward: the pure-PyTorch reference in eager mode and under
-        `torch.compile`, and our op through its C++ autograd kernel and through the
-        tutorial's Python `autograd.Function`.
+        One bar per case (pass, size, dtype) and baseline: baseline time over ours, on a
+        log axis, so 2 and 0.5 are equally far from the line at 1. Right of the line our op
+        is faster. A tick marks the target of the op's issue: green where met, red where
+        missed. `copy ceiling` is the time `clone()` takes to move the case's bytes: its
+        ratio is our fraction of the copy bandwidth.
         """),
     code("""
-        lltm_rows = bench_lltm.run(device, quick=True)
-        print(benchutil.format_table(lltm_rows, bench_lltm.COLUMNS))
+        display(Image(filename=out_dir / "ratios.png"))
         """),
     md("""
-        ## Pointwise: sigmoid and GELU
+        ## Achieved bandwidth
 
-        Forward and backward in float32 and bfloat16, against the same math in PyTorch
-        ops (`eager`, and `compiled` on a GPU), the native twins (`aten.sigmoid_backward`,
-        `F.gelu`) and `clone()` of the same tensor, the copy ceiling.
+        The memory-bound ops (sigmoid, GELU) move a known number of bytes per call: here
+        their GB/s, next to `clone()` moving the same bytes and to the copy ceiling (a
+        large `clone()`), all from this run. Small sizes cannot reach the ceiling: a
+        launch costs microseconds whatever the size.
         """),
     code("""
-        pointwise_rows = bench_pointwise.run(device, quick=True)
-        print(benchutil.format_table(pointwise_rows, bench_pointwise.COLUMNS))
+        display(Image(filename=out_dir / "bandwidth.png"))
         """),
     md("""
-        ## Plots
+        ## Summary
 
-        Both benchmarks become records `(case, implementation, microseconds)`. Left: time
-        per call of every implementation (log scale). Right: each baseline's time over
-        ours, so a bar past 1 means our op is faster than that baseline.
+        The same summary the command line prints and writes to `summary.md`; `bench.json`
+        holds one record per case and baseline (fields in `benchutil.RECORD_FIELDS`).
         """),
     code("""
-        def plot(records, ours, title):
-            cases = list(dict.fromkeys(r["case"] for r in records))
-            impls = list(dict.fromkeys(r["impl"] for r in records))
-            us = {(r["case"], r["impl"]): r["us"] for r in records}
-            times = {impl: {c: us[c, impl] for c in cases if (c, impl) in us} for impl in impls}
-            ratios = {f"{base} / {mine}": {c: us[c, base] / us[c, mine] for c in cases
-                                           if (c, base) in us and (c, mine) in us}
-                      for mine in ours for base in impls if base not in ours}
-            fig, (left, right) = plt.subplots(1, 2, figsize=(14, 0.5 * len(cases) + 3.5))
-            for impl, values in times.items():
-                left.plot(list(values.values()), [cases.index(c) for c in values], "o", label=impl)
-            height = 0.8 / len(ratios)
-            for k, (label, values) in enumerate(ratios.items()):
-                right.barh([cases.index(c) - 0.4 + (k + 0.5) * height for c in values],
-                           list(values.values()), height, label=label)
-            for ax in (left, right):
-                ax.set_yticks(range(len(cases)), cases)
-                ax.set_ylim(len(cases) - 0.5, -0.5)
-                ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
-            left.set_xscale("log")
-            left.grid(axis="x", which="both", alpha=0.3)
-            left.set_xlabel("time per call (us)")
-            right.axvline(1.0, color="black", linewidth=0.8)
-            right.set_xlabel("baseline time / our time (> 1: ours faster)")
-            fig.suptitle(f"{title} on {benchutil.environment()['device']}")
-            fig.tight_layout()
-            plt.show()
+        display(Markdown((out_dir / "summary.md").read_text()))
+        """),
+    md("""
+        ## Timing your own function
+
+        `benchutil.measure` is the suite's timer, for any set of callables: interleaved,
+        median and IQR per implementation.
         """),
     code("""
-        lltm_records = [{"case": f"{row['size']} {step}", "impl": row["impl"],
-                         "us": row[f"{step}_us"]}
-                        for row in lltm_rows if "fwd_us" in row for step in ("fwd", "fwd_bwd")]
-        plot(lltm_records, ["op lltm (C++ autograd)", "op LLTMFunction (Python)"], "LLTM")
-        """),
-    code("""
-        pointwise_records = [{"case": f"{row['op']} {row['pass']} {row['dtype']}",
-                              "impl": row["impl"], "us": row["us"]}
-                             for row in pointwise_rows if row["op"] != "copy"]
-        plot(pointwise_records, ["ours"], "sigmoid and GELU")
+        from experiments import benchutil
+
+        sigmoid = jit_loader.load("sigmoid")
+        x = torch.randn(1 << 20, device=device)
+        timings = benchutil.measure({"ours": lambda: sigmoid.sigmoid(x),
+                                     "torch.sigmoid": lambda: torch.sigmoid(x)},
+                                    device, budget_s=0.2, flush=True)
+        for name, t in timings.items():
+            print(f"{name:14s} {t.median * 1e6:8.1f} us  (IQR {t.iqr * 1e6:.1f} us, {t.reps} reps)")
         """),
 ]
 

@@ -1,0 +1,408 @@
+"""The benchmark suite: every op against its baselines on this machine's device, in one command.
+
+    python -m experiments.bench                       # full sizes (GPU if visible, else CPU)
+    python -m experiments.bench --quick               # smaller sizes, fewer repetitions
+    python -m experiments.bench --ops gelu,lltm --out DIR
+    python -m experiments.bench --render DIR/bench.json --results   # Markdown for RESULTS.md
+
+It writes into ``--out`` (default ``experiments/out/bench/``):
+
+* ``bench.json``: ``environment`` (device, torch, CUDA, date, load), ``copy_ceiling``,
+  ``warnings``, ``errors`` and ``records``: one per case, our implementation and
+  baseline, with the fields of ``benchutil.RECORD_FIELDS`` (checked by
+  ``benchutil.validate_record``);
+* ``ratios.png``: per op and case (pass, size, dtype), the ratio to each baseline on a
+  log axis (1 marked; > 1: ours faster), targets drawn as ticks, missed ones in red;
+* ``bandwidth.png``: achieved GB/s of the memory-bound cases next to ``clone()`` at the
+  same traffic and the copy ceiling (a large ``clone()``), all from the same run;
+* ``summary.md``: the targets (met / NOT MET, with the reason where one is out of
+  reach) and every record as a table.
+
+Timing is ``benchutil.measure``: CUDA events after warm-up, median and IQR of many
+interleaved repetitions, L2 flush for memory-bound cases, wall clock for host-bound ones;
+warnings when the machine is loaded or a spread is wide. The exit status is non-zero
+when a case failed its correctness check or raised; a missed target is reported, not
+an error.
+
+Adding an op (one registration): in its script ``experiments/bench_<op>.py`` define
+
+    def suite_cases(device: str, scale: str) -> list[benchutil.Case]:
+        ...
+
+where ``scale`` is ``"tiny"`` (CI: CPU, seconds), ``"quick"`` or ``"full"``. Each
+``benchutil.Case`` names op, pass, shape and dtype, gives ``build()`` (allocates fresh
+random inputs, returns ``{"ours": fn, "<baseline>": fn, ...}``), the ideal ``bytes``
+moved per call (memory-bound ops: GB/s, copy ceiling, L2 flush) or ``flops``, and
+``targets`` (baseline name -> ratio the op's issue asks for; ``benchutil.COPY`` for a
+fraction of the copy bandwidth). The suite imports every ``experiments/bench_*.py``
+that defines ``suite_cases``; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pkgutil
+import shlex
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from experiments import benchutil
+from experiments.benchutil import COPY, Case
+
+HERE = Path(__file__).resolve().parent
+SCALES = ("tiny", "quick", "full")
+# Copy ceiling: clone() of this many bytes, far beyond any L2 cache on a GPU.
+CEILING_BYTES = {"cuda": {"tiny": 64 << 20, "quick": 256 << 20, "full": 512 << 20},
+                 "cpu": {"tiny": 4 << 20, "quick": 32 << 20, "full": 64 << 20}}
+# Seconds of timing per case (all its implementations together).
+BUDGET_S = {"tiny": 0.02, "quick": 0.15, "full": 0.4}
+
+
+def suite_modules() -> list[str]:
+    """Every experiments/bench_*.py module (this one aside), in name order."""
+    return sorted(f"experiments.{m.name}" for m in pkgutil.iter_modules([str(HERE)])
+                  if m.name.startswith("bench_"))
+
+
+def collect_cases(device: str, scale: str, ops: list[str] | None,
+                  errors: list[str]) -> list[Case]:
+    cases = []
+    for name in suite_modules():
+        try:
+            module = importlib.import_module(name)
+        except Exception as e:  # one broken script must not hide every other op
+            errors.append(f"import {name}: {type(e).__name__}: {e}")
+            continue
+        if not hasattr(module, "suite_cases"):
+            continue
+        try:
+            found = module.suite_cases(device, scale)
+        except Exception as e:
+            errors.append(f"{name}.suite_cases: {type(e).__name__}: {e}")
+            continue
+        cases += [c for c in found if not ops or c.op in ops]
+    return cases
+
+
+def copy_ceiling(device: str, scale: str) -> dict:
+    nbytes = CEILING_BYTES[torch.device(device).type][scale]
+    buf = torch.empty(nbytes // 2, dtype=torch.uint8, device=device).random_()
+    timing = benchutil.measure({"clone": buf.clone}, device, warmup=3,
+                               budget_s=BUDGET_S[scale], min_reps=5, max_reps=50)["clone"]
+    return {"bytes": nbytes, "gbps": benchutil.gbps(nbytes, timing.median),
+            "median_us": timing.median * 1e6, "iqr_us": timing.iqr * 1e6}
+
+
+def _reason(case: Case, baseline: str, target: float, base_s: float, copy_s: float | None):
+    if baseline in case.reasons:
+        return case.reasons[baseline]
+    if case.bytes and copy_s and baseline != COPY and target * copy_s > base_s:
+        return (f"{target:g}x {baseline} would need {100 * target * copy_s / base_s:.0f}% of "
+                "the copy bandwidth (clone() at the same traffic)")
+    return None
+
+
+def run_case(case: Case, device: str, scale: str, env: dict, warnings: list[str],
+             progress: bool = False) -> list[dict]:
+    fns = case.build()
+    if case.check is not None:
+        case.check(fns)
+    if case.bytes:
+        # The copy speed for this case's own traffic: clone() of bytes/2 (read + write).
+        buf = torch.empty(max(1, case.bytes // 2), dtype=torch.uint8, device=device).random_()
+        fns[COPY] = buf.clone
+    timings = benchutil.measure(fns, device, budget_s=BUDGET_S[scale],
+                                min_reps=5 if scale == "tiny" else 10,
+                                flush=bool(case.bytes), wall=case.host_bound)
+    for name, timing in timings.items():
+        message = benchutil.spread_warning(f"{case.label} {name}", timing)
+        if message:
+            warnings.append(message)
+            if progress:
+                tqdm.write(f"warning: {message}", file=sys.stderr)
+    copy_s = timings[COPY].median if COPY in timings else None
+    records = []
+    for k, impl in enumerate(case.ours):
+        mine = timings[impl]
+        for baseline, base in timings.items():
+            if baseline in case.ours:
+                continue
+            ratio = base.median / mine.median
+            target = case.targets.get(baseline) if k == 0 else None
+            met = None if target is None else bool(ratio >= target)
+            records.append({
+                "op": case.op, "pass": case.pass_, "shape": case.shape, "dtype": case.dtype,
+                "impl": impl, "device": env["device"], "torch": env["torch"], "date": env["date"],
+                "median_us": mine.median * 1e6, "iqr_us": mine.iqr * 1e6, "spread": mine.spread,
+                "reps": mine.reps, "wall_us": None if mine.wall is None else mine.wall * 1e6,
+                "gbps": benchutil.gbps(case.bytes, mine.median) if case.bytes else None,
+                "flops_per_s": case.flops / mine.median if case.flops else None,
+                "copy_gbps": benchutil.gbps(case.bytes, copy_s) if copy_s else None,
+                "baseline": baseline, "baseline_us": base.median * 1e6,
+                "baseline_iqr_us": base.iqr * 1e6, "ratio": ratio, "target": target, "met": met,
+                "reason": None if met in (None, True) else
+                _reason(case, baseline, target, base.median, copy_s),
+            })
+    return records
+
+
+def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | None = None,
+              out_dir: str | Path | None = None, progress: bool = True,
+              command: str | None = None) -> dict:
+    """Run every registered case; returns the JSON document (and writes the files
+    into ``out_dir`` when given)."""
+
+    assert scale in SCALES, scale
+    device = device or benchutil.default_device()
+    started = time.perf_counter()
+    env = benchutil.environment(device)
+    warnings, errors = [], []
+    message = benchutil.load_warning()
+    if message:
+        warnings.append(message)
+    cases = collect_cases(device, scale, ops, errors)
+    errors += [f"no benchmark case for op {op!r}" for op in ops or [] if op not in {c.op for c in cases}]
+    ceiling = copy_ceiling(device, scale)
+    records = []
+    # The plain text bar (not tqdm.auto): Jupyter shows it too, without ipywidgets.
+    bar = tqdm(cases, desc="bench", unit="case", disable=not progress, file=sys.stderr)
+    for case in bar:
+        bar.set_postfix_str(case.label, refresh=True)
+        try:
+            records += run_case(case, device, scale, env, warnings, progress)
+        except Exception as e:
+            errors.append(f"{case.label}: {type(e).__name__}: {e}")
+            traceback.print_exc()
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+        if out_dir is not None:  # what was measured survives an interrupted run
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            (Path(out_dir) / "bench.json").write_text(json.dumps(
+                {"environment": env, "partial": True, "errors": errors, "records": records}, indent=1))
+    message = benchutil.load_warning()  # load that arrived during the run counts too
+    if message and message not in warnings:
+        warnings.append(message)
+    doc = {"environment": env, "scale": scale, "ops": sorted({c.op for c in cases}),
+           "cases": len(cases), "elapsed_s": time.perf_counter() - started,
+           "copy_ceiling": ceiling, "warnings": warnings, "errors": errors, "records": records,
+           "command": command}
+    if out_dir is not None:
+        write_outputs(doc, out_dir)
+    return doc
+
+
+# ---------------------------------------------------------------------------- outputs
+
+
+OUTPUTS = {"json": "bench.json", "ratios": "ratios.png", "bandwidth": "bandwidth.png",
+           "summary": "summary.md"}
+
+
+def write_outputs(doc: dict, out_dir: str | Path) -> dict[str, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {name: out / f for name, f in OUTPUTS.items()}
+    paths["json"].write_text(json.dumps(doc, indent=1) + "\n")
+    plot_ratios(doc, paths["ratios"])
+    plot_bandwidth(doc, paths["bandwidth"])
+    paths["summary"].write_text(render_summary(doc))
+    return paths
+
+
+def _case_label(r: dict, several_impls: bool) -> str:
+    label = f"{r['pass']} {r['shape']} {r['dtype']}"
+    return f"{label} [{r['impl']}]" if several_impls else label
+
+
+def _title(doc: dict) -> str:
+    env = doc["environment"]
+    return f"{env['device']}, torch {env['torch']}, {env['date']}"
+
+
+def plot_ratios(doc: dict, path: Path) -> None:
+    """Per op: horizontal bars of the ratio to each baseline, log axis, 1 marked."""
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    records = doc["records"]
+    ops = list(dict.fromkeys(r["op"] for r in records)) or ["(no records)"]
+    rows = []
+    for op in ops:
+        mine = [r for r in records if r["op"] == op]
+        several = len({r["impl"] for r in mine}) > 1
+        rows.append((op, mine, several, list(dict.fromkeys(_case_label(r, several) for r in mine))))
+    heights = [max(1.5, 0.22 * len(labels) * max(1, len({r["baseline"] for r in mine})) ** 0.5 + 1)
+               for _, mine, _, labels in rows]
+    fig, axes = plt.subplots(len(rows), 1, figsize=(11, sum(heights) + 1), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    values = [r["ratio"] for r in records] + [r["target"] for r in records if r["target"]]
+    lo = min(values + [1.0]) / 1.6
+    hi = max(values + [1.0]) * 1.6
+    for ax, (op, mine, several, labels) in zip(axes[:, 0], rows):
+        baselines = list(dict.fromkeys(r["baseline"] for r in mine))
+        height = 0.8 / max(1, len(baselines))
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        for k, baseline in enumerate(baselines):
+            sel = [r for r in mine if r["baseline"] == baseline]
+            ys = [labels.index(_case_label(r, several)) - 0.4 + (k + 0.5) * height for r in sel]
+            ax.barh(ys, [r["ratio"] for r in sel], height, left=0, color=colors[k % len(colors)],
+                    label=baseline)
+            for y, r in zip(ys, sel):
+                ax.text(r["ratio"] * 1.03, y, f"{r['ratio']:.2g}x", va="center", fontsize=6)
+                if r["target"] is not None:
+                    ax.plot([r["target"]] * 2, [y - height / 2, y + height / 2],
+                            color="green" if r["met"] else "red", linewidth=2.5)
+        ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
+        ax.axvline(1.0, color="black", linewidth=1)
+        ax.set_yticks(range(len(labels)), labels, fontsize=7)
+        ax.set_ylim(len(labels) - 0.5, -0.5)
+        ax.grid(axis="x", which="both", alpha=0.25)
+        ax.set_title(op, loc="left", fontsize=10, fontweight="bold")
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), title="baseline",
+                  title_fontsize=7)
+    axes[-1, 0].set_xlabel("baseline time / our time (log; > 1: ours faster). "
+                           "Ticks: targets (green met, red missed)")
+    fig.suptitle(f"Ratio to each baseline: {_title(doc)}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_bandwidth(doc: dict, path: Path) -> None:
+    """Achieved GB/s of memory-bound cases, clone() at the same traffic, and the ceiling."""
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    seen, rows = set(), []
+    for r in doc["records"]:
+        key = (r["op"], r["pass"], r["shape"], r["dtype"], r["impl"])
+        if r["gbps"] is not None and key not in seen:
+            seen.add(key)
+            rows.append(r)
+    fig, ax = plt.subplots(figsize=(11, 0.3 * len(rows) + 2.2))
+    ceiling = doc["copy_ceiling"]
+    if rows:
+        labels = [f"{r['op']} {r['pass']} {r['shape']} {r['dtype']}" for r in rows]
+        ys = range(len(rows))
+        ax.barh([y - 0.2 for y in ys], [r["gbps"] for r in rows], 0.4, label="ours")
+        ax.barh([y + 0.2 for y in ys], [r["copy_gbps"] for r in rows], 0.4,
+                label="clone() at the same traffic", color="0.7")
+        for y, r in zip(ys, rows):
+            ax.text(r["gbps"], y - 0.2, f" {100 * r['gbps'] / r['copy_gbps']:.0f}%", va="center",
+                    fontsize=6)
+        ax.set_yticks(list(ys), labels, fontsize=7)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+    else:
+        ax.text(0.5, 0.5, "no memory-bound case in this run", ha="center", transform=ax.transAxes)
+    ax.axvline(ceiling["gbps"], color="black", linestyle="--", linewidth=1,
+               label=f"copy ceiling {ceiling['gbps']:.0f} GB/s (clone of {ceiling['bytes'] >> 21} MB)")
+    ax.set_xlabel("GB/s of ideal traffic (labels: % of clone() at the same traffic)")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(axis="x", alpha=0.25)
+    fig.suptitle(f"Achieved bandwidth: {_title(doc)}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _fmt(v, digits=3) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.{digits}g}" if abs(v) < 10 ** digits else f"{v:.0f}"
+    return str(v)
+
+
+def render_summary(doc: dict, results: bool = False, command: str | None = None) -> str:
+    """Markdown: header, warnings, the targets, then every record.
+
+    ``results``: as a section for experiments/RESULTS.md (``##`` heading naming the device,
+    torch version and date, the command that produced it)."""
+    env = doc["environment"]
+    ceiling = doc["copy_ceiling"]
+    h = "##" if results else "#"
+    lines = [f"{h} Benchmark suite: {env['device']}, torch {env['torch']} (CUDA {env['cuda']}), "
+             f"{env['date']}", ""]
+    if results:
+        lines += [f"`{command or 'python -m experiments.bench'}` ({doc['scale']} sizes): "
+                  f"{doc['cases']} cases of {', '.join(doc['ops'])} in {doc['elapsed_s']:.0f} s. "
+                  "Ratios are baseline time / our time, baselines timed in the same run, "
+                  "interleaved; times are medians (CUDA events) with the IQR.", ""]
+    else:
+        lines += [f"{doc['cases']} cases ({doc['scale']} sizes), {doc['elapsed_s']:.0f} s, "
+                  f"load average {env['load_average']} on {env['cores']} cores.", ""]
+    lines += [f"Copy ceiling: {ceiling['gbps']:.0f} GB/s (clone() of {ceiling['bytes'] >> 20} MB "
+              "of traffic, same run).", ""]
+    for title, items in (("Warnings", doc["warnings"]), ("Errors", doc["errors"])):
+        if items:
+            shown = items if len(items) <= 12 else items[:10] + [f"... and {len(items) - 10} more "
+                                                                  "(all in bench.json)"]
+            lines += [f"{h}# {title}", ""] + [f"- {w}" for w in shown] + [""]
+    targets = [r for r in doc["records"] if r["target"] is not None]
+    met = sum(r["met"] for r in targets)
+    lines += [f"{h}# Targets: {met} of {len(targets)} met", ""]
+    if targets:
+        lines.append("| op | pass | shape | dtype | baseline | ours us | baseline us | ratio | "
+                     "target | met | reason |")
+        lines.append("|" + "---|" * 11)
+        for r in targets:
+            lines.append(
+                f"| {r['op']} | {r['pass']} | {r['shape']} | {r['dtype']} | {r['baseline']} | "
+                f"{_fmt(r['median_us'])} | {_fmt(r['baseline_us'])} | {r['ratio']:.3g}x | "
+                f"{r['target']:g}x | {'met' if r['met'] else '**NOT MET**'} | {r['reason'] or ''} |")
+    else:
+        lines.append("(no case of this run carries a target)")
+    lines += ["", f"{h}# All results", ""]
+    lines.append("| op | pass | shape | dtype | impl | us (IQR) | wall us | GB/s | % copy | "
+                 "baseline | baseline us | ratio |")
+    lines.append("|" + "---|" * 12)
+    for r in doc["records"]:
+        pct = 100 * r["gbps"] / r["copy_gbps"] if r["gbps"] and r["copy_gbps"] else None
+        lines.append(
+            f"| {r['op']} | {r['pass']} | {r['shape']} | {r['dtype']} | {r['impl']} | "
+            f"{_fmt(r['median_us'])} ({_fmt(r['iqr_us'], 2)}) | {_fmt(r['wall_us'])} | "
+            f"{_fmt(r['gbps'])} | {_fmt(pct)} | {r['baseline']} | {_fmt(r['baseline_us'])} | "
+            f"{r['ratio']:.3g}x |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
+    parser.add_argument("--tiny", action="store_true", help="tiny sizes (CI on a CPU: seconds)")
+    parser.add_argument("--ops", help="comma-separated op names (default: every registered op)")
+    parser.add_argument("--out", default="experiments/out/bench",
+                        help="output folder (default experiments/out/bench)")
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when visible)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--render", metavar="JSON", help="only re-render the summary of a bench.json")
+    parser.add_argument("--results", action="store_true",
+                        help="print the summary as a section for experiments/RESULTS.md")
+    args = parser.parse_args(argv)
+    command = "python -m experiments.bench " + shlex.join(argv if argv is not None else sys.argv[1:])
+    if args.render:
+        doc = json.loads(Path(args.render).read_text())
+        print(render_summary(doc, results=args.results, command=doc.get("command")))
+        return 0
+    scale = "tiny" if args.tiny else "quick" if args.quick else "full"
+    ops = args.ops.split(",") if args.ops else None
+    doc = run_suite(args.device, scale, ops, out_dir=args.out, progress=not args.no_progress,
+                    command=command.strip())
+    paths = {name: Path(args.out) / f for name, f in OUTPUTS.items()}
+    print(render_summary(doc, results=args.results, command=doc["command"]))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 1 if doc["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""The benchmark suite (experiments/bench.py) end to end on the CPU at tiny sizes, and the
+timing module's statistics, record schema and warnings.
+
+The run checks what the suite promises, not how fast anything is: one command writes a
+JSON whose records have the documented fields and agree with each other, two valid PNG
+plots and a Markdown summary that shows every record and every target, missed ones as
+missed. (Timings are never asserted.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments import bench, benchutil
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench_out")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg")
+    proc = subprocess.run([sys.executable, "-m", "experiments.bench", "--tiny", "--device", "cpu",
+                           "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc, json.loads((out / "bench.json").read_text())
+
+
+def test_suite_writes_json_plots_and_summary(suite):
+    out, proc, _ = suite
+    assert sorted(p.name for p in out.iterdir()) == ["bandwidth.png", "bench.json", "ratios.png",
+                                                      "summary.md"]
+    assert "case" in proc.stderr  # the progress bar over cases
+    assert f"wrote {out / 'bench.json'}" in proc.stdout
+
+
+def test_json_records_have_the_documented_fields_and_agree(suite):
+    _, _, doc = suite
+    env = doc["environment"]
+    assert env["device"].startswith("CPU") and env["torch"] == torch.__version__
+    assert doc["errors"] == [] and doc["scale"] == "tiny"
+    assert set(doc["ops"]) >= {"sigmoid", "gelu", "lltm"}
+    assert doc["copy_ceiling"]["gbps"] > 0
+    records = doc["records"]
+    assert {r["op"] for r in records} >= {"sigmoid", "gelu", "lltm"}
+    for r in records:
+        benchutil.validate_record(r)
+        assert (r["device"], r["torch"], r["date"]) == (env["device"], env["torch"], env["date"])
+        assert r["median_us"] > 0 and r["baseline_us"] > 0 and r["reps"] >= 5
+        assert r["ratio"] == pytest.approx(r["baseline_us"] / r["median_us"])
+        assert r["iqr_us"] >= 0 and r["spread"] == pytest.approx(r["iqr_us"] / r["median_us"])
+    pointwise = [r for r in records if r["op"] in ("sigmoid", "gelu")]
+    assert pointwise and all(r["gbps"] and r["copy_gbps"] for r in pointwise)
+    for r in pointwise:
+        if r["baseline"] == benchutil.COPY:  # the copy ceiling at the case's own traffic
+            assert r["ratio"] == pytest.approx(r["gbps"] / r["copy_gbps"])
+    lltm = [r for r in records if r["op"] == "lltm"]
+    assert {r["pass"] for r in lltm} == {"forward", "forward+backward"}
+    assert all(r["flops_per_s"] and r["gbps"] is None for r in lltm)
+    assert any(r["wall_us"] for r in lltm)  # host-bound: timed by wall clock as well
+    # The CPU targets of the op issues: GELU forward vs eager, LLTM forward vs eager.
+    targeted = {(r["op"], r["pass"], r["baseline"]) for r in records if r["target"] is not None}
+    assert ("gelu", "forward", "eager") in targeted
+    assert ("lltm", "forward", "reference eager") in targeted
+
+
+def _check_png(path: Path):
+    import matplotlib.image
+
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and len(data) > 10_000
+    pixels = matplotlib.image.imread(path)
+    assert pixels.shape[0] > 200 and pixels.shape[1] > 500
+    assert pixels.std() > 0.01  # not a blank canvas
+
+
+def test_plots_are_valid_images(suite):
+    out, _, _ = suite
+    _check_png(out / "ratios.png")
+    _check_png(out / "bandwidth.png")
+
+
+def test_summary_shows_every_record_and_every_target(suite):
+    out, _, doc = suite
+    text = (out / "summary.md").read_text()
+    env = doc["environment"]
+    assert text.startswith(f"# Benchmark suite: {env['device']}, torch {env['torch']}")
+    records, targets = doc["records"], [r for r in doc["records"] if r["target"] is not None]
+    assert f"Targets: {sum(r['met'] for r in targets)} of {len(targets)} met" in text
+    results = text.split("# All results", 1)[1]
+    assert sum(line.startswith("| ") for line in results.splitlines()) == len(records) + 1
+    target_table = text.split("# Targets", 1)[1].split("# All results", 1)[0]
+    assert target_table.count("**NOT MET**") == sum(not r["met"] for r in targets)
+
+
+def test_render_for_results(suite, capsys):
+    out, _, doc = suite
+    assert bench.main(["--render", str(out / "bench.json"), "--results"]) == 0
+    text = capsys.readouterr().out
+    env = doc["environment"]
+    assert text.startswith(f"## Benchmark suite: {env['device']}, torch {env['torch']}")
+    assert "`python -m experiments.bench --tiny --device cpu --out" in text
+    assert "### Targets" in text
+
+
+def _record(**changes):
+    record = {"op": "toy", "pass": "forward", "shape": "2^20", "dtype": "float32", "impl": "ours",
+              "device": "d", "torch": "t", "date": "2026-01-01", "median_us": 10.0, "iqr_us": 1.0,
+              "spread": 0.1, "reps": 10, "wall_us": None, "gbps": 100.0, "flops_per_s": None,
+              "copy_gbps": 200.0, "baseline": "eager", "baseline_us": 15.0,
+              "baseline_iqr_us": 1.0, "ratio": 1.5, "target": 2.0, "met": False, "reason": None}
+    record.update(changes)
+    return record
+
+
+def test_validate_record_rejects_missing_fields_wrong_types_and_contradictions():
+    benchutil.validate_record(_record())
+    with pytest.raises(ValueError, match="missing"):
+        benchutil.validate_record({k: v for k, v in _record().items() if k != "ratio"})
+    with pytest.raises(ValueError, match="median_us"):
+        benchutil.validate_record(_record(median_us="fast"))
+    with pytest.raises(ValueError, match="contradicts"):
+        benchutil.validate_record(_record(met=True))
+
+
+def test_a_missed_target_is_shown_as_missed(tmp_path):
+    env = {"device": "d", "torch": "t", "cuda": None, "date": "2026-01-01", "threads": 1,
+           "cores": 2, "load_average": 0.1}
+    doc = {"environment": env, "scale": "tiny", "ops": ["toy"], "cases": 1, "elapsed_s": 1.0,
+           "copy_ceiling": {"bytes": 1 << 20, "gbps": 300.0, "median_us": 1.0, "iqr_us": 0.1},
+           "warnings": ["wide spread: toy"], "errors": [],
+           "records": [_record(), _record(baseline="torch.compile", ratio=3.0, baseline_us=30.0,
+                                          met=True)]}
+    paths = bench.write_outputs(doc, tmp_path)
+    text = paths["summary"].read_text()
+    assert "Targets: 1 of 2 met" in text and text.count("**NOT MET**") == 1
+    assert "- wide spread: toy" in text
+    _check_png(paths["ratios"])
+
+
+def test_timing_statistics():
+    t = benchutil.Timing.of([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert (t.median, t.q1, t.q3, t.reps) == (3.0, 2.0, 4.0, 5)
+    assert t.iqr == 2.0 and t.spread == pytest.approx(2 / 3)
+    assert benchutil.spread_warning("x", t) is not None
+    assert benchutil.spread_warning("x", benchutil.Timing.of([1.0, 1.0, 1.01])) is None
+
+
+def test_measure_interleaves_implementations():
+    calls = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    timings = benchutil.measure(fns, "cpu", warmup=1, reps=3, wall=True)
+    assert set(timings) == set("abc") and all(t.reps == 3 and t.wall for t in timings.values())
+    assert calls[3:] == list("abc" "bca" "cab")  # after one warm-up round, rotated each rep
+
+
+def test_load_warning(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (4.0, 4.0, 4.0))
+    assert "load average 4.0 on 2 cores" in benchutil.load_warning()
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    assert benchutil.load_warning() is None
