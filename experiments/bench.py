@@ -105,7 +105,7 @@ def _reason(case: Case, baseline: str, target: float, base_s: float, copy_s: flo
         return case.reasons[baseline]
     if case.bytes and copy_s and baseline != COPY and target * copy_s > base_s:
         return (f"{target:g}x {baseline} would need {100 * target * copy_s / base_s:.0f}% of "
-                "the copy bandwidth (clone() at the same traffic)")
+                "the copy bandwidth (clone() of the same bytes)")
     return None
 
 
@@ -231,6 +231,7 @@ def plot_ratios(doc: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     records = doc["records"]
     ops = list(dict.fromkeys(r["op"] for r in records)) or ["(no records)"]
@@ -262,6 +263,9 @@ def plot_ratios(doc: dict, path: Path) -> None:
                             color="green" if r["met"] else "red", linewidth=2.5)
         ax.set_xscale("log")
         ax.set_xlim(lo, hi)
+        ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
         ax.axvline(1.0, color="black", linewidth=1)
         ax.set_yticks(range(len(labels)), labels, fontsize=7)
         ax.set_ylim(len(labels) - 0.5, -0.5)
@@ -296,17 +300,17 @@ def plot_bandwidth(doc: dict, path: Path) -> None:
         ys = range(len(rows))
         ax.barh([y - 0.2 for y in ys], [r["gbps"] for r in rows], 0.4, label="ours")
         ax.barh([y + 0.2 for y in ys], [r["copy_gbps"] for r in rows], 0.4,
-                label="clone() at the same traffic", color="0.7")
+                label="clone() of the same bytes", color="0.7")
         for y, r in zip(ys, rows):
-            ax.text(r["gbps"], y - 0.2, f" {100 * r['gbps'] / r['copy_gbps']:.0f}%", va="center",
-                    fontsize=6)
+            ax.text(r["gbps"], y - 0.2, f" {r['gbps']:.3g} GB/s, {100 * r['gbps'] / r['copy_gbps']:.0f}%",
+                    va="center", fontsize=6)
         ax.set_yticks(list(ys), labels, fontsize=7)
         ax.set_ylim(len(rows) - 0.5, -0.5)
     else:
         ax.text(0.5, 0.5, "no memory-bound case in this run", ha="center", transform=ax.transAxes)
     ax.axvline(ceiling["gbps"], color="black", linestyle="--", linewidth=1,
                label=f"copy ceiling {ceiling['gbps']:.0f} GB/s (clone of {ceiling['bytes'] >> 21} MB)")
-    ax.set_xlabel("GB/s of ideal traffic (labels: % of clone() at the same traffic)")
+    ax.set_xlabel("GB/s of ideal traffic (labels: GB/s, % of clone() of the same bytes)")
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(axis="x", alpha=0.25)
     fig.suptitle(f"Achieved bandwidth: {_title(doc)}", fontsize=10)
@@ -384,6 +388,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="experiments/out/bench",
                         help="output folder (default experiments/out/bench)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when visible)")
+    parser.add_argument("--threads", type=int, help="CPU threads (torch.set_num_threads)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--render", metavar="JSON", help="only re-render the summary of a bench.json")
     parser.add_argument("--results", action="store_true",
@@ -394,6 +399,8 @@ def main(argv=None) -> int:
         doc = json.loads(Path(args.render).read_text())
         print(render_summary(doc, results=args.results, command=doc.get("command")))
         return 0
+    if args.threads:
+        torch.set_num_threads(args.threads)
     scale = "tiny" if args.tiny else "quick" if args.quick else "full"
     ops = args.ops.split(",") if args.ops else None
     doc = run_suite(args.device, scale, ops, out_dir=args.out, progress=not args.no_progress,

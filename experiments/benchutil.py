@@ -294,7 +294,7 @@ class Case:
 
 
 # Name of the baseline that is the device's copy speed for the case's own traffic.
-COPY = "copy ceiling"
+COPY = "clone() of the same bytes"
 
 # The JSON record of one (case, our implementation, baseline): field -> (type, meaning).
 RECORD_FIELDS = {

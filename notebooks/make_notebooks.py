@@ -495,8 +495,8 @@ BENCHMARKS = [
         One bar per case (pass, size, dtype) and baseline: baseline time over ours, on a
         log axis, so 2 and 0.5 are equally far from the line at 1. Right of the line our op
         is faster. A tick marks the target of the op's issue: green where met, red where
-        missed. `copy ceiling` is the time `clone()` takes to move the case's bytes: its
-        ratio is our fraction of the copy bandwidth.
+        missed. The baseline `clone() of the same bytes` copies as many bytes as the case
+        moves: its ratio is our fraction of the copy bandwidth.
         """),
     code("""
         display(Image(filename=out_dir / "ratios.png"))
