@@ -293,7 +293,7 @@ def plot_bandwidth(doc: dict, path: Path) -> None:
         if r["gbps"] is not None and key not in seen:
             seen.add(key)
             rows.append(r)
-    fig, ax = plt.subplots(figsize=(11, 0.3 * len(rows) + 2.2))
+    fig, ax = plt.subplots(figsize=(11, 0.3 * len(rows) + 2.5))
     ceiling = doc["copy_ceiling"]
     if rows:
         labels = [f"{r['op']} {r['pass']} {r['shape']} {r['dtype']}" for r in rows]
@@ -302,7 +302,7 @@ def plot_bandwidth(doc: dict, path: Path) -> None:
         ax.barh([y + 0.2 for y in ys], [r["copy_gbps"] for r in rows], 0.4,
                 label="clone() of the same bytes", color="0.7")
         for y, r in zip(ys, rows):
-            ax.text(r["gbps"], y - 0.2, f" {r['gbps']:.3g} GB/s, {100 * r['gbps'] / r['copy_gbps']:.0f}%",
+            ax.text(r["gbps"], y - 0.2, f" {r['gbps']:.0f} GB/s, {100 * r['gbps'] / r['copy_gbps']:.0f}%",
                     va="center", fontsize=6)
         ax.set_yticks(list(ys), labels, fontsize=7)
         ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -311,7 +311,7 @@ def plot_bandwidth(doc: dict, path: Path) -> None:
     ax.axvline(ceiling["gbps"], color="black", linestyle="--", linewidth=1,
                label=f"copy ceiling {ceiling['gbps']:.0f} GB/s (clone of {ceiling['bytes'] >> 21} MB)")
     ax.set_xlabel("GB/s of ideal traffic (labels: GB/s, % of clone() of the same bytes)")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
     ax.grid(axis="x", alpha=0.25)
     fig.suptitle(f"Achieved bandwidth: {_title(doc)}", fontsize=10)
     fig.tight_layout()
@@ -325,6 +325,13 @@ def _fmt(v, digits=3) -> str:
     if isinstance(v, float):
         return f"{v:.{digits}g}" if abs(v) < 10 ** digits else f"{v:.0f}"
     return str(v)
+
+
+def _spread_of(warning: str) -> float:
+    try:
+        return float(warning.split(" is ")[1].split("%")[0])
+    except (IndexError, ValueError):
+        return 0.0
 
 
 def render_summary(doc: dict, results: bool = False, command: str | None = None) -> str:
@@ -347,11 +354,19 @@ def render_summary(doc: dict, results: bool = False, command: str | None = None)
                   f"load average {env['load_average']} on {env['cores']} cores.", ""]
     lines += [f"Copy ceiling: {ceiling['gbps']:.0f} GB/s (clone() of {ceiling['bytes'] >> 20} MB "
               "of traffic, same run).", ""]
-    for title, items in (("Warnings", doc["warnings"]), ("Errors", doc["errors"])):
+    spreads = [w for w in doc["warnings"] if w.startswith("wide spread")]
+    warnings = [w for w in doc["warnings"] if w not in spreads]
+    if len(spreads) > 8:  # many noisy timings: say how many, show the worst
+        worst = sorted(spreads, key=_spread_of, reverse=True)[:5]
+        warnings.append(f"wide spread (IQR over {100 * benchutil.WIDE_SPREAD:.0f}% of the median) "
+                        f"in {len(spreads)} timings, all listed in bench.json; the widest:")
+        warnings += [f"  {w.removeprefix('wide spread: ')}" for w in worst]
+    else:
+        warnings += spreads
+    for title, items in (("Warnings", warnings), ("Errors", doc["errors"])):
         if items:
-            shown = items if len(items) <= 12 else items[:10] + [f"... and {len(items) - 10} more "
-                                                                  "(all in bench.json)"]
-            lines += [f"{h}# {title}", ""] + [f"- {w}" for w in shown] + [""]
+            lines += [f"{h}# {title}", ""]
+            lines += [f"  - {w.strip()}" if w.startswith("  ") else f"- {w}" for w in items] + [""]
     targets = [r for r in doc["records"] if r["target"] is not None]
     met = sum(r["met"] for r in targets)
     lines += [f"{h}# Targets: {met} of {len(targets)} met", ""]

@@ -9,12 +9,17 @@ How a measurement is taken (and why):
   spread, so one slow outlier moves neither.
 * Memory-bound cases flush the L2 cache between repetitions (a memset of twice its
   size, outside the timed region): otherwise a tensor that fits in L2 is read from it
-  and the GB/s exceed what DRAM can give.
+  and the GB/s exceed what DRAM can give. After the flush the GPU spins for about
+  0.2 ms (``torch.cuda._sleep``) before the start event, so the host has enqueued the
+  call before the GPU gets to it: the events then time the kernels alone, whatever the
+  host overhead of the call (without it, a call of a few microseconds times the host
+  of whichever implementation ran just before it).
 * Implementations are interleaved (``measure``): repetition k calls every
   implementation once, in an order rotated by k, so a slow spell of the machine (other
   processes, clock changes) lands on all of them rather than on whichever ran then.
 * Host-bound cases (launch and dispatch overhead dominate) are also timed by the wall
-  clock, synchronising after each call: that is what a Python caller waits.
+  clock, synchronising after each call: that is what a Python caller waits. (Without a
+  flush, CUDA events include the launch gaps: a host-bound call times at its host pace.)
 * ``warnings`` says when the figures deserve less trust: the machine is loaded (load
   average near or above its cores) or a spread is wide (IQR over 10% of the median).
 
@@ -38,6 +43,9 @@ import torch
 
 # A spread (IQR / median) above this is reported as wide.
 WIDE_SPREAD = 0.10
+# GPU clock cycles spun before a flushed call's start event: ~0.2 ms at 2 GHz, more than
+# the host overhead of one call (torch.compile'd wrappers take ~0.1 ms).
+SPIN_CYCLES = 400_000
 
 
 def default_device() -> str:
@@ -119,7 +127,8 @@ def measure(fns: dict[str, Callable[[], object]], device="cpu", *, warmup: int =
 
     ``reps`` fixed, or chosen so that all implementations together take about
     ``budget_s`` (clamped to ``[min_reps, max_reps]``). ``flush``: L2 flush before each
-    call (memory-bound cases). ``wall``: also the synchronised wall-clock time per call
+    call, and on a GPU the spin that lets the events time the kernels alone
+    (memory-bound cases). ``wall``: also the synchronised wall-clock time per call
     (host-bound cases); on CPU the two are the same measurement.
     """
     dev = torch.device(device)
@@ -146,6 +155,8 @@ def measure(fns: dict[str, Callable[[], object]], device="cpu", *, warmup: int =
             if flush:
                 flush_l2(dev)
             if on_gpu:
+                if flush:
+                    torch.cuda._sleep(SPIN_CYCLES)
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
                 fn()
@@ -339,7 +350,8 @@ def validate_record(record: dict) -> None:
         if not isinstance(value, kind):
             raise ValueError(f"{key}: {value!r} has type {type(value).__name__}")
     if record["met"] is not None and record["met"] != (record["ratio"] >= record["target"]):
-        raise ValueError(f"met={record['met']} contradicts ratio {record['ratio']} / target {record['target']}")
+        raise ValueError(f"met={record['met']} contradicts ratio {record['ratio']} "
+                         f"and target {record['target']}")
 
 
 # ------------------------------------------------------------------------- reporting
