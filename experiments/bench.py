@@ -77,7 +77,7 @@ def collect_cases(device: str, scale: str, ops: list[str] | None,
     for name in suite_modules():
         try:
             module = importlib.import_module(name)
-        except Exception as e:  # one broken script must not hide every other op
+        except (Exception, SystemExit) as e:  # one broken script must not hide every other op
             errors.append(f"import {name}: {type(e).__name__}: {e}")
             continue
         if not hasattr(module, "suite_cases"):
@@ -146,7 +146,10 @@ def run_case(case: Case, device: str, scale: str, env: dict, warnings: list[str]
                 "flops_per_s": case.flops / mine.median if case.flops else None,
                 "copy_gbps": benchutil.gbps(case.bytes, copy_s) if copy_s else None,
                 "baseline": baseline, "baseline_us": base.median * 1e6,
-                "baseline_iqr_us": base.iqr * 1e6, "ratio": ratio, "target": target, "met": met,
+                "baseline_iqr_us": base.iqr * 1e6,
+                "baseline_wall_us": None if base.wall is None else base.wall * 1e6,
+                "ratio": ratio, "wall_ratio": None if mine.wall is None else base.wall / mine.wall,
+                "target": target, "met": met,
                 "reason": None if met in (None, True) else
                 _reason(case, baseline, target, base.median, copy_s),
             })
@@ -348,7 +351,8 @@ def render_summary(doc: dict, results: bool = False, command: str | None = None)
         lines += [f"`{command or 'python -m experiments.bench'}` ({doc['scale']} sizes): "
                   f"{doc['cases']} cases of {', '.join(doc['ops'])} in {doc['elapsed_s']:.0f} s. "
                   "Ratios are baseline time / our time, baselines timed in the same run, "
-                  "interleaved; times are medians (CUDA events) with the IQR.", ""]
+                  "interleaved; times are medians (CUDA events on a GPU) with the IQR; wall "
+                  "times (host-bound cases) are synchronised calls timed by the host clock.", ""]
     else:
         lines += [f"{doc['cases']} cases ({doc['scale']} sizes), {doc['elapsed_s']:.0f} s, "
                   f"load average {env['load_average']} on {env['cores']} cores.", ""]
@@ -372,26 +376,28 @@ def render_summary(doc: dict, results: bool = False, command: str | None = None)
     lines += [f"{h}# Targets: {met} of {len(targets)} met", ""]
     if targets:
         lines.append("| op | pass | shape | dtype | baseline | ours us | baseline us | ratio | "
-                     "target | met | reason |")
-        lines.append("|" + "---|" * 11)
+                     "target | met | reason | wall ratio |")
+        lines.append("|" + "---|" * 12)
         for r in targets:
+            wall = f"{r['wall_ratio']:.3g}x" if r["wall_ratio"] else ""
             lines.append(
                 f"| {r['op']} | {r['pass']} | {r['shape']} | {r['dtype']} | {r['baseline']} | "
                 f"{_fmt(r['median_us'])} | {_fmt(r['baseline_us'])} | {r['ratio']:.3g}x | "
-                f"{r['target']:g}x | {'met' if r['met'] else '**NOT MET**'} | {r['reason'] or ''} |")
+                f"{r['target']:g}x | {'met' if r['met'] else '**NOT MET**'} | {r['reason'] or ''} | "
+                f"{wall} |")
     else:
         lines.append("(no case of this run carries a target)")
     lines += ["", f"{h}# All results", ""]
-    lines.append("| op | pass | shape | dtype | impl | us (IQR) | wall us | GB/s | % copy | "
-                 "baseline | baseline us | ratio |")
-    lines.append("|" + "---|" * 12)
+    lines.append("| op | pass | shape | dtype | impl | us (IQR) | GB/s | % copy | "
+                 "baseline | baseline us | ratio | wall us | baseline wall us | wall ratio |")
+    lines.append("|" + "---|" * 14)
     for r in doc["records"]:
         pct = 100 * r["gbps"] / r["copy_gbps"] if r["gbps"] and r["copy_gbps"] else None
         lines.append(
             f"| {r['op']} | {r['pass']} | {r['shape']} | {r['dtype']} | {r['impl']} | "
-            f"{_fmt(r['median_us'])} ({_fmt(r['iqr_us'], 2)}) | {_fmt(r['wall_us'])} | "
-            f"{_fmt(r['gbps'])} | {_fmt(pct)} | {r['baseline']} | {_fmt(r['baseline_us'])} | "
-            f"{r['ratio']:.3g}x |")
+            f"{_fmt(r['median_us'])} ({_fmt(r['iqr_us'], 2)}) | {_fmt(r['gbps'])} | {_fmt(pct)} | "
+            f"{r['baseline']} | {_fmt(r['baseline_us'])} | {r['ratio']:.3g}x | {_fmt(r['wall_us'])} | "
+            f"{_fmt(r['baseline_wall_us'])} | {_fmt(r['wall_ratio'])}{'x' if r['wall_ratio'] else ''} |")
     return "\n".join(lines) + "\n"
 
 

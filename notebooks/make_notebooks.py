@@ -486,7 +486,8 @@ BENCHMARKS = [
         scale = "quick" if device == "cuda" else "tiny"
         doc = bench.run_suite(device, scale, out_dir=out_dir)
         print(f"{doc['cases']} cases, {len(doc['records'])} records in {doc['elapsed_s']:.0f} s")
-        print("warnings:", *doc["warnings"] or ["none"], sep="\n  ")
+        for warning in doc["warnings"]:
+            print("warning:", warning)
         print("files:", *sorted(p.name for p in out_dir.iterdir()))
         """),
     md("""
