@@ -17,6 +17,8 @@ On CUDA the table also counts the GPU kernels (and memsets) each iteration launc
 
     python experiments/bench_lltm.py --device cuda [--quick] [--json out.json] [--threads N]
 
+``suite_cases`` gives the same cells to the suite (experiments/bench.py).
+
 On a small shared machine, ``--threads 1`` keeps a busy neighbour from stalling the
 GEMMs' thread barriers (milliseconds per call on a 2-core VM with other load).
 """

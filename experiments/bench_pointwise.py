@@ -10,7 +10,9 @@ counted are the ideal traffic: forward reads x and writes y (2 tensors), backwar
 reads grad and the saved tensor and writes dx (3 tensors).
 
 GPU: 2^26 elements (2^22 with --quick). CPU: 2^22 elements (2^20 with --quick),
-without the compiled baselines (Inductor's C++ builds take minutes there).
+without the compiled baselines (Inductor's C++ builds take minutes there). Timing:
+``benchutil.measure`` (implementations interleaved, L2 flushed between calls).
+``suite_cases`` gives the same cases, at several sizes, to the suite (experiments/bench.py).
 
     python experiments/bench_pointwise.py [--device cuda] [--quick] [--json out.json]
 """
