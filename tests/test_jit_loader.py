@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 
 import jit_loader
+from jit_tools.state import forget
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-HAS_NVCC = jit_loader.cuda_home() is not None and jit_loader._why_no_cuda() is None
+HAS_NVCC = jit_loader.cuda_home() is not None and jit_loader.why_no_cuda() is None
 
 
 def copy_op(name: str, dest: Path) -> Path:
@@ -407,10 +408,10 @@ def test_disk_full_while_publishing_leaves_cache_consistent(tmp_path, monkeypatc
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(jit_loader.shutil, "copy2", no_space)
+    monkeypatch.setattr(shutil, "copy2", no_space)
     with pytest.raises(jit_loader.CacheError, match="disk full") as err:
         jit_loader.load_library(op_dir)
     assert "JIT_LOADER_CACHE" in str(err.value)
     builds = tmp_path / "cache" / "toy_op" / "builds"
     assert list(builds.iterdir()) == []  # no half-published entry, no leftovers
-    jit_loader._STATES.pop(op_dir.resolve(), None)
+    forget(op_dir.resolve())
