@@ -117,8 +117,8 @@ def _ops_to_list(paths: list[str]) -> list[tuple[str, Path | None]]:
     for name in _op_caches():
         if name in known:
             continue
-        sources = {b.get("op_dir") for b in pipeline.cached_builds(name)} - {None}
-        existing = [Path(s) for s in sorted(sources) if Path(s).is_dir()]
+        origins = {b.get("op_dir") for b in pipeline.cached_builds(name)} - {None}
+        existing = [Path(s) for s in sorted(origins) if Path(s).is_dir()]
         found.append((name, existing[0] if existing else None))
     unique = []
     for item in found:
