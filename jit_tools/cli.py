@@ -209,12 +209,19 @@ def cmd_list(args) -> int:
 # --------------------------------------------------------------------------------------
 
 
-def _build_one(op_dir: str, cuda_arch: str | None, verbose: bool, max_jobs: int) -> dict:
+def _build_options(args) -> dict:
+    """The build options of ``load`` given on the command line (part of the key)."""
+    return {"cuda_arch": args.cuda_arch, "extra_cflags": args.extra_cflags,
+            "extra_cuda_cflags": args.extra_cuda_cflags, "extra_ldflags": args.extra_ldflags,
+            "extra_include_paths": args.extra_include_paths}
+
+
+def _build_one(op_dir: str, options: dict, verbose: bool, max_jobs: int) -> dict:
     """Build (or fetch) one op by loading its library; runs in a worker process."""
     os.environ["MAX_JOBS"] = str(max_jobs)  # ninja -j of this worker
     result = {"op_dir": op_dir, "name": Path(op_dir).name, "ok": False}
     try:
-        state = pipeline.load_library(op_dir, verbose, cuda_arch=cuda_arch)
+        state = pipeline.load_library(op_dir, verbose, **options)
     except BuildError as e:
         result.update(error=str(e).splitlines()[0], log=e.log_path)
         return result
@@ -246,7 +253,7 @@ def _start_build_worker(rows, lock) -> None:
 
 
 def _build_all(op_dirs: list[Path], args, workers: int, max_jobs: int) -> list[dict]:
-    jobs = [(str(d), args.cuda_arch, args.verbose, max_jobs) for d in op_dirs]
+    jobs = [(str(d), _build_options(args), args.verbose, max_jobs) for d in op_dirs]
     if workers == 1:
         return [_build_one(*job) for job in jobs]
     ctx = multiprocessing.get_context("spawn")  # torch is imported: never fork
@@ -287,7 +294,7 @@ def cmd_build(args) -> int:
     todo, results, uses_cuda = [], {}, False
     for op_dir in op_dirs:
         try:
-            key, config = pipeline.op_key(op_dir, cuda_arch=args.cuda_arch)
+            key, config = pipeline.op_key(op_dir, **_build_options(args))
         except JitLoaderError as e:
             results[op_dir] = {"name": op_dir.name, "ok": False, "error": str(e).splitlines()[0]}
             continue
@@ -808,6 +815,15 @@ def _parser() -> argparse.ArgumentParser:
                         "JIT_LOADER_CUDA_ARCH, TORCH_CUDA_ARCH_LIST, the visible GPUs, else "
                         f"{toolchain.DEFAULT_CUDA_ARCH}). A process loads these builds only when it "
                         "uses the same list, so export JIT_LOADER_CUDA_ARCH in the job too")
+    for flag, dest, metavar, meaning in (
+            ("--extra-cflags", "extra_cflags", "FLAG", "a C++ compiler flag, e.g. --extra-cflags=-DX=1 "
+                                                      "(write = when it starts with -)"),
+            ("--extra-cuda-cflags", "extra_cuda_cflags", "FLAG", "an nvcc flag"),
+            ("--extra-ldflags", "extra_ldflags", "FLAG", "a linker flag"),
+            ("--extra-include-path", "extra_include_paths", "DIR", "an include folder")):
+        p.add_argument(flag, dest=dest, action="append", default=[], metavar=metavar,
+                       help=f"{meaning}; repeatable; load's {dest}. Flags are part of the build's "
+                            "key: a process loads this build only with the same flags")
     p.add_argument("-j", "--jobs", type=int, metavar="N",
                    help="compile jobs in total, shared among the ops built at once "
                         "(default: MAX_JOBS, else the number of cores)")

@@ -15,6 +15,7 @@ import shutil
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -90,9 +91,11 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path]) -> dict
     }
 
 
-def compute_key(name: str, op_dir: Path, opts: dict) -> tuple[str, dict, list[Path], list[Path]]:
-    """(key, config, sources to compile, every input file) of the op as it is now."""
-    all_sources = sources.walk_sources(op_dir)
+def compute_key(name: str, op_dir: Path, opts: dict, source_list: Sequence[Path] | None = None,
+                ) -> tuple[str, dict, list[Path], list[Path]]:
+    """(key, config, sources to compile, every input file) of the op as it is now:
+    the sources in ``op_dir``, or ``source_list`` when given."""
+    all_sources = list(source_list) if source_list is not None else sources.walk_sources(op_dir)
     if not all_sources:
         raise JitLoaderError(
             f"op {name!r}: no C++/CUDA source ({', '.join(sources.SOURCE_SUFFIXES)}) in {op_dir}")

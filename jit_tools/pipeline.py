@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from jit_tools import build as builder, key as keys, registry, sources, store as stores, surface, toolchain
-from jit_tools.errors import CorruptBuild, JitLoaderError
+from jit_tools.errors import CorruptBuild, JitLoaderError, OpNotFoundError
 from jit_tools.log import logger
 from jit_tools.state import LOCK, STATES, BuildInfo, OpState, state_for, state_holding
 
@@ -63,12 +63,20 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
     if state.snapshot and not sources.snapshot_changed(state.snapshot):
         return False
     started = time.perf_counter()
-    key, config, compiled_sources, inputs = keys.compute_key(state.name, state.op_dir, state.options)
-    snapshot = sources.snapshot(state.op_dir, inputs,
-                                sources.surface_path(state.op_dir, state.name))
+    key, config, compiled_sources, inputs = keys.compute_key(
+        state.name, state.op_dir, state.options, state.sources)
+    snapshot = sources.snapshot(state.op_dir if state.sources is None else None, inputs,
+                                surface_file(state))
     if key == state.key:
         state.snapshot = snapshot
         return False
+    stable = sources.stable_registration(inputs)
+    if stable is not None:
+        raise JitLoaderError(
+            f"{stable[0]}:{stable[1]}: op {state.name!r} registers with STABLE_TORCH_LIBRARY*, "
+            "which jit_loader cannot withdraw, so the op could not be reloaded in a live "
+            "process; register with TORCH_LIBRARY / TORCH_LIBRARY_IMPL instead (the same "
+            "schema and kernels), or build it with torch.utils.cpp_extension")
     store = stores.current()
     compiled = False
     log_path = None
@@ -102,11 +110,18 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
     return True
 
 
+def surface_file(state: OpState) -> Path | None:
+    """The op's Python surface file; ops built from a source list have none."""
+    if state.sources is not None:
+        return None
+    return sources.surface_path(state.op_dir, state.name)
+
+
 def refresh(state: OpState, verbose: bool | None) -> bool:
     """Bring the native library and the Python surface up to date; True when either
     changed."""
-    surface_file = sources.surface_path(state.op_dir, state.name)
-    surface_key = str(surface_file) if surface_file else None
+    surface_path = surface_file(state)
+    surface_key = str(surface_path) if surface_path else None
     old_surface = state.snapshot.get(surface_key) if surface_key else None
     native_changed = ensure_current(state, verbose)
     surface_changed = surface_key is not None and (
@@ -118,7 +133,7 @@ def refresh(state: OpState, verbose: bool | None) -> bool:
 
 def load_library(name_or_path, verbose: bool | None = None, **options) -> OpState:
     op_dir = sources.resolve_op_dir(name_or_path)
-    opts = keys.options(**options)
+    opts = keys.options(**options) or None  # none given: keep those of the current build
     with LOCK:
         state = state_for(op_dir, opts)
         ensure_current(state, verbose)
@@ -130,6 +145,29 @@ def load(name_or_path, verbose: bool | None = None, **options) -> OpState:
     opts = keys.options(**options)
     with LOCK:
         state = state_for(op_dir, opts)
+        refresh(state, verbose)
+        return state
+
+
+def load_sources(name: str, source_files, verbose: bool | None = None, **options) -> OpState:
+    """Load the op ``name`` built from an explicit list of source files
+    (``torch.utils.cpp_extension.load``'s model)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
+        raise ValueError(f"load: name must be a C identifier (it names the module), got {name!r}")
+    files = []
+    for item in source_files:
+        path = Path(item).expanduser().resolve()
+        if not path.is_file():
+            raise OpNotFoundError(f"load {name!r}: source file {os.fspath(item)!r} does not exist")
+        if path.suffix not in sources.SOURCE_SUFFIXES:
+            raise JitLoaderError(f"load {name!r}: {path} is not a C++/CUDA source "
+                                 f"({', '.join(sources.SOURCE_SUFFIXES)})")
+        files.append(path)
+    if not files:
+        raise ValueError(f"load {name!r}: sources is empty")
+    opts = keys.options(**options)
+    with LOCK:
+        state = state_for(sources.common_folder(files), opts, name=name, sources=tuple(files))
         refresh(state, verbose)
         return state
 
@@ -161,10 +199,6 @@ def write_inline(name: str, cpp_source: str = "", cuda_source: str = "", *,
     """Write source text into ``<cache>/_inline/<name>/`` (an op folder), with a
     ``#line`` directive so compiler messages name ``source_name`` and the text's lines.
     Files are rewritten only when their text changed, so Ninja stays incremental."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise ValueError(f"load_inline: name must be a C identifier, got {name!r}")
-    op_dir = stores.current().inline_folder(name)
-    op_dir.mkdir(parents=True, exist_ok=True)
     wanted = {}
     for suffix, text in ((".cpp", cpp_source), (".cu", cuda_source)):
         if text:
@@ -174,6 +208,15 @@ def write_inline(name: str, cpp_source: str = "", cuda_source: str = "", *,
         raise ValueError("load_inline: give cpp_source or cuda_source")
     if python_source is not None:
         wanted[f"{name}.py"] = python_source
+    return write_inline_files(name, wanted)
+
+
+def write_inline_files(name: str, wanted: dict[str, str]) -> Path:
+    """Make ``<cache>/_inline/<name>/`` hold exactly the files ``wanted`` (name -> text)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"load_inline: name must be a C identifier, got {name!r}")
+    op_dir = stores.current().inline_folder(name)
+    op_dir.mkdir(parents=True, exist_ok=True)
     for existing in op_dir.iterdir():
         if existing.is_file() and existing.name not in wanted:
             existing.unlink()

@@ -233,7 +233,7 @@ def inline_op(tmp_path_factory):
     ``scale`` also a fake kernel and an autograd formula registered from Python."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("JIT_LOADER_CACHE", str(tmp_path_factory.mktemp("check_cache")))
-        op = jit_loader.load_inline("jit_check_inline", INLINE_OP)
+        op = jit_loader.load_inline("jit_check_inline", cpp_source=INLINE_OP)
         lib = torch.library.Library("jit_check_inline", "FRAGMENT")
         torch.library.register_fake("jit_check_inline::scale", torch.empty_like, lib=lib)
         torch.library.register_autograd(

@@ -215,11 +215,12 @@ PYBIND_RELOAD = """
     from pathlib import Path
     op_dir = Path({path!r})
     op = jit_loader.load(op_dir)
-    first = op.answer()
+    answer = op.answer                     # a handle taken before the reload
+    first = answer()
     source = op_dir / "toy_pybind.cpp"
     source.write_text(source.read_text().replace("return 42;", "return 43;"))
     op.reload()
-    print(json.dumps({{"first": first, "second": op.answer(),
+    print(json.dumps({{"first": first, "second": op.answer(), "handle": answer(),
                       "twice": op.twice(torch.ones(2)).tolist()}}))
 """
 
@@ -227,7 +228,7 @@ PYBIND_RELOAD = """
 def test_pybind_module_reloads_in_process(tmp_path):
     op_dir = copy_op("toy_pybind", tmp_path)
     out = result_of(run_py(PYBIND_RELOAD.format(path=str(op_dir)), make_env(tmp_path / "cache")))
-    assert out == {"first": 42, "second": 43, "twice": [2.0, 2.0]}
+    assert out == {"first": 42, "second": 43, "handle": 43, "twice": [2.0, 2.0]}
 
 
 # --------------------------------------------------------------------------------------
