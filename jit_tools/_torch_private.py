@@ -58,3 +58,36 @@ def write_ninja_file(cpp_extension, **kwargs) -> None:
     the nvcc arch flags exactly as ``cpp_extension.load`` writes them; we run Ninja
     ourselves (progress, error capture, locking), so we need the file, not ``load``."""
     cpp_extension._write_ninja_file_to_build_library(**kwargs)
+
+
+# Used by jit_tools.check, which must recognise dispatcher ops among the callables it
+# is given and record which ops a function calls. torch has no public names for these.
+
+# The classes of ``torch.ops.ns.op.default`` and ``torch.ops.ns.op``.
+OpOverload = torch._ops.OpOverload
+OpOverloadPacket = torch._ops.OpOverloadPacket
+
+
+def dispatch_mode_base():
+    """torch's base class of a Python dispatch mode (sees every op a call dispatches);
+    imported lazily, as torch itself imports it only on use."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    return TorchDispatchMode
+
+
+def tree_leaves(tree):
+    """The leaves of nested outputs (tuples, lists, dicts), as torch's own tools walk them."""
+    import torch.utils._pytree as pytree
+    return pytree.tree_leaves(tree)
+
+
+def tree_map_only(cls, fn, tree):
+    import torch.utils._pytree as pytree
+    return pytree.tree_map_only(cls, fn, tree)
+
+
+def custom_op_overload(fn) -> "OpOverload | None":
+    """The dispatcher op behind a ``torch.library.custom_op`` function, which keeps it
+    in a private attribute; None for anything else."""
+    op = getattr(fn, "_opoverload", None)
+    return op if isinstance(op, OpOverload) else None

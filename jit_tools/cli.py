@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jit_tools import pipeline, sources, store as stores, toolchain
+from jit_tools import _torch_private, pipeline, sources, store as stores, toolchain
 from jit_tools.errors import BuildError, JitLoaderError, OpNotFoundError
 from jit_tools.store import CacheStore
 
@@ -595,7 +595,7 @@ def _check_compiler(torch, nvcc_version) -> list[tuple[str, str]]:
 
     # ABI: torch's build flags do not force _GLIBCXX_USE_CXX11_ABI, so the compiler's
     # default must match torch's. Preprocessing <string> shows the default (no compile).
-    want = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    want = int(_torch_private.cxx11_abi())
     try:
         proc = subprocess.run([cxx, "-x", "c++", "-E", "-dM", "-"], input="#include <string>\n",
                               capture_output=True, text=True, timeout=60)

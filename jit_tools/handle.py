@@ -67,6 +67,11 @@ class Op:
     def build(self) -> BuildInfo | None:
         return self._state.info
 
+    def current_key(self) -> str:
+        """The cache key of the op's sources, headers and flags as they are now (builds
+        nothing); differs from ``op.build.key`` when an edit awaits a reload."""
+        return pipeline.current_key(self._state)
+
     def reload(self, verbose: bool | None = None) -> bool:
         """Rebuild and reload if any source, header or the Python surface changed."""
         return pipeline.reload(self._state, verbose)

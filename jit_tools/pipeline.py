@@ -234,6 +234,11 @@ def op_key(name_or_path, **options) -> tuple[str, dict]:
     return key, config
 
 
+def current_key(state: OpState) -> str:
+    """The key the op's inputs have now (builds nothing)."""
+    return keys.compute_key(state.name, state.op_dir, state.options, state.sources)[0]
+
+
 def build_in_use(entry: str | os.PathLike) -> bool:
     """True when some live process (this one included) holds the build folder."""
     entry = Path(entry)
