@@ -143,7 +143,7 @@ def snapshot(op_dir: Path | None, files: Iterable[Path], surface: Path | None) -
     return snap
 
 
-_STABLE_RE = re.compile(rb"^\s*STABLE_TORCH_LIBRARY\w*\s*\(", re.MULTILINE)
+_STABLE_RE = re.compile(rb"^[ \t]*STABLE_TORCH_LIBRARY\w*\s*\(", re.MULTILINE)
 
 
 def stable_registration(files: Iterable[Path]) -> tuple[Path, int] | None:

@@ -69,6 +69,7 @@ def test_lltm_tutorial_through_torch_and_ours_gives_the_same_results(tmp_path):
     source.parent.mkdir()
     shutil.copy2(FIXTURES / "lltm_tutorial" / "lltm.cpp", source)
     cache = tmp_path / "cache"
+    (tmp_path / "torch_build").mkdir()  # torch's load expects its build_directory to exist
     out = run_py(TORCH_VS_OURS, cache, str(source), str(tmp_path / "torch_build"))
     assert out["module"] and out["file_in_cache"]
     assert out["forward_equal"] == [True] * 7
