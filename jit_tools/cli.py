@@ -5,9 +5,9 @@
     python -m jit_loader clean  [OP ...] [--older-than DAYS] [--keep N] [--broken] [--dry-run]
     python -m jit_loader doctor
 
-Everything here goes through jit_loader's public helpers (``op_key``, ``cached_builds``,
-``build_in_use``, ``remove_build``, ``load_library``), so the command line sees the cache
-exactly as a loading process does.
+Everything here goes through the loader's own pipeline (``op_key``, ``cached_builds``,
+``build_in_use``, ``remove_build``, ``load_library``) and its cache store, so the command
+line sees the cache exactly as a loading process does.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
-import fcntl
 import json
 import logging
 import multiprocessing
@@ -29,7 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import jit_loader
+from jit_tools import _torch_private, pipeline, sources, store as stores, toolchain
+from jit_tools.errors import BuildError, JitLoaderError, OpNotFoundError
+from jit_tools.store import CacheStore
 
 LOW_DISK_BYTES = 2 * 1024**3     # below this much free space, doctor warns
 MIN_GCC = (9, 0)                 # torch's headers are C++17: gcc 9 or newer
@@ -77,60 +78,22 @@ def _folder_size(path: Path) -> int:
 
 def _op_caches() -> list[str]:
     """Names of the ops that have a folder of builds in the cache."""
-    root = jit_loader.cache_dir()
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / "builds").is_dir())
+    return stores.current().op_names()
 
 
 def _resolve(name_or_path: str) -> Path:
     """An op folder from a name under ops/ or a path, exactly as ``load`` resolves it."""
-    return jit_loader._resolve_op_dir(name_or_path)
+    return sources.resolve_op_dir(name_or_path)
 
 
 def _broken_reason(build: dict) -> str:
     """Why ``cached_builds`` marked a build invalid, in words."""
-    entry = Path(build["path"])
-    if "library" not in build:
-        return "no readable manifest.json"
-    lib = entry / build["library"]
-    if not lib.is_file():
-        return f"library {lib.name} is missing"
-    size = lib.stat().st_size
-    if size != build.get("size"):
-        return f"library {lib.name} is truncated or altered ({size} bytes, manifest says {build.get('size')})"
-    return "manifest and library disagree"
+    return CacheStore.problem(build)
 
 
 def _leftovers(name: str) -> list[Path]:
     """Half-written build folders (``builds/.tmp-*``) that an interrupted build left."""
-    builds = jit_loader.cache_dir() / name / "builds"
-    return sorted(builds.glob(".tmp-*")) if builds.is_dir() else []
-
-
-@contextlib.contextmanager
-def _build_lock_if_free(name: str):
-    """Take op ``name``'s build lock without waiting.
-
-    Yields None while we hold it (no build of the op can start or be running), else
-    the process id of the builder that holds it. Builds only write work folders and
-    ``.tmp-`` folders under this lock, so holding it makes removing them safe.
-    """
-    path = jit_loader.cache_dir() / name / "build.lock"
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        yield "?"
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            return
-        yield None
-    finally:
-        os.close(fd)  # releases the lock
+    return stores.current().leftovers(name)
 
 
 # --------------------------------------------------------------------------------------
@@ -142,11 +105,11 @@ def _ops_to_list(paths: list[str]) -> list[tuple[str, Path | None]]:
     """(name, source folder) of the ops under ops/, of PATHs, and of ops that only
     the cache knows (built from elsewhere); source folder None when it is gone."""
     found: list[tuple[str, Path | None]] = [
-        (name, (jit_loader.OPS_DIR / name).resolve()) for name in jit_loader.available_ops()]
+        (name, (sources.OPS_DIR / name).resolve()) for name in sources.available_ops()]
     for text in paths:
         path = Path(text).expanduser().resolve()
-        if path.is_dir() and not jit_loader._is_op_dir(path):
-            found += [(name, path / name) for name in jit_loader.available_ops(path)]
+        if path.is_dir() and not sources.is_op_dir(path):
+            found += [(name, path / name) for name in sources.available_ops(path)]
         else:
             op_dir = _resolve(text)
             found.append((op_dir.name, op_dir))
@@ -154,8 +117,8 @@ def _ops_to_list(paths: list[str]) -> list[tuple[str, Path | None]]:
     for name in _op_caches():
         if name in known:
             continue
-        sources = {b.get("op_dir") for b in jit_loader.cached_builds(name)} - {None}
-        existing = [Path(s) for s in sorted(sources) if Path(s).is_dir()]
+        origins = {b.get("op_dir") for b in pipeline.cached_builds(name)} - {None}
+        existing = [Path(s) for s in sorted(origins) if Path(s).is_dir()]
         found.append((name, existing[0] if existing else None))
     unique = []
     for item in found:
@@ -172,13 +135,13 @@ def _describe_op(name: str, op_dir: Path | None) -> dict:
         info["error"] = "its source folder no longer exists"
     else:
         try:
-            key, config = jit_loader.op_key(op_dir)
+            key, config = pipeline.op_key(op_dir)
             info.update(current_key=key, with_cuda=config["with_cuda"],
                         cuda_arch=config["cuda_arch"], no_cuda_reason=config["no_cuda_reason"])
-        except jit_loader.JitLoaderError as e:
+        except JitLoaderError as e:
             info["error"] = str(e).splitlines()[0]
     builds = []
-    for b in jit_loader.cached_builds(name):
+    for b in pipeline.cached_builds(name):
         config = b.get("config", {})
         builds.append({
             "key": b["key"], "path": b["path"], "size_bytes": _folder_size(Path(b["path"])),
@@ -190,7 +153,7 @@ def _describe_op(name: str, op_dir: Path | None) -> dict:
         })
     info["builds"] = builds
     info["current_cached"] = any(b["current"] and b["valid"] for b in builds)
-    work = sorted((jit_loader.cache_dir() / name).glob("work-*"))
+    work = stores.current().work_folders(name)
     info["work_folders"] = [str(w) for w in work]
     info["work_bytes"] = sum(_folder_size(w) for w in work)
     info["leftovers"] = [str(p) for p in _leftovers(name)]
@@ -199,14 +162,14 @@ def _describe_op(name: str, op_dir: Path | None) -> dict:
 
 def cmd_list(args) -> int:
     ops = [_describe_op(name, op_dir) for name, op_dir in _ops_to_list(args.paths)]
-    cache = jit_loader.cache_dir()
+    cache = stores.cache_dir()
     if args.json:
         print(json.dumps({"cache": str(cache), "ops": ops}, indent=2))
         return 0
     source = "JIT_LOADER_CACHE" if os.environ.get("JIT_LOADER_CACHE") else "set JIT_LOADER_CACHE to move it"
     print(f"cache: {cache}  ({source})")
     if not ops:
-        print(f"no ops found in {jit_loader.OPS_DIR} and no builds in the cache")
+        print(f"no ops found in {sources.OPS_DIR} and no builds in the cache")
     for op in ops:
         print()
         print(f"{op['name']}  {op['path'] or '(source folder gone)'}")
@@ -215,7 +178,7 @@ def cmd_list(args) -> int:
         elif op["current_cached"]:
             print(f"  a new process loads build {op['current_key']} (cached, no compile)")
         else:
-            in_ops = Path(op["path"]).parent == jit_loader.OPS_DIR.resolve()
+            in_ops = Path(op["path"]).parent == sources.OPS_DIR.resolve()
             print(f"  a new process compiles build {op['current_key']} (not cached; prebuild it with: "
                   f"python -m jit_loader build {op['name'] if in_ops else op['path']})")
         if op.get("no_cuda_reason"):
@@ -246,20 +209,27 @@ def cmd_list(args) -> int:
 # --------------------------------------------------------------------------------------
 
 
-def _build_one(op_dir: str, cuda_arch: str | None, verbose: bool, max_jobs: int) -> dict:
+def _build_options(args) -> dict:
+    """The build options of ``load`` given on the command line (part of the key)."""
+    return {"cuda_arch": args.cuda_arch, "extra_cflags": args.extra_cflags,
+            "extra_cuda_cflags": args.extra_cuda_cflags, "extra_ldflags": args.extra_ldflags,
+            "extra_include_paths": args.extra_include_paths}
+
+
+def _build_one(op_dir: str, options: dict, verbose: bool, max_jobs: int) -> dict:
     """Build (or fetch) one op by loading its library; runs in a worker process."""
     os.environ["MAX_JOBS"] = str(max_jobs)  # ninja -j of this worker
     result = {"op_dir": op_dir, "name": Path(op_dir).name, "ok": False}
     try:
-        op = jit_loader.load_library(op_dir, cuda_arch=cuda_arch, verbose=verbose)
-    except jit_loader.BuildError as e:
+        state = pipeline.load_library(op_dir, verbose, **options)
+    except BuildError as e:
         result.update(error=str(e).splitlines()[0], log=e.log_path)
         return result
     except Exception as e:  # report every failure; one op must not stop the others
         message = str(e).splitlines()[0] if str(e) else ""
         result.update(error=f"{type(e).__name__}: {message}")
         return result
-    info = op.build
+    info = state.info
     result.update(ok=True, key=info.key, compiled=info.compiled, seconds=info.seconds,
                   log=info.log_path, cuda_arch=info.cuda_arch, no_cuda_reason=info.no_cuda_reason)
     return result
@@ -279,11 +249,11 @@ def _start_build_worker(rows, lock) -> None:
             kw.setdefault("position", row)
             super().__init__(*a, **kw)
 
-    tqdm.auto.tqdm = RowBar  # jit_loader._run_ninja looks it up at each build
+    tqdm.auto.tqdm = RowBar  # jit_tools.build.run_ninja looks it up at each build
 
 
 def _build_all(op_dirs: list[Path], args, workers: int, max_jobs: int) -> list[dict]:
-    jobs = [(str(d), args.cuda_arch, args.verbose, max_jobs) for d in op_dirs]
+    jobs = [(str(d), _build_options(args), args.verbose, max_jobs) for d in op_dirs]
     if workers == 1:
         return [_build_one(*job) for job in jobs]
     ctx = multiprocessing.get_context("spawn")  # torch is imported: never fork
@@ -311,25 +281,25 @@ def cmd_build(args) -> int:
         return 2
     try:
         op_dirs = [_resolve(op) for op in args.ops] or [
-            jit_loader.OPS_DIR / name for name in jit_loader.available_ops()]
-    except jit_loader.OpNotFoundError as e:
+            sources.OPS_DIR / name for name in sources.available_ops()]
+    except OpNotFoundError as e:
         print(f"build: {e}", file=sys.stderr)
         return 2
     op_dirs = list(dict.fromkeys(d.resolve() for d in op_dirs))
     if not op_dirs:
-        print(f"nothing to build: no ops in {jit_loader.OPS_DIR}")
+        print(f"nothing to build: no ops in {sources.OPS_DIR}")
         return 0
 
     # Ops whose current build is already in the cache need no worker at all.
     todo, results, uses_cuda = [], {}, False
     for op_dir in op_dirs:
         try:
-            key, config = jit_loader.op_key(op_dir, cuda_arch=args.cuda_arch)
-        except jit_loader.JitLoaderError as e:
+            key, config = pipeline.op_key(op_dir, **_build_options(args))
+        except JitLoaderError as e:
             results[op_dir] = {"name": op_dir.name, "ok": False, "error": str(e).splitlines()[0]}
             continue
         uses_cuda |= config["with_cuda"]
-        cached = any(b["key"] == key and b["valid"] for b in jit_loader.cached_builds(op_dir.name))
+        cached = any(b["key"] == key and b["valid"] for b in pipeline.cached_builds(op_dir.name))
         if cached:
             results[op_dir] = {"name": op_dir.name, "ok": True, "compiled": False, "key": key,
                                "cuda_arch": config["cuda_arch"],
@@ -358,10 +328,10 @@ def cmd_build(args) -> int:
         extra = f", CUDA arch {r['cuda_arch']}" if r.get("cuda_arch") else ""
         extra += f", CPU only: {r['no_cuda_reason']}" if r.get("no_cuda_reason") else ""
         print(f"ok      {r['name']:<{width}}  {what}, key {r['key']}{extra}")
-    if args.cuda_arch and uses_cuda and args.cuda_arch != jit_loader.cuda_arch_list():
+    if args.cuda_arch and uses_cuda and args.cuda_arch != toolchain.cuda_arch_list():
         print(f"note: a process finds these builds only with the same arch list; "
               f"run it with JIT_LOADER_CUDA_ARCH='{args.cuda_arch}' "
-              f"(its default now is '{jit_loader.cuda_arch_list()}')")
+              f"(its default now is '{toolchain.cuda_arch_list()}')")
     if failed:
         print(f"{failed} of {len(op_dirs)} ops failed to build")
     return 1 if failed else 0
@@ -392,8 +362,9 @@ def _doomed(builds: list[dict], args) -> list[dict]:
 
 def _clean_op(name: str, args, totals: dict) -> None:
     verb = "would remove" if args.dry_run else "removed"
-    op_cache = jit_loader.cache_dir() / name
-    builds = jit_loader.cached_builds(name)
+    store = stores.current()
+    op_cache = store.op_folder(name)
+    builds = pipeline.cached_builds(name)
     doomed = _doomed(builds, args)
     remaining = len(builds) - len(doomed)
     for b in doomed:
@@ -402,11 +373,11 @@ def _clean_op(name: str, args, totals: dict) -> None:
         label = f"{name}/{entry.name}"
         age = _age(time.time() - b.get("created", time.time()))
         why = "" if b["valid"] else f" (broken: {_broken_reason(b)})"
-        if jit_loader.build_in_use(entry):
+        if pipeline.build_in_use(entry):
             print(f"skipped       {label}  in use by a running process; clean again once it exits")
             totals["skipped"] += 1
             remaining += 1
-        elif args.dry_run or jit_loader.remove_build(entry):
+        elif args.dry_run or pipeline.remove_build(entry):
             print(f"{verb:<13} {label}  {_size(size)}, {age} old{why}")
             totals["removed"] += 1
             totals["bytes"] += size
@@ -419,10 +390,10 @@ def _clean_op(name: str, args, totals: dict) -> None:
     # only while no build of the op runs (a running build writes into them).
     extra = _leftovers(name)
     if remaining == 0 and not args.broken:
-        extra += sorted(op_cache.glob("work-*"))
+        extra += store.work_folders(name)
     if not extra:
         return
-    with _build_lock_if_free(name) as builder:
+    with stores.current().build_lock_if_free(name) as builder:
         if builder is not None:
             print(f"skipped       {name} work folders: process {builder} is building {name} now")
             return
@@ -451,12 +422,12 @@ def cmd_clean(args) -> int:
             continue
         try:
             name = _resolve(op).name
-        except jit_loader.OpNotFoundError:
+        except OpNotFoundError:
             name = op
         if name in cached:
             names.append(name)
         else:
-            print(f"no builds of {op!r} in the cache {jit_loader.cache_dir()}")
+            print(f"no builds of {op!r} in the cache {stores.cache_dir()}")
     if not args.ops:
         names = cached
     totals = {"removed": 0, "skipped": 0, "bytes": 0}
@@ -517,7 +488,7 @@ def _check_nvcc(torch) -> tuple[list[tuple[str, str]], tuple[int, ...] | None]:
     """Verdicts on the CUDA toolkit, and nvcc's CUDA version (None when not usable)."""
     want = torch.version.cuda
     fix_to = f"a CUDA {want} toolkit" if want else "a CUDA toolkit"
-    for var in ("CUDA_HOME", "CUDA_PATH"):  # the order jit_loader.cuda_home() uses
+    for var in ("CUDA_HOME", "CUDA_PATH"):  # the order toolchain.cuda_home() uses
         home = os.environ.get(var)
         if home:
             if not os.path.isfile(os.path.join(home, "bin", "nvcc")):
@@ -525,7 +496,7 @@ def _check_nvcc(torch) -> tuple[list[tuple[str, str]], tuple[int, ...] | None]:
                                   f"(the folder that contains bin/nvcc) or unset {var}")], None
             how = var
             break
-    home = jit_loader.cuda_home()
+    home = toolchain.cuda_home()
     if not any(os.environ.get(var) for var in ("CUDA_HOME", "CUDA_PATH")):
         on_path = shutil.which("nvcc")
         on_path_home = on_path and os.path.dirname(os.path.dirname(os.path.realpath(on_path)))
@@ -575,7 +546,7 @@ def _check_cuda_headers(home: str, nvcc: str, how: str) -> list[tuple[str, str]]
                           f"which has no include/cuda_runtime_api.h: CUDA builds fail. Fix: {fix}")]
     # The loader adds the header folders of pip's NVIDIA packages when the toolkit
     # lacks the library headers (a compiler-only toolkit), as torch's wheels do.
-    extra = [Path(p) for p in jit_loader._pip_cuda_includes(home)]
+    extra = [Path(p) for p in toolchain.pip_cuda_includes(home)]
     missing = [h for h in ATEN_CUDA_HEADERS
                if not any((folder / h).is_file() for folder in (include, *extra))]
     if missing:
@@ -592,7 +563,7 @@ def _check_cuda_headers(home: str, nvcc: str, how: str) -> list[tuple[str, str]]
 
 
 def _check_compiler(torch, nvcc_version) -> list[tuple[str, str]]:
-    cxx = jit_loader.cxx_compiler()
+    cxx = toolchain.cxx_compiler()
     path = shutil.which(cxx)
     if path is None:
         return [("ERROR", f"C++ compiler {cxx!r} not found on PATH: install g++ (e.g. apt install g++) "
@@ -624,7 +595,7 @@ def _check_compiler(torch, nvcc_version) -> list[tuple[str, str]]:
 
     # ABI: torch's build flags do not force _GLIBCXX_USE_CXX11_ABI, so the compiler's
     # default must match torch's. Preprocessing <string> shows the default (no compile).
-    want = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    want = int(_torch_private.cxx11_abi())
     try:
         proc = subprocess.run([cxx, "-x", "c++", "-E", "-dM", "-"], input="#include <string>\n",
                               capture_output=True, text=True, timeout=60)
@@ -699,8 +670,8 @@ def _check_gpus(torch) -> list[tuple[str, str]]:
     try:
         count = torch.cuda.device_count()
     except Exception as e:  # a broken driver
-        return [("WARN", f"cannot query GPUs ({e}); builds use CUDA arch list {jit_loader.cuda_arch_list()}")]
-    arch = jit_loader.cuda_arch_list()
+        return [("WARN", f"cannot query GPUs ({e}); builds use CUDA arch list {toolchain.cuda_arch_list()}")]
+    arch = toolchain.cuda_arch_list()
     if count == 0:
         source = _arch_source() if _arch_source() != "from the visible GPUs" else "the default"
         return [("WARN", f"no GPU visible: CUDA kernels cannot run here; .cu sources are still compiled, "
@@ -718,7 +689,7 @@ def _check_gpus(torch) -> list[tuple[str, str]]:
 
 
 def _check_cache() -> list[tuple[str, str]]:
-    root = jit_loader.cache_dir()
+    root = stores.cache_dir()
     fix = "set JIT_LOADER_CACHE to a writable folder"
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -730,7 +701,7 @@ def _check_cache() -> list[tuple[str, str]]:
         return [("ERROR", f"cache {root} is not writable ({detail}): {fix}")]
     free = shutil.disk_usage(root).free
     ops = _op_caches()
-    builds = sum(len(jit_loader.cached_builds(n)) for n in ops)
+    builds = sum(len(pipeline.cached_builds(n)) for n in ops)
     used = sum(_folder_size(root / n) for n in ops)
     where = "from JIT_LOADER_CACHE" if os.environ.get("JIT_LOADER_CACHE") else "default location"
     summary = (f"cache {root} ({where}): writable, {_size(free)} free; "
@@ -742,17 +713,17 @@ def _check_cache() -> list[tuple[str, str]]:
 
 
 def _check_cache_entries() -> list[tuple[str, str]]:
-    root = jit_loader.cache_dir()
+    root = stores.cache_dir()
     if not root.is_dir():
         return []
     problems = []
     for name in _op_caches():
-        for b in jit_loader.cached_builds(name):
+        for b in pipeline.cached_builds(name):
             if not b["valid"]:
                 problems.append(f"{name}/{b['key']}: {_broken_reason(b)}")
         leftovers = _leftovers(name)
         if leftovers:
-            with _build_lock_if_free(name) as builder:
+            with stores.current().build_lock_if_free(name) as builder:
                 if builder is None:  # else a build is running and writing them now
                     problems += [f"{name}/builds/{p.name}: left by an interrupted build" for p in leftovers]
     if not problems:
@@ -764,7 +735,7 @@ def _check_cache_entries() -> list[tuple[str, str]]:
 
 def _check_settings() -> list[tuple[str, str]]:
     verdicts, notes = [], []
-    for var, default, meaning in (("JIT_LOADER_KEEP", str(jit_loader.DEFAULT_KEEP), "builds kept per op"),
+    for var, default, meaning in (("JIT_LOADER_KEEP", str(stores.DEFAULT_KEEP), "builds kept per op"),
                                   ("MAX_JOBS", str(_cores()), "parallel compile jobs")):
         value = os.environ.get(var) or default
         if not value.isdigit() or int(value) < 1:
@@ -842,8 +813,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda-arch", metavar="LIST",
                    help='CUDA architectures to compile for, e.g. "9.0" or "8.0;9.0+PTX" (default: '
                         "JIT_LOADER_CUDA_ARCH, TORCH_CUDA_ARCH_LIST, the visible GPUs, else "
-                        f"{jit_loader.DEFAULT_CUDA_ARCH}). A process loads these builds only when it "
+                        f"{toolchain.DEFAULT_CUDA_ARCH}). A process loads these builds only when it "
                         "uses the same list, so export JIT_LOADER_CUDA_ARCH in the job too")
+    for flag, dest, metavar, meaning in (
+            ("--extra-cflags", "extra_cflags", "FLAG", "a C++ compiler flag, e.g. --extra-cflags=-DX=1 "
+                                                      "(write = when it starts with -)"),
+            ("--extra-cuda-cflags", "extra_cuda_cflags", "FLAG", "an nvcc flag"),
+            ("--extra-ldflags", "extra_ldflags", "FLAG", "a linker flag"),
+            ("--extra-include-path", "extra_include_paths", "DIR", "an include folder")):
+        p.add_argument(flag, dest=dest, action="append", default=[], metavar=metavar,
+                       help=f"{meaning}; repeatable; load's {dest}. Flags are part of the build's "
+                            "key: a process loads this build only with the same flags")
     p.add_argument("-j", "--jobs", type=int, metavar="N",
                    help="compile jobs in total, shared among the ops built at once "
                         "(default: MAX_JOBS, else the number of cores)")
@@ -882,7 +862,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.func(args)
-    except jit_loader.JitLoaderError as e:
+    except JitLoaderError as e:
         print(f"{args.command}: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

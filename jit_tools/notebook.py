@@ -30,7 +30,10 @@ import sys
 import warnings
 from pathlib import Path
 
-import jit_loader
+from jit_tools import pipeline, registry, store as stores
+from jit_tools.errors import BuildError
+from jit_tools.handle import Op
+from jit_tools.state import loaded_states
 
 DIAGNOSTIC_LINES = 12
 _CONTEXT_LINE = re.compile(
@@ -58,6 +61,10 @@ def unload_ipython_extension(ipython) -> None:
     ipython.magics_manager.magics["line"].pop("jit_reload", None)
     ipython.magics_manager.magics["cell"].pop("jit_op", None)
     _EXTENSION = None
+
+
+def _loaded_ops() -> list[Op]:
+    return [Op(state) for state in loaded_states()]
 
 
 def _quiet_progress_bar_import() -> None:
@@ -93,7 +100,7 @@ def compiler_diagnostics(log: str, limit: int = DIAGNOSTIC_LINES) -> list[str]:
     return kept
 
 
-def build_error_report(err: jit_loader.BuildError, op_name: str, *, color: bool = True) -> list[str]:
+def build_error_report(err: BuildError, op_name: str, *, color: bool = True) -> list[str]:
     """Lines describing a failed build: ``file:line: message`` first, then the log path,
     then the compiler's diagnostics."""
     first = str(err).splitlines()[0]
@@ -104,10 +111,10 @@ def build_error_report(err: jit_loader.BuildError, op_name: str, *, color: bool 
     return lines
 
 
-class CellBuildError(jit_loader.BuildError):
+class CellBuildError(BuildError):
     """A BuildError that IPython shows as the compiler report, without a Python traceback."""
 
-    def __init__(self, err: jit_loader.BuildError, op_name: str, note: str = ""):
+    def __init__(self, err: BuildError, op_name: str, note: str = ""):
         super().__init__(str(err), log_path=err.log_path, file=err.file, line=err.line, log=err.log)
         self.op_name = op_name
         self.note = note
@@ -124,21 +131,21 @@ class CellBuildError(jit_loader.BuildError):
 # --------------------------------------------------------------------------------------
 
 
-def _is_inline(op: jit_loader.Op) -> bool:
+def _is_inline(op: Op) -> bool:
     """Ops built from cell text live in the cache; only their cell changes them."""
-    inline_root = (jit_loader.cache_dir() / "_inline").resolve()
+    inline_root = stores.current().inline_root().resolve()
     return op.path.parent == inline_root
 
 
-def _content_key(op: jit_loader.Op) -> str | None:
+def _content_key(op: Op) -> str | None:
     """Hash of the op's sources, headers and build configuration (builds nothing)."""
     try:
-        return jit_loader.op_key(op.path)[0]
+        return op.current_key()
     except Exception:  # noqa: BLE001 - a folder being edited; treat as changed
         return None
 
 
-def _build_summary(op: jit_loader.Op) -> str:
+def _build_summary(op: Op) -> str:
     info = op.build
     if info is None:
         return "not built"
@@ -160,7 +167,7 @@ class _Extension:
         """Reload every folder-based op with edited inputs. Returns what happened to the
         ops that changed, as (op, message), and the failures as (op, error)."""
         changes, failures = [], []
-        for op in jit_loader.loaded_ops():
+        for op in _loaded_ops():
             if _is_inline(op):
                 continue
             known = self.failed.get(op.path)
@@ -172,7 +179,7 @@ class _Extension:
                 reloaded = op.reload()
             except Exception as err:  # noqa: BLE001 - a build or import error of user code
                 failures.append((op, err))
-                if isinstance(err, jit_loader.BuildError) and err.file is not None:
+                if isinstance(err, BuildError) and err.file is not None:
                     self.failed[op.path] = (_content_key(op), err)
                 continue
             self.failed.pop(op.path, None)
@@ -183,12 +190,12 @@ class _Extension:
                 changes.append((op, f"op {op.name!r} builds again; its sources match the build in use"))
         return changes, failures
 
-    def _announce(self, changes: list[tuple[jit_loader.Op, str]]) -> None:
+    def _announce(self, changes: list[tuple[Op, str]]) -> None:
         for _op, message in changes:
             print(f"jit_loader: {message}", flush=True)
 
-    def _report(self, op: jit_loader.Op, err: Exception) -> None:
-        if isinstance(err, jit_loader.BuildError):
+    def _report(self, op: Op, err: Exception) -> None:
+        if isinstance(err, BuildError):
             first = str(err).splitlines()[0]
             lines = build_error_report(err, op.name)
         else:
@@ -218,18 +225,18 @@ class _Extension:
         changes, failures = self.check_ops()
         self._announce(changes)
         if not changes and not failures:
-            names = ", ".join(repr(op.name) for op in jit_loader.loaded_ops()) or "none loaded"
+            names = ", ".join(repr(op.name) for op in _loaded_ops()) or "none loaded"
             print(f"jit_loader: every op is up to date ({names})")
         for op, err in failures:
             self.reported[op.path] = str(err).splitlines()[0]
-            if isinstance(err, jit_loader.BuildError):
+            if isinstance(err, BuildError):
                 raise CellBuildError(err, op.name, f"op {op.name!r} keeps its last good build") from None
             raise err
 
     def jit_op(self, line: str, cell: str) -> None:
         """%%jit_op NAME [--cuda] [--verbose]: build the cell's C++ (CUDA) source as an op.
 
-        The op is bound to NAME in the notebook (a ``jit_loader.Op``); its dispatcher ops
+        The op is bound to NAME in the notebook (a ``Op``); its dispatcher ops
         are ``NAME.<op>`` and ``torch.ops.<namespace>.<op>``, a ``PYBIND11_MODULE``'s
         functions are ``NAME.<function>``. Re-running an edited cell replaces the op.
         Compiler errors name ``<cell NAME>`` and the line within the cell body.
@@ -239,15 +246,15 @@ class _Extension:
         source_name = f"<cell {name}>"
         sources = {"cuda_source": cell} if args.cuda else {"cpp_source": cell}
         previous = self.ipython.user_ns.get(name)
-        before = previous.build if isinstance(previous, jit_loader.Op) else None
+        before = previous.build if isinstance(previous, Op) else None
         try:
-            op = jit_loader.load_inline(name, first_line=1, source_name=source_name,
-                                        verbose=args.verbose or None, **sources)
+            op_dir = pipeline.write_inline(name, first_line=1, source_name=source_name, **sources)
+            op = Op(pipeline.load(op_dir, args.verbose or None))
         except ValueError as err:  # not a C identifier
             from IPython.core.error import UsageError
             raise UsageError(f"%%jit_op: {err}") from None
-        except jit_loader.BuildError as err:
-            if isinstance(previous, jit_loader.Op) and previous.build is not None:
+        except BuildError as err:
+            if isinstance(previous, Op) and previous.build is not None:
                 note = f"{name} still runs its previous build"
             else:
                 note = f"{name} is not defined until the cell compiles"
@@ -271,11 +278,11 @@ def _jit_op_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _describe(op: jit_loader.Op) -> str:
+def _describe(op: Op) -> str:
     """What the op offers, e.g. ``torch.ops.toy.scale, toy.twice``."""
     parts = []
     for ns in op.namespaces:
-        parts += [f"torch.ops.{ns}.{name}" for name in jit_loader._ops_in(ns)]
+        parts += [f"torch.ops.{ns}.{name}" for name in registry.ops_in(ns)]
     if op.extension is not None:
         parts += [f"{op.name}.{name}" for name in sorted(vars(op.extension))
                   if not name.startswith("_")]

@@ -1,0 +1,222 @@
+"""Compiling one op: write torch's build.ninja, run Ninja with a progress bar, turn a
+failure into a BuildError whose first line is the first compiler error, and publish
+the library into the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from jit_tools import _torch_private, key as keys, sources as src, toolchain
+from jit_tools.errors import BuildError, JitLoaderError
+from jit_tools.store import CacheStore
+
+_NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
+_GCC_ERROR = re.compile(
+    r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)? (?:fatal )?error: (?P<msg>.*)$")
+_NVCC_ERROR = re.compile(
+    r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?:catastrophic )?error: (?P<msg>.*)$")
+
+
+def first_error(log: str, local_dirs: Sequence[Path]) -> tuple[str, int, str] | None:
+    """First compiler error in the log, preferring one located in the user's files."""
+    found = []
+    for raw in log.splitlines():
+        m = _GCC_ERROR.match(raw) or _NVCC_ERROR.match(raw)
+        if m:
+            found.append((m.group("file"), int(m.group("line")), m.group("msg").strip()))
+    if not found:
+        return None
+    for file, line, msg in found:
+        path = Path(file)
+        if any(str(path).startswith(str(d) + os.sep) for d in local_dirs):
+            return file, line, msg
+    return found[0]
+
+
+def _progress_unit(command: str) -> str:
+    """The source file a Ninja command works on, for the progress bar."""
+    m = re.search(r"-c (\S+)", command)
+    if m:
+        return os.path.basename(m.group(1))
+    m = re.search(r"-o (\S+)", command)
+    return "link " + os.path.basename(m.group(1)) if m else command[:40]
+
+
+def write_ninja_file(name: str, config: dict, sources: list[Path], work: Path) -> None:
+    """torch's build.ninja for the op, with the registry header force-included into
+    every translation unit and the glue linked in."""
+    cx = toolchain.cpp_extension()
+    header, glue = keys.REGISTRY_HEADER, keys.GLUE_SOURCE
+    names = {glue.stem: glue}
+    for source in sources:
+        stem = source.stem + (".cuda" if source.suffix in src.CUDA_SUFFIXES else "")
+        if stem in names:
+            raise JitLoaderError(
+                f"op {name!r}: sources {names[stem]} and {source} would both compile to "
+                f"{stem}.o; rename one of them")
+        names[stem] = source
+    force = [f"-include {header}"]
+    cflags = [*force, *config["cflags"]]
+    cuda_cflags = [*force, *config["cuda_cflags"]]
+    ldflags = [*config["ldflags"]]
+    if "-fopenmp" in config["cflags"]:
+        ldflags.append("-fopenmp")
+
+    # torch reads the arch list from the environment and the toolkit from a module
+    # global; set both for this call only.
+    env_backup = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    home_backup = cx.CUDA_HOME
+    try:
+        if config["with_cuda"]:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = config["cuda_arch"]
+            cx.CUDA_HOME = toolchain.cuda_home()
+        ldflags = _torch_private.prepare_ldflags(cx, ldflags, config["with_cuda"])
+        _torch_private.write_ninja_file(
+            cx,
+            path=str(work / "build.ninja"),
+            name=name,
+            sources=[str(s) for s in [*sources, glue]],
+            extra_cflags=cflags,
+            extra_cuda_cflags=cuda_cflags,
+            extra_sycl_cflags=[],
+            extra_ldflags=ldflags,
+            extra_include_paths=config["include_dirs"],
+            with_cuda=config["with_cuda"],
+            with_sycl=False,
+            is_standalone=False,
+        )
+    finally:
+        cx.CUDA_HOME = home_backup
+        if env_backup is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = env_backup
+
+
+def _ninja_preexec() -> None:
+    # If this process dies (SIGKILL, OOM), Ninja gets SIGTERM, stops its compilers and
+    # deletes their partial outputs instead of running on as an orphan.
+    ctypes.CDLL(None).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+
+
+def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
+              local_dirs: Sequence[Path], cache_root: Path) -> str:
+    """Run Ninja in ``work``; progress bar from its [k/n] lines; returns the log path.
+
+    Ninja and its compilers inherit the build lock's descriptor, so the flock stays
+    held until the last of them exits: a process that takes over after this one was
+    killed never races a compiler still writing into the same folder.
+    """
+    log_path = work / "build.log"
+    jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
+    cmd = ["ninja", "-v", "-j", jobs]
+    env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
+    bar = None
+    if not verbose:
+        import warnings
+
+        with warnings.catch_warnings():  # "IProgress not found" in a notebook without ipywidgets
+            warnings.simplefilter("ignore")
+            from tqdm.auto import tqdm
+        bar = tqdm(total=1, desc=f"building {name}", unit="step", leave=False,
+                   file=sys.stderr, dynamic_ncols=True)
+    try:
+        proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=env, text=True, errors="replace", start_new_session=True,
+                                pass_fds=(lock_fd,), preexec_fn=_ninja_preexec)
+    except FileNotFoundError as e:
+        if bar is not None:
+            bar.close()
+        raise JitLoaderError("ninja was not found; pip install ninja") from e
+    lines: list[str] = []
+    try:
+        with open(log_path, "w") as log:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()  # readable while the build runs, and complete up to a kill
+                lines.append(line)
+                if verbose:
+                    print(line, end="", flush=True)
+                elif bar is not None:
+                    m = _NINJA_STATUS.match(line)
+                    if m:
+                        done, total = int(m.group(1)), int(m.group(2))
+                        bar.total = total
+                        bar.n = done  # Ninja reports a step when it finishes
+                        bar.set_postfix_str(_progress_unit(m.group(3)), refresh=False)
+                        bar.refresh()
+        proc.wait()
+    except BaseException:
+        # Ctrl-C or any error: stop the whole compiler tree, leave no orphan writing.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 15)  # Ninja stops its compilers and removes partial outputs
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+        proc.wait()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    if proc.returncode != 0:
+        raise _build_error(name, lines, proc.returncode, log_path, local_dirs, cache_root)
+    return str(log_path)
+
+
+def _build_error(name, lines, returncode, log_path, local_dirs, cache_root) -> BuildError:
+    log = "".join(lines)
+    err = first_error(log, local_dirs)
+    if err:
+        file, line, msg = err
+        first = f"{file}:{line}: {msg}"
+    else:
+        failed = [l.strip() for l in lines
+                  if re.search(r"error|undefined reference|cannot find", l, re.IGNORECASE)
+                  and not l.startswith(("FAILED", "ninja:", "collect2"))]
+        first = failed[0] if failed else f"ninja exited with status {returncode}"
+        file = line = None
+    if "No space left on device" in log:
+        first += f"  [disk full: free space in {cache_root} or set JIT_LOADER_CACHE]"
+    tail = "".join(lines[-30:])
+    return BuildError(f"{first}\nbuilding op {name!r} failed; full log: {log_path}\n{tail}",
+                      log_path=str(log_path), file=file, line=line, log=log)
+
+
+def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, config: dict,
+          sources: list[Path], verbose: bool, lock_fd: int) -> tuple[dict, str]:
+    """Compile in the op's Ninja working folder, then publish the library into the
+    store under ``key``. Caller holds the build lock. Returns (manifest, log path)."""
+    cfg = {k: v for k, v in config.items() if k != "no_cuda_reason"}
+    tag = hashlib.sha256((json.dumps(cfg, sort_keys=True) + str(op_dir)).encode()).hexdigest()[:12]
+    work = store.work_folder(name, tag)
+    started = time.perf_counter()
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        write_ninja_file(name, config, sources, work)
+        log_path = run_ninja(name, work, verbose, lock_fd, keys.include_dirs(op_dir, opts),
+                             store.root)
+        manifest = store.publish(name, key, work / f"{name}.so", Path(log_path), {
+            "op_dir": str(op_dir),
+            "sources": [str(s) for s in sources],
+            "config": config,
+            "created": time.time(),
+            "build_seconds": round(time.perf_counter() - started, 3),
+        })
+    except OSError as e:
+        explained = store.cache_error(e, f"building op {name!r}")
+        if explained is not None:
+            raise explained from e
+        raise
+    return manifest, log_path

@@ -1,0 +1,148 @@
+"""The handles ``load`` returns: attribute access always resolves to the newest build.
+
+:class:`Op` for op folders; :class:`ExtensionModule`, a module, for ops loaded the
+``torch.utils.cpp_extension`` way. Functions of a ``PYBIND11_MODULE`` are handed out
+as small forwarders that look the function up in the newest build at each call, so a
+function taken before a reload runs the new code. pybind11 classes, and objects made
+from them, stay those of the build that made them.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from pathlib import Path
+
+import torch
+
+from jit_tools import pipeline, registry
+from jit_tools.state import BuildInfo, OpState
+
+
+class Op:
+    """Handle on a loaded op; attribute access resolves to its newest build.
+
+    ``op.<name>`` looks up the op's Python surface module first (functions,
+    ``autograd.Function`` classes, ``nn.Module`` classes), then a pybind11 module it
+    defines, then its dispatcher ops ``torch.ops.<namespace>.<name>``.
+    """
+
+    def __init__(self, state: OpState):
+        object.__setattr__(self, "_state", state)
+
+    @property
+    def name(self) -> str:
+        return self._state.name
+
+    @property
+    def path(self) -> Path:
+        return self._state.op_dir
+
+    @property
+    def namespaces(self) -> list[str]:
+        return list(self._state.namespaces)
+
+    @property
+    def ops(self):
+        """``torch.ops.<namespace>`` of this op (its first namespace)."""
+        if not self._state.namespaces:
+            raise AttributeError(f"op {self.name!r} registers no TORCH_LIBRARY namespace")
+        return getattr(torch.ops, self._state.namespaces[0])
+
+    @property
+    def module(self) -> types.ModuleType | None:
+        """The op's Python surface module (``<op>/<op>.py``), newest version."""
+        return self._state.module
+
+    @property
+    def extension(self) -> types.ModuleType | None:
+        """The pybind11 module, for ops built with ``PYBIND11_MODULE``."""
+        return self._state.ext_module
+
+    @property
+    def library(self) -> str | None:
+        return self._state.library
+
+    @property
+    def build(self) -> BuildInfo | None:
+        return self._state.info
+
+    def current_key(self) -> str:
+        """The cache key of the op's sources, headers and flags as they are now (builds
+        nothing); differs from ``op.build.key`` when an edit awaits a reload."""
+        return pipeline.current_key(self._state)
+
+    def reload(self, verbose: bool | None = None) -> bool:
+        """Rebuild and reload if any source, header or the Python surface changed."""
+        return pipeline.reload(self._state, verbose)
+
+    def __getattr__(self, attr: str):
+        state = self._state
+        if state.module is not None and hasattr(state.module, attr):
+            return getattr(state.module, attr)
+        if state.ext_module is not None and hasattr(state.ext_module, attr):
+            return _newest(state, attr)
+        for ns in state.namespaces:
+            if attr in registry.ops_in(ns):
+                return getattr(getattr(torch.ops, ns), attr)
+        names = sorted(
+            {n for m in (state.module, state.ext_module) if m for n in vars(m) if not n.startswith("_")}
+            | {n for ns in state.namespaces for n in registry.ops_in(ns)})
+        raise AttributeError(f"op {state.name!r} has no attribute {attr!r}; it has: {', '.join(names)}")
+
+    def __dir__(self):
+        state = self._state
+        names = set(super().__dir__())
+        for m in (state.module, state.ext_module):
+            if m is not None:
+                names |= {n for n in vars(m) if not n.startswith("_")}
+        for ns in state.namespaces:
+            names |= set(registry.ops_in(ns))
+        return sorted(names)
+
+    def __repr__(self) -> str:
+        key = self._state.key or "not built"
+        return f"<jit_loader.Op {self.name!r} from {self.path} build {key}>"
+
+
+def _newest(state: OpState, attr: str):
+    """``attr`` of the op's pybind11 module; a function comes wrapped so that it always
+    calls the newest build's function of that name."""
+    value = getattr(state.ext_module, attr)
+    if not callable(value) or isinstance(value, type):
+        return value
+
+    @functools.wraps(value)
+    def newest(*args, **kwargs):
+        return getattr(state.ext_module, attr)(*args, **kwargs)
+
+    return newest
+
+
+class ExtensionModule(types.ModuleType):
+    """The module ``jit_loader.load(name=..., sources=[...])`` returns, like
+    ``torch.utils.cpp_extension.load``: the op's ``PYBIND11_MODULE``, always its newest
+    build. ``jit_loader.load`` with the same arguments rebuilds what changed."""
+
+    def __init__(self, state: OpState):
+        super().__init__(state.name, getattr(state.ext_module, "__doc__", None))
+        object.__setattr__(self, "_jit_state", state)
+
+    @property
+    def __file__(self) -> str | None:
+        return self._jit_state.library
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__") and attr.endswith("__"):
+            raise AttributeError(attr)
+        state = self._jit_state
+        if state.ext_module is None or not hasattr(state.ext_module, attr):
+            have = ", ".join(n for n in dir(state.ext_module) if not n.startswith("_"))
+            raise AttributeError(f"module {state.name!r} has no attribute {attr!r}; it has: {have}")
+        return _newest(state, attr)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(dir(self._jit_state.ext_module)))
+
+    def __repr__(self) -> str:
+        return f"<module {self._jit_state.name!r} from {self._jit_state.library!r} (jit_loader)>"

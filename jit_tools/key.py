@@ -1,0 +1,122 @@
+"""The cache key: one function of the build's inputs, computed apart from storage.
+
+It covers every source and every local header it includes, the loader's C++ support
+files, the compile and link flags, the CUDA arch list, the torch/CUDA/Python versions
+and the compilers. Same inputs, same key: a new process or a reverted edit finds the
+earlier build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from jit_tools import _torch_private, sources, toolchain
+from jit_tools.errors import JitLoaderError
+
+LOADER_FORMAT = 2  # bump when the cache layout changes meaning
+DEFAULT_CFLAGS = ("-O3", "-fopenmp")
+DEFAULT_CUDA_CFLAGS = ("-O3", "-lineinfo")
+# Link the C++ runtime that torch itself uses, by its soname. A compiler whose
+# libstdc++.so development link is missing silently falls back to libstdc++.a, and a
+# second, static copy of the C++ runtime inside an op crashes the first time it formats
+# a number into a stream torch created (locale facets of two runtimes do not mix).
+DEFAULT_LDFLAGS = ("-l:libstdc++.so.6",) if sys.platform.startswith("linux") else ()
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+REGISTRY_HEADER = CSRC / "jit_loader_registry.h"
+GLUE_SOURCE = CSRC / "jit_loader_glue.cpp"
+SUPPORT_HASH = hashlib.sha256(
+    REGISTRY_HEADER.read_bytes() + GLUE_SOURCE.read_bytes()).hexdigest()[:16]
+
+
+def options(extra_cflags=(), extra_cuda_cflags=(), extra_ldflags=(), extra_include_paths=(),
+            cuda_arch=None) -> dict:
+    """The build options of ``load`` as a canonical dict (empty ones left out)."""
+    opts = {}
+    if extra_cflags:
+        opts["extra_cflags"] = list(extra_cflags)
+    if extra_cuda_cflags:
+        opts["extra_cuda_cflags"] = list(extra_cuda_cflags)
+    if extra_ldflags:
+        opts["extra_ldflags"] = list(extra_ldflags)
+    if extra_include_paths:
+        opts["extra_include_paths"] = [str(Path(p).resolve()) for p in extra_include_paths]
+    if cuda_arch:
+        opts["cuda_arch"] = cuda_arch
+    return opts
+
+
+def include_dirs(op_dir: Path, opts: dict) -> list[Path]:
+    dirs = [op_dir, sources.OPS_DIR]
+    dirs += [Path(p).resolve() for p in opts.get("extra_include_paths", ())]
+    return dirs
+
+
+def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
+           cuda_only: Callable[[Path], bool] | None = None) -> dict:
+    """Everything besides file contents that decides what the build produces."""
+    cuda_only = cuda_only or (lambda p: sources.is_cuda_source(p, name))
+    has_cuda_sources = any(cuda_only(p) for p in all_sources)
+    no_cuda = toolchain.why_no_cuda() if has_cuda_sources else None
+    with_cuda = has_cuda_sources and no_cuda is None
+    home = toolchain.cuda_home() if with_cuda else None
+    cuda_includes = ([f"-isystem {d}" for d in toolchain.pip_cuda_includes(home)]
+                     if with_cuda else [])
+    return {
+        "format": LOADER_FORMAT,
+        "support": SUPPORT_HASH,
+        "name": name,
+        "torch": torch.__version__,
+        "torch_git": getattr(torch.version, "git_version", None),
+        "torch_cuda": torch.version.cuda,
+        "cxx11_abi": _torch_private.cxx11_abi(),
+        "python": sysconfig.get_config_var("SOABI") or sys.version,
+        "cxx": toolchain.file_identity(shutil.which(toolchain.cxx_compiler())),
+        "nvcc": toolchain.file_identity(os.path.join(home, "bin", "nvcc")) if home else None,
+        "with_cuda": with_cuda,
+        "cuda_arch": toolchain.cuda_arch_list(opts.get("cuda_arch")) if with_cuda else None,
+        "cflags": [*DEFAULT_CFLAGS, *cuda_includes, *opts.get("extra_cflags", ())],
+        "cuda_cflags": [*DEFAULT_CUDA_CFLAGS, *cuda_includes, *opts.get("extra_cuda_cflags", ())]
+        if with_cuda else [],
+        "ldflags": [*DEFAULT_LDFLAGS, *opts.get("extra_ldflags", ())],
+        "include_dirs": [str(p) for p in include_dirs(op_dir, opts)],
+        "no_cuda_reason": no_cuda,
+    }
+
+
+def compute_key(name: str, op_dir: Path, opts: dict, source_list: Sequence[Path] | None = None,
+                ) -> tuple[str, dict, list[Path], list[Path]]:
+    """(key, config, sources to compile, every input file) of the op as it is now:
+    the sources in ``op_dir``, or ``source_list`` when given."""
+    if source_list is not None:
+        # An explicit list (cpp_extension's model): only .cu files need CUDA, whatever
+        # the other files are called.
+        all_sources = list(source_list)
+
+        def cuda_only(p: Path) -> bool:
+            return p.suffix in sources.CUDA_SUFFIXES
+    else:
+        all_sources = sources.walk_sources(op_dir)
+
+        def cuda_only(p: Path) -> bool:
+            return sources.is_cuda_source(p, name)
+    if not all_sources:
+        raise JitLoaderError(
+            f"op {name!r}: no C++/CUDA source ({', '.join(sources.SOURCE_SUFFIXES)}) in {op_dir}")
+    cfg = config(name, op_dir, opts, all_sources, cuda_only)
+    compiled = [p for p in all_sources if cfg["with_cuda"] or not cuda_only(p)]
+    headers = sources.local_headers(all_sources, include_dirs(op_dir, opts))
+    digest = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode())
+    for p in sorted(set(compiled) | set(headers)):
+        rel = os.path.relpath(p, op_dir) if p.is_relative_to(op_dir) else str(p)
+        digest.update(f"\0{rel}\0{sources.sha256(p)}".encode())
+    return digest.hexdigest()[:20], cfg, compiled, [*all_sources, *headers]

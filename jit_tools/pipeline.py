@@ -1,0 +1,259 @@
+"""The load pipeline: find, snapshot, key, lock, build or hit, publish, register,
+import the surface. ARCHITECTURE.md walks through it step by step.
+
+Functions here take and return :class:`~jit_tools.state.OpState`; the facade
+``jit_loader`` wraps them in :class:`~jit_tools.handle.Op` handles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from pathlib import Path
+
+from jit_tools import build as builder, key as keys, registry, sources, store as stores, surface, toolchain
+from jit_tools.errors import CorruptBuild, JitLoaderError, OpNotFoundError
+from jit_tools.log import logger
+from jit_tools.state import LOCK, STATES, BuildInfo, OpState, state_for, state_holding
+
+
+def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str) -> None:
+    """Make the build ``key`` the live one: withdraw the old registrations, register
+    the new ones; on failure put the old build back."""
+    so = store.library(state.name, key, manifest)
+    try:
+        lib = registry.open_library(so)
+    except OSError as e:
+        store.discard(state.name, key)  # truncated or corrupt: the caller rebuilds
+        raise CorruptBuild(f"the cached library {so} could not be loaded ({e})") from e
+    namespaces = registry.namespaces_of(lib)
+    old = state.cdll
+    if old is not None:
+        registry.keepalive(state.namespaces)
+        registry.destroy_libraries(state.loader_libs)
+        state.loader_libs.clear()
+        registry.destroy_module_libraries(state.module)
+        registry.unregister(old)
+    try:
+        registry.register(lib)
+    except JitLoaderError:
+        if old is not None:
+            registry.register(old)
+            registry.clear_ops_cache(state.namespaces)
+            surface.import_surface(state)
+        raise
+    state.cdll, state.library, state.key, state.namespaces = lib, str(so), key, namespaces
+    registry.keepalive(namespaces)
+    registry.clear_ops_cache(namespaces)
+    if state.held is not None:
+        state.held.close()
+    with contextlib.suppress(OSError):
+        state.held = store.hold(state.name, key)
+    if hasattr(lib, f"PyInit_{state.name}"):
+        state.ext_module = surface.import_extension(so, state.name, key)
+    no_cuda = manifest["config"].get("no_cuda_reason")
+    if no_cuda and namespaces:
+        state.loader_libs += registry.missing_cuda_kernels(state.name, namespaces, no_cuda)
+
+
+def ensure_current(state: OpState, verbose: bool | None) -> bool:
+    """Bring the op's native library up to date. Returns True when it changed."""
+    if state.snapshot and not sources.snapshot_changed(state.snapshot):
+        return False
+    started = time.perf_counter()
+    key, config, compiled_sources, inputs = keys.compute_key(
+        state.name, state.op_dir, state.options, state.sources)
+    snapshot = sources.snapshot(state.op_dir if state.sources is None else None, inputs,
+                                surface_file(state))
+    if key == state.key:
+        state.snapshot = snapshot
+        return False
+    stable = sources.stable_registration(inputs)
+    if stable is not None:
+        raise JitLoaderError(
+            f"{stable[0]}:{stable[1]}: op {state.name!r} registers with STABLE_TORCH_LIBRARY*, "
+            "which jit_loader cannot withdraw, so the op could not be reloaded in a live "
+            "process; register with TORCH_LIBRARY / TORCH_LIBRARY_IMPL instead (the same "
+            "schema and kernels), or build it with torch.utils.cpp_extension")
+    store = stores.current()
+    compiled = False
+    log_path = None
+    for attempt in range(2):
+        manifest = store.manifest(state.name, key)
+        if manifest is None:
+            with store.build_lock(state.name) as lock_fd:
+                manifest = store.manifest(state.name, key)  # another process may have built it
+                if manifest is None:
+                    manifest, log_path = builder.build(
+                        store, state.name, state.op_dir, state.options, key, config,
+                        compiled_sources, toolchain.verbose(verbose), lock_fd)
+                    compiled = True
+                    with contextlib.suppress(OSError):
+                        store.prune(state.name, key)
+        try:
+            _activate(state, store, manifest, key)
+            break
+        except CorruptBuild as e:
+            if attempt == 1:
+                raise
+            logger.warning("%s; rebuilding", e)
+    state.snapshot = snapshot
+    state.info = BuildInfo(
+        key=key, library=state.library, compiled=compiled,
+        seconds=time.perf_counter() - started, log_path=log_path,
+        with_cuda=config["with_cuda"], cuda_arch=config["cuda_arch"],
+        no_cuda_reason=config["no_cuda_reason"])
+    if config["no_cuda_reason"] and compiled:
+        logger.warning("built %r for CPU only: %s", state.name, config["no_cuda_reason"])
+    return True
+
+
+def surface_file(state: OpState) -> Path | None:
+    """The op's Python surface file; ops built from a source list have none."""
+    if state.sources is not None:
+        return None
+    return sources.surface_path(state.op_dir, state.name)
+
+
+def refresh(state: OpState, verbose: bool | None) -> bool:
+    """Bring the native library and the Python surface up to date; True when either
+    changed."""
+    surface_path = surface_file(state)
+    surface_key = str(surface_path) if surface_path else None
+    old_surface = state.snapshot.get(surface_key) if surface_key else None
+    native_changed = ensure_current(state, verbose)
+    surface_changed = surface_key is not None and (
+        state.module is None or old_surface != state.snapshot.get(surface_key))
+    if native_changed or surface_changed:
+        surface.import_surface(state)
+    return native_changed or surface_changed
+
+
+def load_library(name_or_path, verbose: bool | None = None, **options) -> OpState:
+    op_dir = sources.resolve_op_dir(name_or_path)
+    opts = keys.options(**options) or None  # none given: keep those of the current build
+    with LOCK:
+        state = state_for(op_dir, opts)
+        ensure_current(state, verbose)
+        return state
+
+
+def load(name_or_path, verbose: bool | None = None, **options) -> OpState:
+    op_dir = sources.resolve_op_dir(name_or_path)
+    opts = keys.options(**options)
+    with LOCK:
+        state = state_for(op_dir, opts)
+        refresh(state, verbose)
+        return state
+
+
+def load_sources(name: str, source_files, verbose: bool | None = None, **options) -> OpState:
+    """Load the op ``name`` built from an explicit list of source files
+    (``torch.utils.cpp_extension.load``'s model)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
+        raise ValueError(f"load: name must be a C identifier (it names the module), got {name!r}")
+    files = []
+    for item in source_files:
+        path = Path(item).expanduser().resolve()
+        if not path.is_file():
+            raise OpNotFoundError(f"load {name!r}: source file {os.fspath(item)!r} does not exist")
+        if path.suffix not in sources.SOURCE_SUFFIXES:
+            raise JitLoaderError(f"load {name!r}: {path} is not a C++/CUDA source "
+                                 f"({', '.join(sources.SOURCE_SUFFIXES)})")
+        files.append(path)
+    if not files:
+        raise ValueError(f"load {name!r}: sources is empty")
+    opts = keys.options(**options)
+    with LOCK:
+        state = state_for(sources.common_folder(files), opts, name=name, sources=tuple(files))
+        refresh(state, verbose)
+        return state
+
+
+def reload(state: OpState, verbose: bool | None = None) -> bool:
+    with LOCK:
+        return refresh(state, verbose)
+
+
+def reload_changed(verbose: bool | None = None) -> list[str]:
+    """Refresh every op this process loaded; names of those reloaded. Raises the first
+    error after checking them all (a failed op keeps its previous build)."""
+    changed, errors = [], []
+    with LOCK:
+        for state in list(STATES.values()):
+            try:
+                if refresh(state, verbose):
+                    changed.append(state.name)
+            except JitLoaderError as e:
+                errors.append(e)
+    if errors:
+        raise errors[0]
+    return changed
+
+
+def write_inline(name: str, cpp_source: str = "", cuda_source: str = "", *,
+                 python_source: str | None = None, first_line: int = 1,
+                 source_name: str | None = None) -> Path:
+    """Write source text into ``<cache>/_inline/<name>/`` (an op folder), with a
+    ``#line`` directive so compiler messages name ``source_name`` and the text's lines.
+    Files are rewritten only when their text changed, so Ninja stays incremental."""
+    wanted = {}
+    for suffix, text in ((".cpp", cpp_source), (".cu", cuda_source)):
+        if text:
+            label = source_name or f"{name}{suffix}"
+            wanted[f"{name}{suffix}"] = f'#line {first_line} "{label}"\n{text}'
+    if not wanted:
+        raise ValueError("load_inline: give cpp_source or cuda_source")
+    if python_source is not None:
+        wanted[f"{name}.py"] = python_source
+    return write_inline_files(name, wanted)
+
+
+def write_inline_files(name: str, wanted: dict[str, str]) -> Path:
+    """Make ``<cache>/_inline/<name>/`` hold exactly the files ``wanted`` (name -> text)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"load_inline: name must be a C identifier, got {name!r}")
+    op_dir = stores.current().inline_folder(name)
+    op_dir.mkdir(parents=True, exist_ok=True)
+    for existing in op_dir.iterdir():
+        if existing.is_file() and existing.name not in wanted:
+            existing.unlink()
+    for fname, text in wanted.items():
+        path = op_dir / fname
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+    return op_dir
+
+
+def op_key(name_or_path, **options) -> tuple[str, dict]:
+    """The cache key and build configuration ``load`` would use now (builds nothing)."""
+    op_dir = sources.resolve_op_dir(name_or_path)
+    key, config, _sources, _inputs = keys.compute_key(op_dir.name, op_dir, keys.options(**options))
+    return key, config
+
+
+def current_key(state: OpState) -> str:
+    """The key the op's inputs have now (builds nothing)."""
+    return keys.compute_key(state.name, state.op_dir, state.options, state.sources)[0]
+
+
+def build_in_use(entry: str | os.PathLike) -> bool:
+    """True when some live process (this one included) holds the build folder."""
+    entry = Path(entry)
+    return state_holding(entry.parent.parent.name, entry.name) or stores.CacheStore.in_use(entry)
+
+
+def cached_builds(name: str) -> list[dict]:
+    builds = stores.current().builds(name)
+    for b in builds:
+        b["in_use"] = b["in_use"] or state_holding(name, Path(b["path"]).name)
+    return builds
+
+
+def remove_build(entry: str | os.PathLike) -> bool:
+    entry = Path(entry)
+    if build_in_use(entry):
+        return False
+    return stores.CacheStore(entry.parent.parent.parent).remove(entry)

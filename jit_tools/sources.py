@@ -1,0 +1,176 @@
+"""Finding ops and their inputs: op folders, their sources, the local headers those
+include, and a cheap snapshot (mtime, size) that tells whether any of them changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from jit_tools.errors import OpNotFoundError
+
+# The bundled ops sit beside this package, in a clone and in an installed copy alike.
+OPS_DIR = Path(__file__).resolve().parent.parent / "ops"
+SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu")
+CUDA_SUFFIXES = (".cu",)
+# C++ host code of the CUDA backend (device guard, stream, dtype dispatch, the
+# TORCH_LIBRARY_IMPL(ns, CUDA, m) block) lives in "<anything>_cuda.cpp" beside the
+# torch-free kernels in ".cu" files; like them it is compiled only when CUDA is built.
+CUDA_HOST_SUFFIX = "_cuda"
+HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".cuh", ".inl")
+
+_INCLUDE_RE = re.compile(rb'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
+
+
+def is_op_dir(path: Path) -> bool:
+    if not path.is_dir() or path.name.startswith((".", "_")) or path.name == "common":
+        return False
+    return any(p.suffix in SOURCE_SUFFIXES for p in path.iterdir())
+
+
+def available_ops(root: str | os.PathLike | None = None) -> list[str]:
+    """Names of the op folders under ``root`` (default: the bundled ops/)."""
+    base = Path(root) if root else OPS_DIR
+    if not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir() if is_op_dir(p))
+
+
+def resolve_op_dir(name_or_path: str | os.PathLike) -> Path:
+    """The op folder of a name under ops/ or of a path (a folder, or a file in it)."""
+    text = os.fspath(name_or_path)
+    candidate = Path(text).expanduser()
+    looks_like_path = os.sep in text or text.startswith(".") or candidate.suffix in (
+        SOURCE_SUFFIXES + (".py",))
+    if looks_like_path or (candidate.is_dir() and not (OPS_DIR / text).is_dir()):
+        if candidate.is_file():
+            candidate = candidate.parent
+        if not candidate.is_dir():
+            raise OpNotFoundError(f"op folder {text!r} does not exist")
+        return candidate.resolve()
+    path = OPS_DIR / text
+    if not path.is_dir():
+        ops = ", ".join(available_ops()) or "(none)"
+        raise OpNotFoundError(
+            f"no op named {text!r} in {OPS_DIR}; available ops: {ops}. "
+            "Pass a folder path to load an op that lives elsewhere.")
+    return path.resolve()
+
+
+def is_cuda_source(path: Path, op_name: str) -> bool:
+    """A source built only with CUDA: a ``.cu`` file, or C++ host code of the CUDA
+    backend named ``*_cuda.cpp`` (the op's main ``<op>.cpp`` never counts)."""
+    if path.suffix in CUDA_SUFFIXES:
+        return True
+    return path.stem.endswith(CUDA_HOST_SUFFIX) and path.stem != op_name
+
+
+def _skip_dir(name: str) -> bool:
+    return name.startswith((".", "_")) or name == "build"
+
+
+def walk_sources(op_dir: Path) -> list[Path]:
+    found = []
+    for root, dirs, files in os.walk(op_dir):
+        dirs[:] = sorted(d for d in dirs if not _skip_dir(d))
+        for f in sorted(files):
+            if f.endswith(SOURCE_SUFFIXES) and not f.startswith("."):
+                found.append(Path(root) / f)
+    return found
+
+
+def local_headers(sources: Iterable[Path], include_dirs: Sequence[Path]) -> list[Path]:
+    """Headers reachable through #include from ``sources`` that live in local folders."""
+    seen: set[Path] = set()
+    stack = list(sources)
+    headers: list[Path] = []
+    while stack:
+        path = stack.pop()
+        try:
+            text = path.read_bytes()
+        except OSError:
+            continue
+        for match in _INCLUDE_RE.finditer(text):
+            name = match.group(1).decode(errors="replace")
+            for base in (path.parent, *include_dirs):
+                cand = (base / name)
+                if cand.is_file():
+                    cand = cand.resolve()
+                    if cand not in seen:
+                        seen.add(cand)
+                        headers.append(cand)
+                        stack.append(cand)
+                    break
+    return sorted(headers)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def surface_path(op_dir: Path, name: str) -> Path | None:
+    """The op's Python surface ``<op>/<op>.py``, if it has one."""
+    path = op_dir / f"{name}.py"
+    return path if path.is_file() else None
+
+
+def subdirs(op_dir: Path) -> list[Path]:
+    out = []
+    for root, dirs, _files in os.walk(op_dir):
+        dirs[:] = [d for d in dirs if not _skip_dir(d)]
+        out.extend(Path(root) / d for d in dirs)
+    return out
+
+
+def snapshot(op_dir: Path | None, files: Iterable[Path], surface: Path | None) -> dict:
+    """(mtime, size) of the op folder, its subfolders (a new file changes them), its
+    inputs and its Python surface: comparing two costs stats, not hashes. Without
+    ``op_dir`` (an explicit source list) only the files count."""
+    snap = {}
+    paths = [op_dir, *subdirs(op_dir)] if op_dir is not None else []
+    paths += files
+    if surface is not None:
+        paths.append(surface)
+    for p in paths:
+        try:
+            st = os.stat(p)
+            snap[str(p)] = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            snap[str(p)] = None
+    return snap
+
+
+_STABLE_RE = re.compile(rb"^[ \t]*STABLE_TORCH_LIBRARY\w*\s*\(", re.MULTILINE)
+
+
+def stable_registration(files: Iterable[Path]) -> tuple[Path, int] | None:
+    """(file, line) of the first ``STABLE_TORCH_LIBRARY*`` block in ``files``, if any."""
+    for path in files:
+        try:
+            text = path.read_bytes()
+        except OSError:
+            continue
+        m = _STABLE_RE.search(text)
+        if m:
+            return path, text.count(b"\n", 0, m.start()) + 1
+    return None
+
+
+def common_folder(files: Sequence[Path]) -> Path:
+    """The deepest folder holding every file of ``files``."""
+    return Path(os.path.commonpath([str(p.parent) for p in files]))
+
+
+def snapshot_changed(snap: dict) -> bool:
+    for path, old in snap.items():
+        try:
+            st = os.stat(path)
+            now = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            now = None
+        if now != old:
+            return True
+    return False

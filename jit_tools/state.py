@@ -1,0 +1,99 @@
+"""Per-process state: the ops this process loaded and the build each one runs.
+
+The only copy: every entry point (``import jit_loader``, ``python -m jit_loader``, the
+Jupyter extension, an op's Python surface) reaches the same dictionaries through
+this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import types
+from pathlib import Path
+from typing import Any
+
+
+@dataclasses.dataclass
+class BuildInfo:
+    """What the last load of an op did."""
+    key: str
+    library: str
+    compiled: bool          # True when this call ran the compiler
+    seconds: float          # wall time of the load (build included)
+    log_path: str | None
+    with_cuda: bool
+    cuda_arch: str | None
+    no_cuda_reason: str | None
+
+
+@dataclasses.dataclass
+class OpState:
+    name: str
+    op_dir: Path
+    options: dict
+    snapshot: dict = dataclasses.field(default_factory=dict)
+    key: str | None = None
+    cdll: Any = None
+    library: str | None = None
+    namespaces: list[str] = dataclasses.field(default_factory=list)
+    ext_module: types.ModuleType | None = None
+    module: types.ModuleType | None = None
+    module_name: str | None = None
+    loader_libs: list = dataclasses.field(default_factory=list)
+    info: BuildInfo | None = None
+    held: Any = None  # open file whose shared flock marks the build as in use
+    # Explicit source files (cpp_extension-style ``load(name, sources)``); None: every
+    # source in op_dir. With a list, op_dir is their common folder and there is no
+    # Python surface.
+    sources: tuple[Path, ...] | None = None
+
+
+# One re-entrant lock serialises loads in this process: an op's Python surface calls
+# load_library while load() of the same op runs.
+LOCK = threading.RLock()
+# op folder -> its state; ("sources", name) -> the state of a cpp_extension-style op
+STATES: dict[Any, OpState] = {}
+
+
+def state_for(op_dir: Path, options: dict | None, *, name: str | None = None,
+              sources: tuple[Path, ...] | None = None) -> OpState:
+    """The state of the op in ``op_dir`` (or of the op ``name`` built from ``sources``),
+    created on first use. Options other than those of its current build reset its
+    snapshot, so the key is computed again and the flags are never silently those of
+    another build; ``options=None`` keeps the current ones (an op's Python surface
+    calling ``load_library(__file__)``)."""
+    index = op_dir if sources is None else ("sources", name)
+    state = STATES.get(index)
+    if state is None:
+        state = STATES[index] = OpState(name=name or op_dir.name, op_dir=op_dir,
+                                        options=options or {}, sources=sources)
+    else:
+        if sources is not None and sources != state.sources:
+            state.sources, state.op_dir = sources, op_dir
+            state.snapshot = {}
+        if options is not None and options != state.options:
+            state.options = options
+            state.snapshot = {}  # new flags: recompute the key
+    return state
+
+
+def loaded_states() -> list[OpState]:
+    with LOCK:
+        return list(STATES.values())
+
+
+def forget(op_dir: Path) -> None:
+    """Drop an op's state (tests that fake a failure start the next load afresh)."""
+    with LOCK:
+        STATES.pop(op_dir, None)
+
+
+def state_holding(name: str, key: str) -> bool:
+    """True when this process runs build ``key`` of op ``name``."""
+    with LOCK:
+        return any(s.key == key and s.name == name for s in STATES.values())
+
+# namespace -> torch.library.Library holding one keep-alive kernel per operator
+# (registry.keepalive says why).
+KEEPALIVE: dict[str, Any] = {}

@@ -1,0 +1,303 @@
+"""The on-disk build cache. :class:`CacheStore` alone knows its layout and its locks.
+
+Layout under the cache root (``JIT_LOADER_CACHE``, else ``$XDG_CACHE_HOME/jit_loader``)::
+
+    <op>/build.lock            flock held while a process builds <op>; holds its pid
+    <op>/work-<tag>/           Ninja working folder, one per op folder and configuration
+    <op>/builds/<key>/         a complete build: <op>.so, build.log, manifest.json
+    <op>/builds/.tmp-<key>-<pid>/   a build being published (renamed to <key> when done)
+    _inline/<name>/            sources written by load_inline (an op folder like any other)
+
+A build is complete only once ``builds/<key>/manifest.json`` exists: it is written last,
+inside the ``.tmp-`` folder, and the folder appears under its key by an atomic rename.
+A process using a build holds a shared flock on its manifest, so cleaning can tell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from jit_tools.errors import CacheError
+from jit_tools.log import logger
+
+DEFAULT_KEEP = 8
+TMP_PREFIX = ".tmp-"
+STALE_TMP_SECONDS = 3600  # an unfinished .tmp- folder this old belongs to a dead process
+
+
+def cache_dir() -> Path:
+    """Root of the build cache (``JIT_LOADER_CACHE``, else ``$XDG_CACHE_HOME/jit_loader``)."""
+    env = os.environ.get("JIT_LOADER_CACHE")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "jit_loader"
+
+
+def current() -> "CacheStore":
+    """The store at the configured location (read from the environment at each call)."""
+    return CacheStore(cache_dir())
+
+
+def keep_count() -> int:
+    """Builds kept per op (``JIT_LOADER_KEEP``)."""
+    try:
+        return max(1, int(os.environ.get("JIT_LOADER_KEEP", DEFAULT_KEEP)))
+    except ValueError:
+        logger.warning("JIT_LOADER_KEEP=%r is not a number; keeping %d builds",
+                       os.environ["JIT_LOADER_KEEP"], DEFAULT_KEEP)
+        return DEFAULT_KEEP
+
+
+class CacheStore:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    # ---- layout --------------------------------------------------------------------
+
+    def op_folder(self, name: str) -> Path:
+        return self.root / name
+
+    def builds_folder(self, name: str) -> Path:
+        return self.root / name / "builds"
+
+    def entry(self, name: str, key: str) -> Path:
+        return self.builds_folder(name) / key
+
+    def work_folder(self, name: str, tag: str) -> Path:
+        return self.root / name / f"work-{tag}"
+
+    def work_folders(self, name: str) -> list[Path]:
+        return sorted(self.op_folder(name).glob("work-*"))
+
+    def inline_folder(self, name: str) -> Path:
+        return self.root / "_inline" / name
+
+    def inline_root(self) -> Path:
+        return self.root / "_inline"
+
+    def op_names(self) -> list[str]:
+        """Names of the ops that have a folder of builds in the cache."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if (p / "builds").is_dir())
+
+    def leftovers(self, name: str) -> list[Path]:
+        """Half-written build folders that an interrupted build left."""
+        builds = self.builds_folder(name)
+        return sorted(builds.glob(TMP_PREFIX + "*")) if builds.is_dir() else []
+
+    def ensure_op(self, name: str) -> Path:
+        """Create the op's cache folder; CacheError naming the fix when that fails."""
+        folder = self.op_folder(name)
+        try:
+            (folder / "builds").mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CacheError(
+                f"cannot create the cache directory {folder} ({e.strerror}); "
+                "set JIT_LOADER_CACHE to a writable folder") from e
+        if not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
+            raise CacheError(
+                f"the cache directory {folder} is not readable and writable by this user; "
+                "fix its permissions or set JIT_LOADER_CACHE to another folder")
+        return folder
+
+    # ---- reading builds --------------------------------------------------------------
+
+    def manifest(self, name: str, key: str) -> dict | None:
+        """The manifest of a complete build, or None (missing, unreadable, truncated)."""
+        entry = self.entry(name, key)
+        try:
+            manifest = json.loads((entry / "manifest.json").read_text())
+            lib = entry / manifest["library"]
+            if lib.stat().st_size != manifest["size"]:
+                return None
+            return manifest
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def library(self, name: str, key: str, manifest: dict) -> Path:
+        return self.entry(name, key) / manifest["library"]
+
+    def builds(self, name: str) -> list[dict]:
+        """Manifests of the builds of op ``name``, newest first, each with ``path``,
+        ``valid`` (library present with the recorded size) and ``in_use``."""
+        builds = self.builds_folder(name)
+        out = []
+        if not builds.is_dir():
+            return out
+        for entry in builds.iterdir():
+            if entry.name.startswith(TMP_PREFIX):
+                continue
+            try:
+                manifest = json.loads((entry / "manifest.json").read_text())
+            except (OSError, ValueError):
+                manifest = {"key": entry.name, "name": name, "created": entry.stat().st_mtime}
+            manifest["path"] = str(entry)
+            manifest["valid"] = self.manifest(name, entry.name) is not None
+            manifest["in_use"] = self.in_use(entry)
+            out.append(manifest)
+        out.sort(key=lambda m: m.get("created", 0), reverse=True)
+        return out
+
+    @staticmethod
+    def problem(build: dict) -> str:
+        """Why a build listed by :meth:`builds` is not valid, in words."""
+        entry = Path(build["path"])
+        if "library" not in build:
+            return "no readable manifest.json"
+        lib = entry / build["library"]
+        if not lib.is_file():
+            return f"library {lib.name} is missing"
+        size = lib.stat().st_size
+        if size != build.get("size"):
+            return (f"library {lib.name} is truncated or altered ({size} bytes, manifest says "
+                    f"{build.get('size')})")
+        return "manifest and library disagree"
+
+    # ---- locks ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def build_lock(self, name: str, quiet: bool = False):
+        """Exclusive flock for building one op; yields its descriptor. The kernel drops
+        it if this process dies, so there is never a stale lock to wait on."""
+        path = self.ensure_op(name) / "build.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                if not quiet:
+                    logger.info("waiting for process %s that is building %r...", holder or "?", name)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield fd
+        finally:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            os.close(fd)  # closing releases the flock
+
+    @contextlib.contextmanager
+    def build_lock_if_free(self, name: str):
+        """Take op ``name``'s build lock without waiting. Yields None while we hold it
+        (no build of the op can start or be running), else the builder's process id.
+        Builds write work folders and ``.tmp-`` folders only under this lock, so
+        holding it makes removing them safe."""
+        try:
+            fd = os.open(self.op_folder(name) / "build.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            yield "?"
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                return
+            yield None
+        finally:
+            os.close(fd)
+
+    def hold(self, name: str, key: str):
+        """Keep a shared flock on a build while this process uses it (close to release),
+        so that cleaning can tell it is in use."""
+        fd = os.open(self.entry(name, key) / "manifest.json", os.O_RDONLY)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return os.fdopen(fd, "rb")
+
+    @staticmethod
+    def in_use(entry: str | os.PathLike) -> bool:
+        """True when a live process holds the build folder (a shared flock on it)."""
+        try:
+            fd = os.open(Path(entry) / "manifest.json", os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+    # ---- writing builds ---------------------------------------------------------------
+
+    def publish(self, name: str, key: str, library: Path, log: Path, manifest: dict) -> dict:
+        """Copy a finished build into ``builds/<key>`` atomically. Caller holds the build
+        lock. Returns the manifest written (``manifest`` plus library name and size)."""
+        tmp = self.builds_folder(name) / f"{TMP_PREFIX}{key}-{os.getpid()}"
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            shutil.copy2(library, tmp / library.name)
+            shutil.copy2(log, tmp / "build.log")
+            manifest = {**manifest, "key": key, "name": name, "library": library.name,
+                        "size": (tmp / library.name).stat().st_size}
+            with open(tmp / "manifest.json", "w") as f:
+                json.dump(manifest, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            entry = self.entry(name, key)
+            shutil.rmtree(entry, ignore_errors=True)  # an invalid (e.g. truncated) one
+            os.rename(tmp, entry)
+            return manifest
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def cache_error(self, e: OSError, doing: str) -> CacheError | None:
+        """The CacheError that explains ``e`` (disk full, not writable), or None."""
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return CacheError(
+                f"disk full while {doing} in {self.root}: free space or point "
+                "JIT_LOADER_CACHE elsewhere (the cache was left consistent)")
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return CacheError(
+                f"cannot write to the cache {self.root} ({e.strerror}: {e.filename}); "
+                "set JIT_LOADER_CACHE to a writable folder")
+        return None
+
+    def discard(self, name: str, key: str) -> None:
+        shutil.rmtree(self.entry(name, key), ignore_errors=True)
+
+    def remove(self, entry: str | os.PathLike) -> bool:
+        """Delete one build unless a live process holds it; True when removed."""
+        entry = Path(entry)
+        if self.in_use(entry):
+            return False
+        shutil.rmtree(entry, ignore_errors=True)
+        return not entry.exists()
+
+    def prune(self, name: str, keep_key: str) -> None:
+        """Bound the builds kept per op (JIT_LOADER_KEEP), oldest first, skipping any
+        build a live process holds, and drop ``.tmp-`` folders of dead processes."""
+        keep = keep_count()
+        entries = []
+        for entry in self.builds_folder(name).iterdir():
+            if entry.name.startswith(TMP_PREFIX):
+                if time.time() - entry.stat().st_mtime > STALE_TMP_SECONDS:
+                    shutil.rmtree(entry, ignore_errors=True)
+                continue
+            with contextlib.suppress(OSError):
+                entries.append((entry.stat().st_mtime, entry))
+        entries.sort(reverse=True)
+        for _mtime, entry in entries[keep:]:
+            if entry.name == keep_key:
+                continue
+            with contextlib.suppress(OSError):
+                fd = os.open(entry / "manifest.json", os.O_RDONLY)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # in use by a live process
+                finally:
+                    os.close(fd)
+                shutil.rmtree(entry, ignore_errors=True)

@@ -1,0 +1,60 @@
+"""Importing an op's Python surface ``<op>/<op>.py`` (and importing it again on reload)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
+
+from jit_tools import registry, sources
+from jit_tools.state import OpState
+
+
+def module_name(op_dir: Path, name: str) -> str:
+    """``ops.<op>.<op>`` for a bundled op (so it is the module ``import ops.<op>`` gives),
+    else a private name unique to the folder."""
+    if op_dir.parent == sources.OPS_DIR.resolve() and (sources.OPS_DIR / "__init__.py").is_file():
+        return f"ops.{name}.{name}"
+    return f"_jit_ops_{name}_{hashlib.sha256(str(op_dir).encode()).hexdigest()[:8]}"
+
+
+def import_surface(state: OpState) -> None:
+    """(Re-)execute the op's Python surface if it has one, withdrawing the registrations
+    its previous version made; on an exception the previous module stays current."""
+    path = None if state.sources is not None else sources.surface_path(state.op_dir, state.name)
+    if path is None:
+        state.module = None
+        return
+    registry.destroy_module_libraries(state.module)
+    name = module_name(state.op_dir, state.name)
+    state.module_name = name
+    existing = sys.modules.get(name)
+    if existing is not None and state.module is None:
+        state.module = existing  # imported directly before load(); it is current
+        return
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        if state.module is not None:
+            sys.modules[name] = state.module
+        else:
+            sys.modules.pop(name, None)
+        raise
+    state.module = module
+
+
+def import_extension(so: Path, name: str, key: str):
+    """Import a build's ``PYBIND11_MODULE`` as a module of its own.
+
+    A dotted, per-build spec name: the init symbol stays ``PyInit_<name>``, but
+    pybind11's per-interpreter module cache (keyed by spec name) misses, so the new
+    build really initialises instead of handing back the old module.
+    """
+    spec = importlib.util.spec_from_file_location(f"_jit_build_{key}.{name}", so)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,136 @@
+"""The build toolchain: C++ compiler, CUDA toolkit, CUDA arch list, Ninja's cpp_extension.
+
+Nothing here runs a compiler; tool identities are cheap (path, size, mtime) because they
+are part of every cache key computed on each ``load``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import torch
+
+DEFAULT_CUDA_ARCH = "8.0;9.0+PTX"  # Ampere and Hopper, plus PTX newer GPUs can JIT
+
+_ARCH_CACHE: dict[str, str] = {}
+
+
+def verbose(flag: bool | None) -> bool:
+    """The effective verbosity: the argument, else ``JIT_LOADER_VERBOSE``."""
+    if flag is not None:
+        return flag
+    return os.environ.get("JIT_LOADER_VERBOSE", "") not in ("", "0", "false", "False")
+
+
+def file_identity(path: str | None) -> str | None:
+    """A cheap identity of a tool binary: its real path, size and mtime (no subprocess)."""
+    if not path:
+        return None
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return None
+    return f"{real}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def cuda_home() -> str | None:
+    """The CUDA toolkit whose nvcc builds ``.cu`` sources, or None when there is none."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home:
+            return home if os.path.isfile(os.path.join(home, "bin", "nvcc")) else None
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+        if os.path.isfile(os.path.join(home, "include", "cuda_runtime.h")):
+            return home
+    if os.path.isfile("/usr/local/cuda/bin/nvcc"):
+        return "/usr/local/cuda"  # nvcc on PATH may be a wrapper script outside the toolkit
+    return home if nvcc else None
+
+
+def why_no_cuda() -> str | None:
+    """None when .cu sources can be built; else the reason, phrased for the user."""
+    if torch.version.cuda is None:
+        return f"the installed torch {torch.__version__} is not a CUDA build"
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home and not os.path.isfile(os.path.join(home, "bin", "nvcc")):
+            return f"{var}={home} has no bin/nvcc; point {var} at a CUDA toolkit"
+    if cuda_home() is None:
+        return "nvcc was not found; install the CUDA toolkit or set CUDA_HOME"
+    return None
+
+
+def pip_cuda_includes(home: str | None) -> list[str]:
+    """Header folders of the CUDA libraries pip installed with torch (cuSPARSE, cuBLAS...).
+
+    A toolkit that has nvcc but not the library headers ATen's CUDA headers include
+    (a compiler-only install) builds with these, as torch's own wheels do.
+    """
+    if home and os.path.isfile(os.path.join(home, "include", "cusparse.h")):
+        return []
+    found = []
+    for base in sys.path:
+        nvidia = os.path.join(base, "nvidia")
+        if not os.path.isdir(nvidia):
+            continue
+        for sub in sorted(os.listdir(nvidia)):
+            inc = os.path.join(nvidia, sub, "include")
+            if os.path.isdir(inc) and inc not in found:
+                found.append(inc)
+        if found:
+            break
+    return found
+
+
+def cxx_compiler() -> str:
+    return os.environ.get("CXX", "c++")
+
+
+def cuda_arch_list(requested: str | None = None) -> str:
+    """The CUDA arch list builds use: explicit, env, visible GPUs, else the default.
+
+    With no GPU visible torch's own default would raise ``IndexError``; we fall back
+    to DEFAULT_CUDA_ARCH so CUDA sources still compile (e.g. on a login node or in CI).
+    """
+    if requested:
+        return requested
+    env = os.environ.get("JIT_LOADER_CUDA_ARCH") or os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if env and env != "native":
+        return env
+    if "auto" not in _ARCH_CACHE:
+        arches: list[str] = []
+        try:
+            count = torch.cuda.device_count() if torch.version.cuda else 0
+        except Exception:  # a broken driver is "no GPU" for this purpose
+            count = 0
+        for i in range(count):
+            major, minor = torch.cuda.get_device_capability(i)
+            arch = f"{major}.{minor}"
+            if arch not in arches:
+                arches.append(arch)
+        if arches:
+            arches.sort(key=lambda a: tuple(int(p) for p in a.split(".")))
+            arches[-1] += "+PTX"
+            _ARCH_CACHE["auto"] = ";".join(arches)
+        else:
+            _ARCH_CACHE["auto"] = DEFAULT_CUDA_ARCH
+    return _ARCH_CACHE["auto"]
+
+
+def cpp_extension():
+    """torch.utils.cpp_extension, imported quietly (it warns when CUDA_HOME is unset)."""
+    if "torch.utils.cpp_extension" not in sys.modules and "CUDA_HOME" not in os.environ:
+        home = cuda_home()
+        if home:
+            os.environ["CUDA_HOME"] = home
+            try:
+                from torch.utils import cpp_extension as cx
+            finally:
+                del os.environ["CUDA_HOME"]
+    from torch.utils import cpp_extension as cx
+    return cx
