@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import sys
 import sysconfig
@@ -66,7 +67,7 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path]) -> dict
     no_cuda = toolchain.why_no_cuda() if has_cuda_sources else None
     with_cuda = has_cuda_sources and no_cuda is None
     home = toolchain.cuda_home() if with_cuda else None
-    cuda_includes = ([f"-isystem {d}" for d in toolchain.pip_cuda_includes(home)]
+    cuda_includes = ([f"-isystem {shlex.quote(d)}" for d in toolchain.pip_cuda_includes(home)]
                      if with_cuda else [])
     return {
         "format": LOADER_FORMAT,
@@ -88,6 +89,18 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path]) -> dict
         "include_dirs": [str(p) for p in include_dirs(op_dir, opts)],
         "no_cuda_reason": no_cuda,
     }
+
+
+def input_hashes(files) -> dict[str, str]:
+    """Content hash of each input file by real path (a missing file hashes to "")."""
+    out = {}
+    for p in files:
+        real = os.path.realpath(p)
+        try:
+            out[real] = sources.sha256(Path(real))
+        except OSError:
+            out[real] = ""
+    return out
 
 
 def compute_key(name: str, op_dir: Path, opts: dict) -> tuple[str, dict, list[Path], list[Path]]:

@@ -43,6 +43,8 @@ class OpState:
     loader_libs: list = dataclasses.field(default_factory=list)
     info: BuildInfo | None = None
     held: Any = None  # open file whose shared flock marks the build as in use
+    surface_text: str | None = None  # source of the last surface that imported
+    surface_error: BaseException | None = None  # the surface file fails to import
 
 
 # One re-entrant lock serialises loads in this process: an op's Python surface calls
