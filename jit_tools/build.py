@@ -105,6 +105,17 @@ def write_ninja_file(name: str, config: dict, sources: list[Path], work: Path) -
             os.environ["TORCH_CUDA_ARCH_LIST"] = env_backup
 
 
+def _steps_to_run(work: Path) -> int | None:
+    """How many steps Ninja will run (a dry run), so the bar knows its total at once."""
+    try:
+        proc = subprocess.run([toolchain.ninja(), "-n"], cwd=work, capture_output=True,
+                              text=True, timeout=60, env=dict(os.environ, NINJA_STATUS="[%f/%t] "))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    steps = sum(1 for line in proc.stdout.splitlines() if _NINJA_STATUS.match(line))
+    return steps or None
+
+
 def _ninja_preexec() -> None:
     # If this process dies (SIGKILL, OOM), Ninja gets SIGTERM, stops its compilers and
     # deletes their partial outputs instead of running on as an orphan.
@@ -130,8 +141,8 @@ def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
         with warnings.catch_warnings():  # "IProgress not found" in a notebook without ipywidgets
             warnings.simplefilter("ignore")
             from tqdm.auto import tqdm
-        bar = tqdm(total=1, desc=f"building {name}", unit="step", leave=False,
-                   file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(total=_steps_to_run(work), desc=f"building {name}", unit="step",
+                   leave=False, file=sys.stderr, dynamic_ncols=True)
     try:
         proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env=env, text=True, errors="replace", start_new_session=True,
@@ -189,7 +200,11 @@ def _build_error(name, lines, returncode, log_path, local_dirs, cache_root) -> B
         file = line = None
     if "No space left on device" in log:
         first += f"  [disk full: free space in {cache_root} or set JIT_LOADER_CACHE]"
-    tail = "".join(lines[-30:])
+    # Ninja -v echoes each command, and again after FAILED: keep the compiler's own
+    # output (the full log has the commands).
+    commands = {m.group(3).strip() for m in map(_NINJA_STATUS.match, lines) if m}
+    output = [l for l in lines if not _NINJA_STATUS.match(l) and l.strip() not in commands]
+    tail = "".join(output[-30:])
     return BuildError(f"{first}\nbuilding op {name!r} failed; full log: {log_path}\n{tail}",
                       log_path=str(log_path), file=file, line=line, log=log)
 

@@ -668,6 +668,10 @@ def _check_gpus(torch) -> list[tuple[str, str]]:
     arch = toolchain.cuda_arch_list()
     if count == 0:
         source = _arch_source() if _arch_source() != "from the visible GPUs" else "the default"
+        why_not = toolchain.why_no_cuda()
+        if why_not is not None:  # the nvcc check above gave the verdict and the fix
+            return [("WARN", f"no GPU visible: CUDA kernels cannot run here, and .cu sources are "
+                             f"not compiled either ({why_not})")]
         return [("WARN", f"no GPU visible: CUDA kernels cannot run here; .cu sources are still compiled, "
                          f"for CUDA arch list {arch} ({source}; set JIT_LOADER_CUDA_ARCH to choose)")]
     verdicts = []

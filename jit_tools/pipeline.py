@@ -139,6 +139,14 @@ def refresh(state: OpState, verbose: bool | None) -> bool:
     """Bring the native library and the Python surface up to date; True when either
     changed."""
     surface_file = sources.surface_path(state.op_dir, state.name)
+    if surface_file is None and not state.surface_hint_given:
+        state.surface_hint_given = True
+        others = sources.other_python_files(state.op_dir)
+        if others:
+            logger.warning(
+                "op folder %s has %s but no %s.py: the loader imports <folder name>.py as the "
+                "op's Python surface; rename the file to %s.py to have it loaded",
+                state.op_dir, ", ".join(others), state.name, state.name)
     surface_key = str(surface_file) if surface_file else None
     old_surface = state.snapshot.get(surface_key) if surface_key else None
     native_changed = ensure_current(state, verbose)

@@ -45,6 +45,7 @@ class OpState:
     held: Any = None  # open file whose shared flock marks the build as in use
     surface_text: str | None = None  # source of the last surface that imported
     surface_error: BaseException | None = None  # the surface file fails to import
+    surface_hint_given: bool = False  # told the user their .py is not named <op>.py
 
 
 # One re-entrant lock serialises loads in this process: an op's Python surface calls

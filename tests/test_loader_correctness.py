@@ -338,3 +338,67 @@ def test_dispatcher_refusals_are_explained_in_one_line(tmp_path):
     assert r["still_runs"] == [2.0, 2.0]
     assert "declares namespace 'toy_op', which another op folder" in r["twin"], r["twin"]
     assert str(op_dir) in r["twin"]
+
+
+BROKEN_BUILD = """
+    import json, jit_loader
+    try:
+        jit_loader.load({path!r})
+        print(json.dumps("loaded"))
+    except jit_loader.BuildError as e:
+        print(json.dumps(str(e)))
+"""
+
+
+def test_failed_build_report_hint_and_progress_total(tmp_path):
+    """The BuildError shows the compiler's words, not its command line twice; the bar
+    knows its total from the start; a misnamed Python surface gets a hint."""
+    op_dir = copy_op("toy_op", tmp_path)
+    source = op_dir / "toy_op.cpp"
+    source.write_text(source.read_text().replace("return x * kFactor;", "return x * kFactr;"))
+    (op_dir / "toy.py").write_text("VERSION = 1\n")
+    proc = run_py(BROKEN_BUILD.format(path=str(op_dir)), make_env(tmp_path / "cache"))
+    message = result_of(proc)
+    assert message.splitlines()[0].startswith(f"{source}:")
+    assert "kFactr" in message.splitlines()[0]
+    assert message.count(f"-c {source}") == 0, message
+    assert "has toy.py but no toy_op.py" in proc.stderr
+    assert "0/3" in proc.stderr and "0/1 " not in proc.stderr, proc.stderr
+
+
+def test_doctor_gives_one_verdict_for_a_cuda_home_without_nvcc(tmp_path):
+    env = make_env(tmp_path / "cache", CUDA_HOME=str(tmp_path / "nowhere"))
+    proc = subprocess.run([sys.executable, "-m", "jit_loader", "doctor"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "has no bin/nvcc" in proc.stdout
+    assert "still compiled" not in proc.stdout, proc.stdout
+
+
+REFERENCE = '''
+import torch
+
+
+def selfcheck(op, device):
+    x = torch.randn(5, device=device)
+    err = (torch.ops.toy_op.scale(x) - {factor} * x).abs().max().item()
+    return [{{"op": "toy_op", "check": "scale", "max_abs_err": err, "tol": 1e-6, "ok": err <= 1e-6}}]
+'''
+
+
+def test_run_all_checks_out_of_tree_ops_and_fails_without_a_reference(tmp_path):
+    op_dir = copy_op("toy_op", tmp_path)
+    env = make_env(tmp_path / "cache")
+    cmd = [sys.executable, "-m", "experiments.run_all", "--no-bench", "--ops", str(op_dir)]
+    missing = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert missing.returncode == 1, missing.stdout + missing.stderr
+    assert "SOME CHECKS FAILED" in missing.stderr and "reference.py" in missing.stderr
+
+    (op_dir / "reference.py").write_text(REFERENCE.format(factor=2.0))
+    good = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "all checks passed" in good.stdout
+
+    (op_dir / "reference.py").write_text(REFERENCE.format(factor=3.0))  # a reference that disagrees
+    bad = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert bad.returncode == 1 and "SOME CHECKS FAILED" in bad.stderr
