@@ -41,7 +41,8 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
                 f"missing source, or a library to add with extra_ldflags). Full build log: "
                 f"{so.parent / 'build.log'}",
                 log_path=str(so.parent / "build.log")) from e
-        store.discard(state.name, key)  # truncated or corrupt: the caller rebuilds
+        if not store.readonly:
+            store.discard(state.name, key)  # truncated or corrupt: the caller rebuilds
         raise CorruptBuild(f"the cached library {so} could not be loaded ({e})") from e
     namespaces = registry.namespaces_of(lib)
     old = state.cdll
@@ -74,6 +75,18 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
         state.loader_libs += registry.missing_cuda_kernels(state.name, namespaces, no_cuda)
 
 
+def _find_build(name: str, key: str, readonly_too: bool = True) -> tuple[stores.CacheStore, dict | None]:
+    """The first cache layer that holds build ``key`` and its manifest; else the
+    writable store and None."""
+    for layer in stores.layers():
+        if layer.readonly and not readonly_too:
+            continue
+        manifest = layer.manifest(name, key)
+        if manifest is not None:
+            return layer, manifest
+    return stores.current(), None
+
+
 def ensure_current(state: OpState, verbose: bool | None) -> bool:
     """Bring the op's native library up to date. Returns True when it changed."""
     if state.snapshot and not sources.snapshot_changed(state.snapshot):
@@ -85,12 +98,11 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
     if key == state.key:
         state.snapshot = snapshot
         return False
-    store = stores.current()
     compiled = False
     log_path = None
     corrupt_retries = changed_retries = 0
     while True:
-        manifest = store.manifest(state.name, key)
+        store, manifest = _find_build(state.name, key, readonly_too=corrupt_retries == 0)
         if manifest is None:
             try:
                 with store.build_lock(state.name) as lock_fd:

@@ -52,19 +52,33 @@ def _write_json_atomic(path: Path, value) -> None:
     os.replace(tmp, path)
 
 
-def cache_dir() -> Path:
-    """Root of the build cache (``JIT_LOADER_CACHE``, else ``$XDG_CACHE_HOME/jit_loader``)."""
+def cache_path() -> list[Path]:
+    """The cache folders, in search order: ``JIT_LOADER_CACHE`` split at ``:`` (else
+    ``$XDG_CACHE_HOME/jit_loader``). Every folder but the last is a read-only layer
+    (e.g. a prebuilt cache on a shared filesystem); new builds go to the last."""
     env = os.environ.get("JIT_LOADER_CACHE")
     if env:
         # Absolute: Ninja runs inside the cache, where a relative path means another place.
-        return Path(os.path.abspath(os.path.expanduser(env)))
+        return [Path(os.path.abspath(os.path.expanduser(part)))
+                for part in env.split(os.pathsep) if part.strip()]
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "jit_loader"
+    return [Path(xdg) / "jit_loader"]
+
+
+def cache_dir() -> Path:
+    """The writable cache folder, where new builds go (the last of :func:`cache_path`)."""
+    return cache_path()[-1]
 
 
 def current() -> "CacheStore":
-    """The store at the configured location (read from the environment at each call)."""
+    """The writable store (read from the environment at each call)."""
     return CacheStore(cache_dir())
+
+
+def layers() -> list["CacheStore"]:
+    """Every store a load searches, in order: read-only layers first, then the writable."""
+    path = cache_path()
+    return [CacheStore(root, readonly=i < len(path) - 1) for i, root in enumerate(path)]
 
 
 def keep_count() -> int:
@@ -136,8 +150,9 @@ def _wait_for_lock(fd: int, name: str, quiet: bool) -> None:
 
 
 class CacheStore:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, readonly: bool = False):
         self.root = Path(root)
+        self.readonly = readonly  # a layer that is searched, never written
 
     # ---- layout --------------------------------------------------------------------
 
@@ -214,8 +229,9 @@ class CacheStore:
                 return manifest
             if file_sha256(lib) != recorded:
                 return None
-            with contextlib.suppress(OSError):
-                _write_json_atomic(stamp, signature)
+            if not self.readonly:
+                with contextlib.suppress(OSError):
+                    _write_json_atomic(stamp, signature)
             return manifest
         except (OSError, ValueError, KeyError):
             return None
@@ -345,6 +361,9 @@ class CacheStore:
             entry = self.entry(name, key)
             shutil.rmtree(entry, ignore_errors=True)  # an invalid (e.g. truncated) one
             os.rename(tmp, entry)
+            with contextlib.suppress(OSError):  # just hashed: the first load needs no re-hash
+                st = (entry / library.name).stat()
+                _write_json_atomic(entry / VERIFIED, [st.st_ino, st.st_size, st.st_ctime_ns])
             return manifest
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -402,3 +402,29 @@ def test_run_all_checks_out_of_tree_ops_and_fails_without_a_reference(tmp_path):
     (op_dir / "reference.py").write_text(REFERENCE.format(factor=3.0))  # a reference that disagrees
     bad = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert bad.returncode == 1 and "SOME CHECKS FAILED" in bad.stderr
+
+
+def _tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_prebuilt_read_only_first_layer(tmp_path):
+    """A cache built ahead of time (a login node's ``python -m jit_loader build``) is the
+    first entry of JIT_LOADER_CACHE: loads find their builds there and never write to it;
+    builds it lacks go to the last (node-local) entry."""
+    op_dir = copy_op("toy_op", tmp_path)
+    prebuilt, local = tmp_path / "prebuilt", tmp_path / "local"
+    first = subprocess.run([sys.executable, "-m", "jit_loader", "build", str(op_dir)], cwd=ROOT,
+                           env=make_env(prebuilt), capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = _tree(prebuilt)
+    env = make_env(Path(f"{prebuilt}{os.pathsep}{local}"))
+
+    r = load_scale(op_dir, env)
+    assert r["compiled"] is False and r["y"] == [2.0] * 3
+    set_factor(op_dir, 6.0)  # not prebuilt: compiled into the node-local layer
+    r = load_scale(op_dir, env)
+    assert r["compiled"] is True and r["y"] == [6.0] * 3
+    assert _tree(prebuilt) == before
+    assert list((local / "toy_op" / "builds").glob("*/toy_op.so"))
