@@ -1,30 +1,35 @@
 # Two entry points, each doing all set-up on a fresh machine:
 #   make demo   build every op, check it against its reference, short benchmark
 #   make test   the test suite (CPU tests everywhere, CUDA tests where a GPU is visible)
+# Both install requirements.txt and this project (editable) into $(VENV) first.
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test gpu-test gpu-bench clean-cache
+.PHONY: install demo test gpu-test gpu-bench clean-cache
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install --no-deps -e .
 	touch $@
 
+install: $(VENV)/.installed
+
 demo: $(VENV)/.installed
-	$(PY) experiments/run_all.py
+	$(PY) -m experiments.run_all
 
 test: $(VENV)/.installed
 	$(PY) -m pytest
 
-# On a machine whose python already has torch, ninja and pytest (e.g. a GPU node):
+# On a machine whose python already has torch, ninja and pytest (e.g. a GPU node),
+# run from the repository root:
 gpu-test:
 	$(PYTHON) -m pytest
 
 gpu-bench:
-	$(PYTHON) experiments/run_all.py
+	$(PYTHON) -m experiments.run_all
 
 clean-cache:
 	$(PYTHON) -m jit_loader clean

@@ -47,10 +47,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from jit_tools import dropin as _dropin
 from jit_tools import pipeline as _pipeline
 from jit_tools import registry as _registry
 from jit_tools.errors import BuildError, CacheError, JitLoaderError, OpNotFoundError
-from jit_tools.handle import Op
+from jit_tools.handle import ExtensionModule, Op
 from jit_tools.key import DEFAULT_CFLAGS, DEFAULT_CUDA_CFLAGS, DEFAULT_LDFLAGS
 from jit_tools.sources import OPS_DIR, available_ops
 from jit_tools.state import BuildInfo, loaded_states as _loaded_states
@@ -88,19 +89,66 @@ _why_no_cuda = why_no_cuda
 _ops_in = ops_in
 
 
-def load(name_or_path: str | os.PathLike, *, verbose: bool | None = None,
-         extra_cflags: Sequence[str] = (), extra_cuda_cflags: Sequence[str] = (),
-         extra_ldflags: Sequence[str] = (), extra_include_paths: Sequence[str] = (),
-         cuda_arch: str | None = None) -> Op:
+def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] | str | None = None,
+         *, name: str | None = None, verbose: bool | None = None,
+         extra_cflags: Sequence[str] | str | None = None,
+         extra_cuda_cflags: Sequence[str] | str | None = None,
+         extra_ldflags: Sequence[str] | str | None = None,
+         extra_include_paths: Sequence[str] | str | None = None,
+         cuda_arch: str | None = None, **torch_options):
     """Load an op: its native library (built or cached) and its Python surface.
 
-    ``name_or_path`` is the name of a folder under ops/ or the path of any op folder.
-    Calling it again checks for edited sources, headers and Python code and reloads
-    what changed; the returned :class:`Op` always resolves to the newest build.
+    ``load("gelu")`` or ``load(path)``: the name of a folder under ops/ or the path of
+    any op folder; returns an :class:`Op`. Calling it again checks for edited sources,
+    headers and Python code and reloads what changed; the :class:`Op` always resolves
+    to the newest build.
+
+    ``load(name="lltm_cpp", sources=["lltm.cpp"], ...)``: the
+    ``torch.utils.cpp_extension.load`` call, with torch's meaning of ``sources``,
+    ``extra_cflags``, ``extra_cuda_cflags``, ``extra_ldflags``, ``extra_include_paths``,
+    ``verbose``, ``with_cuda``, ``is_python_module``; returns the ``PYBIND11_MODULE``
+    as a module whose functions always call the newest build (``is_python_module=False``:
+    the library's path, its ops registered). Torch arguments this toolkit cannot honour
+    raise :class:`JitLoaderError` naming them.
+
+    The flags and ``cuda_arch`` (a CUDA arch list, e.g. ``"9.0"``) are part of the cache
+    key: other flags are another build.
     """
-    return Op(_pipeline.load(
-        name_or_path, verbose, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
-        extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, cuda_arch=cuda_arch))
+    flags = dict(extra_cflags=_dropin.flags(extra_cflags),
+                 extra_cuda_cflags=_dropin.flags(extra_cuda_cflags),
+                 extra_ldflags=_dropin.flags(extra_ldflags),
+                 extra_include_paths=_dropin.paths(extra_include_paths), cuda_arch=cuda_arch)
+    if sources is None and name is None:
+        if torch_options:
+            raise TypeError(f"load: {', '.join(sorted(torch_options))}: only with sources=[...] "
+                            "(the torch.utils.cpp_extension form)")
+        if name_or_path is None:
+            raise TypeError("load: give an op folder name or path, or name= and sources=")
+        return Op(_pipeline.load(name_or_path, verbose, **flags))
+    if name is not None and name_or_path is not None:
+        raise TypeError("load: give the name once (first argument or name=)")
+    name = name if name is not None else os.fspath(name_or_path)
+    if sources is None:
+        raise TypeError(f"load(name={name!r}): sources=[...] is missing")
+    source_files = _dropin.paths(sources)
+    options = _dropin.unsupported(torch_options)
+    is_python_module = options.pop("is_python_module", True)
+    _dropin.check_with_cuda(options.pop("with_cuda", None), [Path(s) for s in source_files])
+    if options:
+        raise TypeError(f"load() got unexpected keyword arguments: {', '.join(sorted(options))}")
+    state = _pipeline.load_sources(name, source_files, verbose, **flags)
+    return _module_or_library(state, is_python_module)
+
+
+def _module_or_library(state, is_python_module: bool):
+    if not is_python_module:
+        return state.library
+    if state.ext_module is None:
+        raise JitLoaderError(
+            f"{state.name!r} was built but defines no PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) to "
+            "return: add one (load_inline: functions=[...]), or pass is_python_module=False and "
+            "use its torch.ops")
+    return ExtensionModule(state)
 
 
 def load_library(name_or_path: str | os.PathLike, *, verbose: bool | None = None,
@@ -117,18 +165,48 @@ def load_library(name_or_path: str | os.PathLike, *, verbose: bool | None = None
         extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, cuda_arch=cuda_arch))
 
 
-def load_inline(name: str, cpp_source: str = "", cuda_source: str = "", *,
+def load_inline(name: str, cpp_sources: Sequence[str] | str | None = None,
+                cuda_sources: Sequence[str] | str | None = None,
+                functions: Sequence[str] | dict | str | None = None, *,
+                cpp_source: str | None = None, cuda_source: str | None = None,
                 python_source: str | None = None, first_line: int = 1,
-                source_name: str | None = None, **kwargs) -> Op:
-    """Build an op from source text (e.g. a notebook cell); errors point at its lines.
+                source_name: str | None = None, verbose: bool | None = None,
+                extra_cflags=None, extra_cuda_cflags=None, extra_ldflags=None,
+                extra_include_paths=None, cuda_arch: str | None = None, **torch_options):
+    """Build from source text.
 
-    The text is written to ``<cache>/_inline/<name>/`` with a ``#line`` directive, so
-    compiler messages name ``source_name`` (default ``<name>.cpp``) and the line of the
-    text, offset by ``first_line - 1``.
+    ``load_inline(name, cpp_sources, cuda_sources=None, functions=None, ...)``: the
+    ``torch.utils.cpp_extension.load_inline`` call, same meaning (``torch/extension.h``
+    prepended, ``functions`` bound with pybind11, ``with_pytorch_error_handling``,
+    ``no_implicit_headers``); returns the module like :func:`load` with ``sources``.
+
+    ``load_inline(name, cpp_source=..., cuda_source=..., python_source=...)``: an op
+    folder from text (what ``%%jit_op`` uses); returns an :class:`Op`. The text is
+    written to ``<cache>/_inline/<name>/`` with a ``#line`` directive, so compiler
+    messages name ``source_name`` (default ``<name>.cpp``) and the line of the text,
+    offset by ``first_line - 1``.
     """
-    op_dir = _pipeline.write_inline(name, cpp_source, cuda_source, python_source=python_source,
-                                    first_line=first_line, source_name=source_name)
-    return load(op_dir, **kwargs)
+    flags = dict(extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+                 extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
+                 cuda_arch=cuda_arch, verbose=verbose)
+    if cpp_sources is None and cuda_sources is None and functions is None:
+        if torch_options:
+            raise TypeError(f"load_inline: {', '.join(sorted(torch_options))}: only with "
+                            "cpp_sources (the torch.utils.cpp_extension form)")
+        op_dir = _pipeline.write_inline(name, cpp_source or "", cuda_source or "",
+                                        python_source=python_source, first_line=first_line,
+                                        source_name=source_name)
+        return load(op_dir, **flags)
+    if cpp_source is not None or cuda_source is not None or python_source is not None:
+        raise TypeError("load_inline: give either cpp_sources/cuda_sources/functions (torch's form) "
+                        "or cpp_source/cuda_source/python_source (an op folder), not both")
+    options = _dropin.unsupported(torch_options)
+    texts = _dropin.inline_sources(
+        cpp_sources, cuda_sources, functions,
+        with_pytorch_error_handling=options.pop("with_pytorch_error_handling", True),
+        no_implicit_headers=options.pop("no_implicit_headers", False))
+    op_dir = _pipeline.write_inline_files(name, texts)
+    return load(name=name, sources=[op_dir / f for f in texts], **flags, **options)
 
 
 def reload_changed(verbose: bool | None = None) -> list[str]:

@@ -15,7 +15,7 @@ through ``LLTMFunction`` (the tutorial's Python ``autograd.Function``). Speedups
 against eager in the same run; every cell is first checked against eager. fp32, TF32 off.
 On CUDA the table also counts the GPU kernels (and memsets) each iteration launches.
 
-    python experiments/bench_lltm.py --device cuda [--quick] [--json out.json] [--threads N]
+    python -m experiments.bench_lltm --device cuda [--quick] [--json out.json] [--threads N]
 
 On a small shared machine, ``--threads 1`` keeps a busy neighbour from stalling the
 GEMMs' thread barriers (milliseconds per call on a 2-core VM with other load).
@@ -25,18 +25,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import jit_loader  # noqa: E402
-from experiments import benchutil  # noqa: E402
-from ops.lltm.reference import LLTMReference  # noqa: E402
+import jit_loader
+from experiments import benchutil
+from ops.lltm.reference import LLTMReference
 
 SIZES = [(16, 32, 128), (256, 256, 1024), (4096, 512, 2048)]
 # On CPU the largest size is too slow to time (two 129-GFLOP GEMMs per iteration).

@@ -7,7 +7,7 @@ Prints, for tiny fixture ops built in a private cache:
   * the no-change check inside a live process (what every `load`/`reload` costs);
   * rebuild after editing one .cu vs one .cpp of a two-unit op (CUDA part needs nvcc).
 
-Usage: python experiments/bench_loader.py [--json PATH] [--no-cuda]
+Usage: python -m experiments.bench_loader [--json PATH] [--no-cuda]
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
-sys.path.insert(0, str(ROOT))
 
-from experiments.benchutil import environment, format_table, save_json  # noqa: E402
+from experiments.benchutil import environment, format_table, save_json
 
 # Each measurement runs in its own interpreter and prints one JSON line.
 COLD_BUILD = """

@@ -12,7 +12,7 @@ reads grad and the saved tensor and writes dx (3 tensors).
 GPU: 2^26 elements (2^22 with --quick). CPU: 2^22 elements (2^20 with --quick),
 without the compiled baselines (Inductor's C++ builds take minutes there).
 
-    python experiments/bench_pointwise.py [--device cuda] [--quick] [--json out.json]
+    python -m experiments.bench_pointwise [--device cuda] [--quick] [--json out.json]
 """
 
 from __future__ import annotations
@@ -20,17 +20,12 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import jit_loader  # noqa: E402
-from experiments import benchutil  # noqa: E402
+import jit_loader
+from experiments import benchutil
 
 ALPHA = 1.702
 COLUMNS = ["dtype", "op", "pass", "impl", "us", "GB/s", "% clone", "x eager", "x compiled"]

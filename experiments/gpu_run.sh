@@ -29,13 +29,13 @@ for stage in "${stages[@]}"; do
               2>&1 | tee "$OUT/pytest_ops.txt" | tail -25 || status=1 ;;
     loadertests) python3 -m pytest -q -rs -p no:cacheprovider tests/test_jit_loader.py \
               2>&1 | tee "$OUT/pytest_loader.txt" | tail -15 || status=1 ;;
-    demo)   python3 experiments/run_all.py --no-bench 2>&1 | tee "$OUT/run_all.txt" | tail -40 || status=1 ;;
+    demo)   python3 -m experiments.run_all --no-bench 2>&1 | tee "$OUT/run_all.txt" | tail -40 || status=1 ;;
     bench)  for b in bench_pointwise bench_lltm; do
-              python3 experiments/$b.py --json "$OUT/$b.json" 2>&1 | tee "$OUT/$b.txt" | grep -v "^W1" || status=1
+              python3 -m experiments.$b --json "$OUT/$b.json" 2>&1 | tee "$OUT/$b.txt" | grep -v "^W1" || status=1
             done ;;
-    variants) python3 experiments/pointwise_variants.py --json "$OUT/pointwise_variants.json" 2>&1 \
+    variants) python3 -m experiments.pointwise_variants --json "$OUT/pointwise_variants.json" 2>&1 \
               | tee "$OUT/pointwise_variants.txt" | grep -v "^W1" | tail -62 || status=1 ;;
-    loader) python3 experiments/bench_loader.py --json "$OUT/bench_loader.json" 2>&1 | tee "$OUT/bench_loader.txt" || status=1 ;;
+    loader) python3 -m experiments.bench_loader --json "$OUT/bench_loader.json" 2>&1 | tee "$OUT/bench_loader.txt" || status=1 ;;
     *) echo "unknown stage $stage"; status=1 ;;
   esac
 done

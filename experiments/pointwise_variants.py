@@ -7,24 +7,21 @@ Each variant is timed two ways: per call between CUDA events (as bench_pointwise
 and as the kernel time the profiler records (no launch gaps). If a variant is slow per
 call but not in the profiler, the gap is on the host side, not in the kernel.
 
-    python experiments/pointwise_variants.py [--json out.json]      # CUDA only
+    python -m experiments.pointwise_variants [--json out.json]      # CUDA only
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-import jit_loader  # noqa: E402
-from experiments import benchutil  # noqa: E402
+import jit_loader
+from experiments import benchutil
 
 NUMEL = 2**26
 COLUMNS = ["dtype", "impl", "event_us", "kernel_us", "% clone (event)", "% clone (kernel)"]

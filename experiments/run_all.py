@@ -3,7 +3,7 @@
 Runs on whatever device is there (CPU always, CUDA too when a GPU is visible).
 Exit status is non-zero when a build or a check fails.
 
-Usage: python experiments/run_all.py [--ops lltm,gelu] [--no-bench] [--json-dir DIR]
+Usage: python -m experiments.run_all [--ops lltm,gelu] [--no-bench] [--json-dir DIR]
 """
 
 from __future__ import annotations
@@ -15,15 +15,11 @@ import os
 import sys
 import time
 import traceback
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-import jit_loader  # noqa: E402
-from experiments.benchutil import environment, format_table, save_json  # noqa: E402
+import jit_loader
+from experiments.benchutil import environment, format_table, save_json
 
 # Benchmarks shown by the main job (quick sizes); each module exposes run(device, quick).
 BENCHMARKS = ["experiments.bench_pointwise", "experiments.bench_lltm"]

@@ -71,3 +71,36 @@ def schemas(qualname: str) -> list[str]:
     """The schema of every overload of ``ns::op`` as the dispatcher holds it now (to say
     what a rebuilt op changed when the dispatcher refuses the new schema)."""
     return [str(s) for s in torch._C._jit_get_schemas_for_operator(qualname)]
+
+
+# Used by jit_tools.check, which must recognise dispatcher ops among the callables it
+# is given and record which ops a function calls. torch has no public names for these.
+
+# The classes of ``torch.ops.ns.op.default`` and ``torch.ops.ns.op``.
+OpOverload = torch._ops.OpOverload
+OpOverloadPacket = torch._ops.OpOverloadPacket
+
+
+def dispatch_mode_base():
+    """torch's base class of a Python dispatch mode (sees every op a call dispatches);
+    imported lazily, as torch itself imports it only on use."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    return TorchDispatchMode
+
+
+def tree_leaves(tree):
+    """The leaves of nested outputs (tuples, lists, dicts), as torch's own tools walk them."""
+    import torch.utils._pytree as pytree
+    return pytree.tree_leaves(tree)
+
+
+def tree_map_only(cls, fn, tree):
+    import torch.utils._pytree as pytree
+    return pytree.tree_map_only(cls, fn, tree)
+
+
+def custom_op_overload(fn) -> "OpOverload | None":
+    """The dispatcher op behind a ``torch.library.custom_op`` function, which keeps it
+    in a private attribute; None for anything else."""
+    op = getattr(fn, "_opoverload", None)
+    return op if isinstance(op, OpOverload) else None

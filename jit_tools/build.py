@@ -156,6 +156,7 @@ def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
         with open(log_path, "w") as log:
             for line in proc.stdout:
                 log.write(line)
+                log.flush()  # readable while the build runs, and complete up to a kill
                 lines.append(line)
                 if verbose:
                     print(line, end="", flush=True)

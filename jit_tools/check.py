@@ -26,8 +26,8 @@ import dataclasses
 from typing import Any, Callable, Sequence
 
 import torch
-import torch.utils._pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from jit_tools import _torch_private
 
 from jit_tools import _torch_private
 
@@ -163,10 +163,11 @@ def check(fn: Callable | type | Any, inputs: Any, reference: Callable | None = N
 def _callable(fn) -> tuple[Callable, str, Any]:
     if isinstance(fn, type) and issubclass(fn, torch.autograd.Function):
         return fn.apply, fn.__name__, None
-    if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+    if isinstance(fn, (_torch_private.OpOverload, _torch_private.OpOverloadPacket)):
         return fn, _op_name(fn), fn
-    if isinstance(getattr(fn, "_opoverload", None), torch._ops.OpOverload):
-        return fn, _op_name(fn._opoverload), fn._opoverload  # torch.library.custom_op
+    custom = _torch_private.custom_op_overload(fn)
+    if custom is not None:
+        return fn, _op_name(custom), custom
     if isinstance(fn, torch.nn.Module):
         return fn, type(fn).__name__, None
     if callable(fn):
@@ -177,7 +178,7 @@ def _callable(fn) -> tuple[Callable, str, Any]:
 
 
 def _op_name(op) -> str:
-    if isinstance(op, torch._ops.OpOverloadPacket):
+    if isinstance(op, _torch_private.OpOverloadPacket):
         return op._qualified_op_name
     return op.name() if op._overloadname == "default" else f"{op.name()}.{op._overloadname}"
 
@@ -254,7 +255,7 @@ def _for_sample(call: Callable, args: tuple) -> Callable:
 
 
 def _tensors(out) -> list[torch.Tensor]:
-    return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    return [t for t in _torch_private.tree_leaves(out) if isinstance(t, torch.Tensor)]
 
 
 def _differentiable(args: tuple) -> list[torch.Tensor]:
@@ -442,7 +443,7 @@ class _OpCall:
     differentiated: bool  # some call ran with grad mode on and an input requiring grad
 
 
-class _OpRecorder(TorchDispatchMode):
+class _OpRecorder(_torch_private.dispatch_mode_base()):
     """Records the first call of each custom dispatcher op, with copies of its arguments.
 
     The mode sits below autograd: an op with an autograd kernel shows up as called from
@@ -456,10 +457,10 @@ class _OpRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func.namespace not in TORCH_NAMESPACES:
             differentiated = torch.is_grad_enabled() and any(
-                _is_float(t) and t.requires_grad for t in pytree.tree_leaves((args, kwargs)))
+                _is_float(t) and t.requires_grad for t in _torch_private.tree_leaves((args, kwargs)))
             call = self.calls.get(func.name())
             if call is None:
-                args_copy, kwargs_copy = pytree.tree_map_only(
+                args_copy, kwargs_copy = _torch_private.tree_map_only(
                     torch.Tensor, lambda t: t.detach().clone(), (args, kwargs))
                 self.calls[func.name()] = _OpCall(func, args_copy, kwargs_copy, differentiated)
             else:
@@ -488,13 +489,13 @@ def _as_overloads(op) -> list:
     ops = op if isinstance(op, (list, tuple)) else [op]
     out = []
     for item in ops:
-        if isinstance(item, torch._ops.OpOverloadPacket):
+        if isinstance(item, _torch_private.OpOverloadPacket):
             names = item.overloads()
             if len(names) != 1:
                 raise ValueError(f"check: {item._qualified_op_name} has overloads {names}; "
                                  "pass one, e.g. torch.ops.ns.op.default")
             item = getattr(item, names[0])
-        if not isinstance(item, torch._ops.OpOverload):
+        if not isinstance(item, _torch_private.OpOverload):
             raise TypeError(f"check: op= takes dispatcher ops (torch.ops.ns.op), got {item!r}")
         out.append(item)
     return out

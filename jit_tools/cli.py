@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jit_tools import pipeline, sources, store as stores, toolchain
+from jit_tools import _torch_private, pipeline, sources, store as stores, toolchain
 from jit_tools.errors import BuildError, JitLoaderError, OpNotFoundError
 from jit_tools.store import CacheStore
 
@@ -117,8 +117,8 @@ def _ops_to_list(paths: list[str]) -> list[tuple[str, Path | None]]:
     for name in _op_caches():
         if name in known:
             continue
-        sources = {b.get("op_dir") for b in pipeline.cached_builds(name)} - {None}
-        existing = [Path(s) for s in sorted(sources) if Path(s).is_dir()]
+        origins = {b.get("op_dir") for b in pipeline.cached_builds(name)} - {None}
+        existing = [Path(s) for s in sorted(origins) if Path(s).is_dir()]
         found.append((name, existing[0] if existing else None))
     unique = []
     for item in found:
@@ -210,12 +210,19 @@ def cmd_list(args) -> int:
 # --------------------------------------------------------------------------------------
 
 
-def _build_one(op_dir: str, cuda_arch: str | None, verbose: bool, max_jobs: int) -> dict:
+def _build_options(args) -> dict:
+    """The build options of ``load`` given on the command line (part of the key)."""
+    return {"cuda_arch": args.cuda_arch, "extra_cflags": args.extra_cflags,
+            "extra_cuda_cflags": args.extra_cuda_cflags, "extra_ldflags": args.extra_ldflags,
+            "extra_include_paths": args.extra_include_paths}
+
+
+def _build_one(op_dir: str, options: dict, verbose: bool, max_jobs: int) -> dict:
     """Build (or fetch) one op by loading its library; runs in a worker process."""
     os.environ["MAX_JOBS"] = str(max_jobs)  # ninja -j of this worker
     result = {"op_dir": op_dir, "name": Path(op_dir).name, "ok": False}
     try:
-        state = pipeline.load_library(op_dir, verbose, cuda_arch=cuda_arch)
+        state = pipeline.load_library(op_dir, verbose, **options)
     except BuildError as e:
         result.update(error=str(e).splitlines()[0], log=e.log_path)
         return result
@@ -247,7 +254,7 @@ def _start_build_worker(rows, lock) -> None:
 
 
 def _build_all(op_dirs: list[Path], args, workers: int, max_jobs: int) -> list[dict]:
-    jobs = [(str(d), args.cuda_arch, args.verbose, max_jobs) for d in op_dirs]
+    jobs = [(str(d), _build_options(args), args.verbose, max_jobs) for d in op_dirs]
     if workers == 1:
         return [_build_one(*job) for job in jobs]
     ctx = multiprocessing.get_context("spawn")  # torch is imported: never fork
@@ -288,7 +295,7 @@ def cmd_build(args) -> int:
     todo, results, uses_cuda = [], {}, False
     for op_dir in op_dirs:
         try:
-            key, config = pipeline.op_key(op_dir, cuda_arch=args.cuda_arch)
+            key, config = pipeline.op_key(op_dir, **_build_options(args))
         except JitLoaderError as e:
             results[op_dir] = {"name": op_dir.name, "ok": False, "error": str(e).splitlines()[0]}
             continue
@@ -589,7 +596,7 @@ def _check_compiler(torch, nvcc_version) -> list[tuple[str, str]]:
 
     # ABI: torch's build flags do not force _GLIBCXX_USE_CXX11_ABI, so the compiler's
     # default must match torch's. Preprocessing <string> shows the default (no compile).
-    want = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    want = int(_torch_private.cxx11_abi())
     try:
         proc = subprocess.run([cxx, "-x", "c++", "-E", "-dM", "-"], input="#include <string>\n",
                               capture_output=True, text=True, timeout=60)
@@ -817,6 +824,15 @@ def _parser() -> argparse.ArgumentParser:
                         "JIT_LOADER_CUDA_ARCH, TORCH_CUDA_ARCH_LIST, the visible GPUs, else "
                         f"{toolchain.DEFAULT_CUDA_ARCH}). A process loads these builds only when it "
                         "uses the same list, so export JIT_LOADER_CUDA_ARCH in the job too")
+    for flag, dest, metavar, meaning in (
+            ("--extra-cflags", "extra_cflags", "FLAG", "a C++ compiler flag, e.g. --extra-cflags=-DX=1 "
+                                                      "(write = when it starts with -)"),
+            ("--extra-cuda-cflags", "extra_cuda_cflags", "FLAG", "an nvcc flag"),
+            ("--extra-ldflags", "extra_ldflags", "FLAG", "a linker flag"),
+            ("--extra-include-path", "extra_include_paths", "DIR", "an include folder")):
+        p.add_argument(flag, dest=dest, action="append", default=[], metavar=metavar,
+                       help=f"{meaning}; repeatable; load's {dest}. Flags are part of the build's "
+                            "key: a process loads this build only with the same flags")
     p.add_argument("-j", "--jobs", type=int, metavar="N",
                    help="compile jobs in total, shared among the ops built at once "
                         "(default: MAX_JOBS, else the number of cores)")

@@ -1,7 +1,15 @@
-"""The handle ``load`` returns: attribute access always resolves to the newest build."""
+"""The handles ``load`` returns: attribute access always resolves to the newest build.
+
+:class:`Op` for op folders; :class:`ExtensionModule`, a module, for ops loaded the
+``torch.utils.cpp_extension`` way. Functions of a ``PYBIND11_MODULE`` are handed out
+as small forwarders that look the function up in the newest build at each call, so a
+function taken before a reload runs the new code. pybind11 classes, and objects made
+from them, stay those of the build that made them.
+"""
 
 from __future__ import annotations
 
+import functools
 import types
 from pathlib import Path
 
@@ -59,15 +67,21 @@ class Op:
     def build(self) -> BuildInfo | None:
         return self._state.info
 
+    def current_key(self) -> str:
+        """The cache key of the op's sources, headers and flags as they are now (builds
+        nothing); differs from ``op.build.key`` when an edit awaits a reload."""
+        return pipeline.current_key(self._state)
+
     def reload(self, verbose: bool | None = None) -> bool:
         """Rebuild and reload if any source, header or the Python surface changed."""
         return pipeline.reload(self._state, verbose)
 
     def __getattr__(self, attr: str):
         state = self._state
-        for module in (state.module, state.ext_module):
-            if module is not None and hasattr(module, attr):
-                return getattr(module, attr)
+        if state.module is not None and hasattr(state.module, attr):
+            return getattr(state.module, attr)
+        if state.ext_module is not None and hasattr(state.ext_module, attr):
+            return _newest(state, attr)
         for ns in state.namespaces:
             if attr in registry.ops_in(ns):
                 return getattr(getattr(torch.ops, ns), attr)
@@ -89,3 +103,46 @@ class Op:
     def __repr__(self) -> str:
         key = self._state.key or "not built"
         return f"<jit_loader.Op {self.name!r} from {self.path} build {key}>"
+
+
+def _newest(state: OpState, attr: str):
+    """``attr`` of the op's pybind11 module; a function comes wrapped so that it always
+    calls the newest build's function of that name."""
+    value = getattr(state.ext_module, attr)
+    if not callable(value) or isinstance(value, type):
+        return value
+
+    @functools.wraps(value)
+    def newest(*args, **kwargs):
+        return getattr(state.ext_module, attr)(*args, **kwargs)
+
+    return newest
+
+
+class ExtensionModule(types.ModuleType):
+    """The module ``jit_loader.load(name=..., sources=[...])`` returns, like
+    ``torch.utils.cpp_extension.load``: the op's ``PYBIND11_MODULE``, always its newest
+    build. ``jit_loader.load`` with the same arguments rebuilds what changed."""
+
+    def __init__(self, state: OpState):
+        super().__init__(state.name, getattr(state.ext_module, "__doc__", None))
+        object.__setattr__(self, "_jit_state", state)
+
+    @property
+    def __file__(self) -> str | None:
+        return self._jit_state.library
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__") and attr.endswith("__"):
+            raise AttributeError(attr)
+        state = self._jit_state
+        if state.ext_module is None or not hasattr(state.ext_module, attr):
+            have = ", ".join(n for n in dir(state.ext_module) if not n.startswith("_"))
+            raise AttributeError(f"module {state.name!r} has no attribute {attr!r}; it has: {have}")
+        return _newest(state, attr)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(dir(self._jit_state.ext_module)))
+
+    def __repr__(self) -> str:
+        return f"<module {self._jit_state.name!r} from {self._jit_state.library!r} (jit_loader)>"

@@ -16,6 +16,7 @@ import shutil
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Callable, Sequence
 
 import torch
 
@@ -61,9 +62,11 @@ def include_dirs(op_dir: Path, opts: dict) -> list[Path]:
     return dirs
 
 
-def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path]) -> dict:
+def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
+           cuda_only: Callable[[Path], bool] | None = None) -> dict:
     """Everything besides file contents that decides what the build produces."""
-    has_cuda_sources = any(sources.is_cuda_source(p, name) for p in all_sources)
+    cuda_only = cuda_only or (lambda p: sources.is_cuda_source(p, name))
+    has_cuda_sources = any(cuda_only(p) for p in all_sources)
     no_cuda = toolchain.why_no_cuda() if has_cuda_sources else None
     with_cuda = has_cuda_sources and no_cuda is None
     home = toolchain.cuda_home() if with_cuda else None
@@ -103,15 +106,27 @@ def input_hashes(files) -> dict[str, str]:
     return out
 
 
-def compute_key(name: str, op_dir: Path, opts: dict) -> tuple[str, dict, list[Path], list[Path]]:
-    """(key, config, sources to compile, every input file) of the op as it is now."""
-    all_sources = sources.walk_sources(op_dir)
+def compute_key(name: str, op_dir: Path, opts: dict, source_list: Sequence[Path] | None = None,
+                ) -> tuple[str, dict, list[Path], list[Path]]:
+    """(key, config, sources to compile, every input file) of the op as it is now:
+    the sources in ``op_dir``, or ``source_list`` when given."""
+    if source_list is not None:
+        # An explicit list (cpp_extension's model): only .cu files need CUDA, whatever
+        # the other files are called.
+        all_sources = list(source_list)
+
+        def cuda_only(p: Path) -> bool:
+            return p.suffix in sources.CUDA_SUFFIXES
+    else:
+        all_sources = sources.walk_sources(op_dir)
+
+        def cuda_only(p: Path) -> bool:
+            return sources.is_cuda_source(p, name)
     if not all_sources:
         raise JitLoaderError(
             f"op {name!r}: no C++/CUDA source ({', '.join(sources.SOURCE_SUFFIXES)}) in {op_dir}")
-    cfg = config(name, op_dir, opts, all_sources)
-    compiled = [p for p in all_sources
-                if cfg["with_cuda"] or not sources.is_cuda_source(p, name)]
+    cfg = config(name, op_dir, opts, all_sources, cuda_only)
+    compiled = [p for p in all_sources if cfg["with_cuda"] or not cuda_only(p)]
     headers = sources.local_headers(all_sources, include_dirs(op_dir, opts))
     digest = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode())
     for p in sorted(set(compiled) | set(headers)):

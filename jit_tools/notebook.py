@@ -140,7 +140,7 @@ def _is_inline(op: Op) -> bool:
 def _content_key(op: Op) -> str | None:
     """Hash of the op's sources, headers and build configuration (builds nothing)."""
     try:
-        return pipeline.op_key(op.path)[0]
+        return op.current_key()
     except Exception:  # noqa: BLE001 - a folder being edited; treat as changed
         return None
 

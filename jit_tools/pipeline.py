@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from jit_tools import build as builder, key as keys, registry, sources, store as stores, surface, toolchain
-from jit_tools.errors import BuildError, CacheError, CorruptBuild, JitLoaderError, SourcesChanged
+from jit_tools.errors import (BuildError, CacheError, CorruptBuild, JitLoaderError, OpNotFoundError,
+                               SourcesChanged)
 from jit_tools.log import logger
 from jit_tools.state import LOCK, STATES, BuildInfo, OpState, state_for, state_holding
 
@@ -92,12 +93,20 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
     if state.snapshot and not sources.snapshot_changed(state.snapshot):
         return False
     started = time.perf_counter()
-    key, config, compiled_sources, inputs = keys.compute_key(state.name, state.op_dir, state.options)
-    snapshot = sources.snapshot(state.op_dir, inputs,
-                                sources.surface_path(state.op_dir, state.name))
+    key, config, compiled_sources, inputs = keys.compute_key(
+        state.name, state.op_dir, state.options, state.sources)
+    snapshot = sources.snapshot(state.op_dir if state.sources is None else None, inputs,
+                                surface_file(state))
     if key == state.key:
         state.snapshot = snapshot
         return False
+    stable = sources.stable_registration(inputs)
+    if stable is not None:
+        raise JitLoaderError(
+            f"{stable[0]}:{stable[1]}: op {state.name!r} registers with STABLE_TORCH_LIBRARY*, "
+            "which jit_loader cannot withdraw, so the op could not be reloaded in a live "
+            "process; register with TORCH_LIBRARY / TORCH_LIBRARY_IMPL instead (the same "
+            "schema and kernels), or build it with torch.utils.cpp_extension")
     compiled = False
     log_path = None
     corrupt_retries = changed_retries = 0
@@ -124,9 +133,9 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                         "row, so nothing was published. Load again once the edits settle.") from e
                 logger.info("%s; building the current sources", e)
                 key, config, compiled_sources, inputs = keys.compute_key(
-                    state.name, state.op_dir, state.options)
-                snapshot = sources.snapshot(state.op_dir, inputs,
-                                            sources.surface_path(state.op_dir, state.name))
+                    state.name, state.op_dir, state.options, state.sources)
+                snapshot = sources.snapshot(state.op_dir if state.sources is None else None,
+                                            inputs, surface_file(state))
                 continue
         try:
             _activate(state, store, manifest, key)
@@ -147,11 +156,18 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
     return True
 
 
+def surface_file(state: OpState) -> Path | None:
+    """The op's Python surface file; ops built from a source list have none."""
+    if state.sources is not None:
+        return None
+    return sources.surface_path(state.op_dir, state.name)
+
+
 def refresh(state: OpState, verbose: bool | None) -> bool:
     """Bring the native library and the Python surface up to date; True when either
     changed."""
-    surface_file = sources.surface_path(state.op_dir, state.name)
-    if surface_file is None and not state.surface_hint_given:
+    surface_path = surface_file(state)
+    if surface_path is None and state.sources is None and not state.surface_hint_given:
         state.surface_hint_given = True
         others = sources.other_python_files(state.op_dir)
         if others:
@@ -159,7 +175,7 @@ def refresh(state: OpState, verbose: bool | None) -> bool:
                 "op folder %s has %s but no %s.py: the loader imports <folder name>.py as the "
                 "op's Python surface; rename the file to %s.py to have it loaded",
                 state.op_dir, ", ".join(others), state.name, state.name)
-    surface_key = str(surface_file) if surface_file else None
+    surface_key = str(surface_path) if surface_path else None
     old_surface = state.snapshot.get(surface_key) if surface_key else None
     native_changed = ensure_current(state, verbose)
     surface_changed = surface_key is not None and (
@@ -172,7 +188,7 @@ def refresh(state: OpState, verbose: bool | None) -> bool:
 
 def load_library(name_or_path, verbose: bool | None = None, **options) -> OpState:
     op_dir = sources.resolve_op_dir(name_or_path)
-    opts = keys.options(**options)
+    opts = keys.options(**options) or None  # none given: keep those of the current build
     with LOCK:
         state = state_for(op_dir, opts)
         ensure_current(state, verbose)
@@ -184,6 +200,29 @@ def load(name_or_path, verbose: bool | None = None, **options) -> OpState:
     opts = keys.options(**options)
     with LOCK:
         state = state_for(op_dir, opts)
+        refresh(state, verbose)
+        return state
+
+
+def load_sources(name: str, source_files, verbose: bool | None = None, **options) -> OpState:
+    """Load the op ``name`` built from an explicit list of source files
+    (``torch.utils.cpp_extension.load``'s model)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
+        raise ValueError(f"load: name must be a C identifier (it names the module), got {name!r}")
+    files = []
+    for item in source_files:
+        path = Path(item).expanduser().resolve()
+        if not path.is_file():
+            raise OpNotFoundError(f"load {name!r}: source file {os.fspath(item)!r} does not exist")
+        if path.suffix not in sources.SOURCE_SUFFIXES:
+            raise JitLoaderError(f"load {name!r}: {path} is not a C++/CUDA source "
+                                 f"({', '.join(sources.SOURCE_SUFFIXES)})")
+        files.append(path)
+    if not files:
+        raise ValueError(f"load {name!r}: sources is empty")
+    opts = keys.options(**options)
+    with LOCK:
+        state = state_for(sources.common_folder(files), opts, name=name, sources=tuple(files))
         refresh(state, verbose)
         return state
 
@@ -215,23 +254,16 @@ def write_inline(name: str, cpp_source: str = "", cuda_source: str = "", *,
     """Write source text into ``<cache>/_inline/<name>/`` (an op folder), with a
     ``#line`` directive so compiler messages name ``source_name`` and the text's lines.
     Files are rewritten only when their text changed, so Ninja stays incremental."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise ValueError(f"load_inline: name must be a C identifier, got {name!r}")
-    store = stores.current()
-    op_dir = store.inline_folder(name)
-    try:
-        return _write_inline_files(op_dir, name, cpp_source, cuda_source, python_source,
-                                   first_line, source_name)
-    except OSError as e:
-        raise store.cache_error(e, f"writing the sources of inline op {name!r}") or CacheError(
-            f"cannot write the sources of inline op {name!r} into the cache {store.root} "
-            f"({e.strerror}: {e.filename}); set JIT_LOADER_CACHE to a writable folder") from e
-
-
-def _write_inline_files(op_dir: Path, name: str, cpp_source: str, cuda_source: str,
-                        python_source: str | None, first_line: int,
-                        source_name: str | None) -> Path:
-    op_dir.mkdir(parents=True, exist_ok=True)
+    surface_path = surface_file(state)
+    if surface_path is None and state.sources is None and not state.surface_hint_given:
+        state.surface_hint_given = True
+        others = sources.other_python_files(state.op_dir)
+        if others:
+            logger.warning(
+                "op folder %s has %s but no %s.py: the loader imports <folder name>.py as the "
+                "op's Python surface; rename the file to %s.py to have it loaded",
+                state.op_dir, ", ".join(others), state.name, state.name)
+    surface_key = str(surface_path) if surface_path else None
     wanted = {}
     for suffix, text in ((".cpp", cpp_source), (".cu", cuda_source)):
         if text:
@@ -241,6 +273,15 @@ def _write_inline_files(op_dir: Path, name: str, cpp_source: str, cuda_source: s
         raise ValueError("load_inline: give cpp_source or cuda_source")
     if python_source is not None:
         wanted[f"{name}.py"] = python_source
+    return write_inline_files(name, wanted)
+
+
+def write_inline_files(name: str, wanted: dict[str, str]) -> Path:
+    """Make ``<cache>/_inline/<name>/`` hold exactly the files ``wanted`` (name -> text)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"load_inline: name must be a C identifier, got {name!r}")
+    op_dir = stores.current().inline_folder(name)
+    op_dir.mkdir(parents=True, exist_ok=True)
     for existing in op_dir.iterdir():
         if existing.is_file() and existing.name not in wanted:
             existing.unlink()
@@ -256,6 +297,11 @@ def op_key(name_or_path, **options) -> tuple[str, dict]:
     op_dir = sources.resolve_op_dir(name_or_path)
     key, config, _sources, _inputs = keys.compute_key(op_dir.name, op_dir, keys.options(**options))
     return key, config
+
+
+def current_key(state: OpState) -> str:
+    """The key the op's inputs have now (builds nothing)."""
+    return keys.compute_key(state.name, state.op_dir, state.options, state.sources)[0]
 
 
 def build_in_use(entry: str | os.PathLike) -> bool:

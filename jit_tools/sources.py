@@ -134,11 +134,13 @@ def subdirs(op_dir: Path) -> list[Path]:
     return out
 
 
-def snapshot(op_dir: Path, files: Iterable[Path], surface: Path | None) -> dict:
+def snapshot(op_dir: Path | None, files: Iterable[Path], surface: Path | None) -> dict:
     """(mtime, size) of the op folder, its subfolders (a new file changes them), its
-    inputs and its Python surface: comparing two costs stats, not hashes."""
+    inputs and its Python surface: comparing two costs stats, not hashes. Without
+    ``op_dir`` (an explicit source list) only the files count."""
     snap = {}
-    paths = [op_dir, *subdirs(op_dir), *files]
+    paths = [op_dir, *subdirs(op_dir)] if op_dir is not None else []
+    paths += files
     if surface is not None:
         paths.append(surface)
     for p in paths:
@@ -148,6 +150,27 @@ def snapshot(op_dir: Path, files: Iterable[Path], surface: Path | None) -> dict:
         except OSError:
             snap[str(p)] = None
     return snap
+
+
+_STABLE_RE = re.compile(rb"^[ \t]*STABLE_TORCH_LIBRARY\w*\s*\(", re.MULTILINE)
+
+
+def stable_registration(files: Iterable[Path]) -> tuple[Path, int] | None:
+    """(file, line) of the first ``STABLE_TORCH_LIBRARY*`` block in ``files``, if any."""
+    for path in files:
+        try:
+            text = path.read_bytes()
+        except OSError:
+            continue
+        m = _STABLE_RE.search(text)
+        if m:
+            return path, text.count(b"\n", 0, m.start()) + 1
+    return None
+
+
+def common_folder(files: Sequence[Path]) -> Path:
+    """The deepest folder holding every file of ``files``."""
+    return Path(os.path.commonpath([str(p.parent) for p in files]))
 
 
 def snapshot_changed(snap: dict) -> bool:

@@ -46,23 +46,38 @@ class OpState:
     surface_text: str | None = None  # source of the last surface that imported
     surface_error: BaseException | None = None  # the surface file fails to import
     surface_hint_given: bool = False  # told the user their .py is not named <op>.py
+    # Explicit source files (cpp_extension-style ``load(name, sources)``); None: every
+    # source in op_dir. With a list, op_dir is their common folder and there is no
+    # Python surface.
+    sources: tuple[Path, ...] | None = None
 
 
 # One re-entrant lock serialises loads in this process: an op's Python surface calls
 # load_library while load() of the same op runs.
 LOCK = threading.RLock()
-STATES: dict[Path, OpState] = {}
+# op folder -> its state; ("sources", name) -> the state of a cpp_extension-style op
+STATES: dict[Any, OpState] = {}
 
 
-def state_for(op_dir: Path, options: dict) -> OpState:
-    """The state of the op in ``op_dir``, created on first use; new options reset its
-    snapshot so the key is computed again."""
-    state = STATES.get(op_dir)
+def state_for(op_dir: Path, options: dict | None, *, name: str | None = None,
+              sources: tuple[Path, ...] | None = None) -> OpState:
+    """The state of the op in ``op_dir`` (or of the op ``name`` built from ``sources``),
+    created on first use. Options other than those of its current build reset its
+    snapshot, so the key is computed again and the flags are never silently those of
+    another build; ``options=None`` keeps the current ones (an op's Python surface
+    calling ``load_library(__file__)``)."""
+    index = op_dir if sources is None else ("sources", name)
+    state = STATES.get(index)
     if state is None:
-        state = STATES[op_dir] = OpState(name=op_dir.name, op_dir=op_dir, options=options)
-    elif options and options != state.options:
-        state.options = options
-        state.snapshot = {}  # new flags: recompute the key
+        state = STATES[index] = OpState(name=name or op_dir.name, op_dir=op_dir,
+                                        options=options or {}, sources=sources)
+    else:
+        if sources is not None and sources != state.sources:
+            state.sources, state.op_dir = sources, op_dir
+            state.snapshot = {}
+        if options is not None and options != state.options:
+            state.options = options
+            state.snapshot = {}  # new flags: recompute the key
     return state
 
 

@@ -22,7 +22,7 @@ def module_name(op_dir: Path, name: str) -> str:
 def import_surface(state: OpState) -> None:
     """(Re-)execute the op's Python surface if it has one, withdrawing the registrations
     its previous version made; on an exception the previous module stays current."""
-    path = sources.surface_path(state.op_dir, state.name)
+    path = None if state.sources is not None else sources.surface_path(state.op_dir, state.name)
     if path is None:
         state.module = None
         return

@@ -165,8 +165,9 @@ def test_modules_are_checked_per_dtype():
     module = torch.nn.Linear(4, 3)
     reference = torch.nn.Linear(4, 3)
     reference.load_state_dict(module.state_dict())
+    # The modules live on the CPU; shape specs would otherwise be made on CUDA where present.
     result = jit_loader.check(module, [(2, 4)], reference=reference, compile_backend=BACKEND,
-                              verbose=False)
+                              device="cpu", verbose=False)
     assert result, result.table()
 
 
@@ -233,7 +234,7 @@ def inline_op(tmp_path_factory):
     ``scale`` also a fake kernel and an autograd formula registered from Python."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("JIT_LOADER_CACHE", str(tmp_path_factory.mktemp("check_cache")))
-        op = jit_loader.load_inline("jit_check_inline", INLINE_OP)
+        op = jit_loader.load_inline("jit_check_inline", cpp_source=INLINE_OP)
         lib = torch.library.Library("jit_check_inline", "FRAGMENT")
         torch.library.register_fake("jit_check_inline::scale", torch.empty_like, lib=lib)
         torch.library.register_autograd(
@@ -245,7 +246,7 @@ def inline_op(tmp_path_factory):
 
 def test_jit_built_op_with_its_python_registrations_passes(inline_op):
     result = jit_loader.check(inline_op.scale, [(5,)], reference=lambda x: 3 * x,
-                              compile_backend=BACKEND, verbose=False)
+                              compile_backend=BACKEND, device="cpu", verbose=False)
     assert result, result.table()
     assert result.row("opcheck").check == "opcheck jit_check_inline::scale"
 
@@ -253,7 +254,7 @@ def test_jit_built_op_with_its_python_registrations_passes(inline_op):
 @pytest.mark.filterwarnings("ignore:.*an autograd kernel was not registered:UserWarning")
 def test_jit_built_op_without_registrations_fails_opcheck_and_compile(inline_op):
     result = jit_loader.check(inline_op.bare_scale, [(5,)], reference=lambda x: 3 * x,
-                              compile_backend=BACKEND, verbose=False)
+                              compile_backend=BACKEND, device="cpu", verbose=False)
     assert result.row("reference", "float32").status == "pass"
     # No autograd kernel: autograd records the at::mul inside the CPU kernel, so the
     # gradient happens to be right, but opcheck flags the registration.

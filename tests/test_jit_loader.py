@@ -215,11 +215,12 @@ PYBIND_RELOAD = """
     from pathlib import Path
     op_dir = Path({path!r})
     op = jit_loader.load(op_dir)
-    first = op.answer()
+    answer = op.answer                     # a handle taken before the reload
+    first = answer()
     source = op_dir / "toy_pybind.cpp"
     source.write_text(source.read_text().replace("return 42;", "return 43;"))
     op.reload()
-    print(json.dumps({{"first": first, "second": op.answer(),
+    print(json.dumps({{"first": first, "second": op.answer(), "handle": answer(),
                       "twice": op.twice(torch.ones(2)).tolist()}}))
 """
 
@@ -227,7 +228,7 @@ PYBIND_RELOAD = """
 def test_pybind_module_reloads_in_process(tmp_path):
     op_dir = copy_op("toy_pybind", tmp_path)
     out = result_of(run_py(PYBIND_RELOAD.format(path=str(op_dir)), make_env(tmp_path / "cache")))
-    assert out == {"first": 42, "second": 43, "twice": [2.0, 2.0]}
+    assert out == {"first": 42, "second": 43, "handle": 43, "twice": [2.0, 2.0]}
 
 
 # --------------------------------------------------------------------------------------
@@ -415,3 +416,30 @@ def test_disk_full_while_publishing_leaves_cache_consistent(tmp_path, monkeypatc
     builds = tmp_path / "cache" / "toy_op" / "builds"
     assert list(builds.iterdir()) == []  # no half-published entry, no leftovers
     forget(op_dir.resolve())
+
+
+# --------------------------------------------------------------------------------------
+# Errors cross process boundaries; messages go through logging.
+# --------------------------------------------------------------------------------------
+
+
+def test_errors_pickle_with_their_attributes():
+    import pickle
+
+    err = jit_loader.BuildError("a.cpp:3: boom\nmore", log_path="/x/build.log", file="a.cpp",
+                                line=3, log="the log")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is jit_loader.BuildError and str(back) == str(err)
+    assert (back.log_path, back.file, back.line, back.log) == ("/x/build.log", "a.cpp", 3, "the log")
+    for cls in (jit_loader.JitLoaderError, jit_loader.CacheError, jit_loader.OpNotFoundError):
+        assert str(pickle.loads(pickle.dumps(cls("why")))) == "why"
+
+
+def test_warnings_go_to_the_jit_loader_logger(monkeypatch, caplog):
+    from jit_tools import store
+
+    monkeypatch.setenv("JIT_LOADER_KEEP", "many")
+    with caplog.at_level("INFO", logger="jit_loader"):
+        assert store.keep_count() == store.DEFAULT_KEEP
+    (record,) = [r for r in caplog.records if r.name == "jit_loader"]
+    assert record.levelname == "WARNING" and "JIT_LOADER_KEEP='many'" in record.getMessage()

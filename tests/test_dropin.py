@@ -1,0 +1,215 @@
+"""jit_loader as a drop-in for ``torch.utils.cpp_extension.load`` and ``load_inline``.
+
+The LLTM tutorial's C++ (tests/fixtures/lltm_tutorial, pybind11 + torch/extension.h)
+goes through torch's ``load`` and through ours with the same arguments, and the two
+modules must compute the same thing. ``load_inline`` with ``functions`` builds the
+bindings as torch does; a function taken from the module before a reload runs the new
+build. Flags are part of the build's identity, on the command line too. Every build
+runs in a fresh process against a private cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import jit_loader
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def run_py(code: str, cache: Path, *args: str, cwd: Path = ROOT) -> dict:
+    """Run ``code`` in a new interpreter against ``cache``; returns the JSON it prints last."""
+    env = {k: v for k, v in os.environ.items() if k != "JIT_LOADER_VERBOSE"}
+    env.update(JIT_LOADER_CACHE=str(cache), PYTHONPATH=str(ROOT))
+    env.setdefault("JIT_LOADER_CUDA_ARCH", "9.0")
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"subprocess failed:\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+TORCH_VS_OURS = """
+    import json, sys, types, torch, jit_loader
+    from torch.utils import cpp_extension
+    source, torch_build = sys.argv[1], sys.argv[2]
+    ours = jit_loader.load(name="lltm_cpp", sources=[source], extra_cflags=["-O2"], verbose=False)
+    theirs = cpp_extension.load(name="lltm_cpp_torch", sources=[source], extra_cflags=["-O2"],
+                                build_directory=torch_build, verbose=False)
+    torch.manual_seed(0)
+    batch, features, state = 4, 6, 5
+    x, h, c = torch.randn(batch, features), torch.randn(batch, state), torch.randn(batch, state)
+    W, b = torch.randn(3 * state, features + state), torch.randn(3 * state)
+    fwd_ours, fwd_theirs = ours.forward(x, W, b, h, c), theirs.forward(x, W, b, h, c)
+    grads = [torch.randn_like(fwd_ours[0]), torch.randn_like(fwd_ours[1])]
+    bwd_ours = ours.backward(*grads, *fwd_ours[1:], W)
+    bwd_theirs = theirs.backward(*grads, *fwd_theirs[1:], W)
+    (op,) = [o for o in jit_loader.loaded_ops() if o.name == "lltm_cpp"]
+    print(json.dumps({
+        "module": isinstance(ours, types.ModuleType),
+        "file_in_cache": ours.__file__.startswith(str(jit_loader.cache_dir())),
+        "forward_equal": [torch.equal(a, b) for a, b in zip(fwd_ours, fwd_theirs)],
+        "backward_equal": [torch.equal(a, b) for a, b in zip(bwd_ours, bwd_theirs)],
+        "doc": ours.forward.__doc__,
+        "compiled": op.build.compiled,
+    }))
+"""
+
+
+def test_lltm_tutorial_through_torch_and_ours_gives_the_same_results(tmp_path):
+    source = tmp_path / "src" / "lltm.cpp"
+    source.parent.mkdir()
+    shutil.copy2(FIXTURES / "lltm_tutorial" / "lltm.cpp", source)
+    cache = tmp_path / "cache"
+    (tmp_path / "torch_build").mkdir()  # torch's load expects its build_directory to exist
+    out = run_py(TORCH_VS_OURS, cache, str(source), str(tmp_path / "torch_build"))
+    assert out["module"] and out["file_in_cache"]
+    assert out["forward_equal"] == [True] * 7
+    assert out["backward_equal"] == [True] * 5
+    assert "LLTM forward" in out["doc"]
+    assert out["compiled"] is True
+
+    # A new process finds the build in the cache; sources given relative to its folder.
+    again = run_py("""
+        import json, jit_loader
+        m = jit_loader.load(name="lltm_cpp", sources=["lltm.cpp"], extra_cflags=["-O2"])
+        (op,) = jit_loader.loaded_ops()
+        print(json.dumps({"compiled": op.build.compiled, "has": hasattr(m, "backward")}))
+    """, cache, cwd=source.parent)
+    assert again == {"compiled": False, "has": True}
+
+
+INLINE_RELOAD = """
+    import json, torch, jit_loader
+    def source(version):
+        return f'''
+    at::Tensor sin_add(at::Tensor x, at::Tensor y) {{ return x.sin() + y.sin(); }}
+    int version() {{ return {version}; }}
+    '''
+    m = jit_loader.load_inline("inline_ext", source(1), functions=["sin_add", "version"])
+    version = m.version                      # a handle taken before the reload
+    x, y = torch.randn(8), torch.randn(8)
+    out = {"sin_add": torch.allclose(m.sin_add(x, y), x.sin() + y.sin()), "v1": version()}
+    m2 = jit_loader.load_inline("inline_ext", source(2), functions={"sin_add": "sin(x) + sin(y)",
+                                                                     "version": "the version"})
+    out.update(v2_handle=version(), v2_module=m.version(), v2_new=m2.version(),
+               doc=m2.sin_add.__doc__)
+    try:
+        m.sin_add(x, "not a tensor")
+    except TypeError as e:
+        out["type_error"] = "incompatible function arguments" in str(e)
+    print(json.dumps(out))
+"""
+
+
+def test_load_inline_functions_bind_like_torch_and_handles_follow_reloads(tmp_path):
+    out = run_py(INLINE_RELOAD, tmp_path / "cache")
+    assert out["sin_add"] is True
+    assert out["v1"] == 1
+    # The function handle, the module taken first and the new one all run build 2.
+    assert out["v2_handle"] == out["v2_module"] == out["v2_new"] == 2
+    assert "sin(x) + sin(y)" in out["doc"]
+    assert out["type_error"] is True
+
+
+FLAGS = """
+    import json, sys, jit_loader
+    op_dir = sys.argv[1]
+    flagged = jit_loader.load(op_dir, extra_cflags=["-DTOY_UNUSED_FLAG=1"])
+    first = {"compiled": flagged.build.compiled, "key": flagged.build.key}
+    plain = jit_loader.load(op_dir)
+    print(json.dumps({"flagged": first, "plain": {"compiled": plain.build.compiled,
+                                                  "key": plain.build.key}}))
+"""
+
+
+def test_flags_make_another_build_on_the_command_line_too(tmp_path):
+    op_dir = tmp_path / "toy_op"
+    shutil.copytree(FIXTURES / "toy_op", op_dir)
+    cache = tmp_path / "cache"
+    env = {k: v for k, v in os.environ.items() if k != "JIT_LOADER_VERBOSE"}
+    env.update(JIT_LOADER_CACHE=str(cache), PYTHONPATH=str(ROOT))
+    built = subprocess.run([sys.executable, "-m", "jit_loader", "build", str(op_dir),
+                            "--extra-cflags=-DTOY_UNUSED_FLAG=1"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0, built.stdout + built.stderr
+    key = jit_loader.op_key(op_dir, extra_cflags=["-DTOY_UNUSED_FLAG=1"])[0]
+    assert f"key {key}" in built.stdout
+    assert key != jit_loader.op_key(op_dir)[0]
+
+    out = run_py(FLAGS, cache, str(op_dir))
+    assert out["flagged"] == {"compiled": False, "key": key}  # the command line's build
+    # The same op without the flag in the same process: not the flagged build.
+    assert out["plain"]["key"] != key and out["plain"]["compiled"] is True
+
+
+def test_stable_abi_registration_is_refused_with_the_reason(tmp_path):
+    op_dir = tmp_path / "stable_op"
+    op_dir.mkdir()
+    (op_dir / "stable_op.cpp").write_text(textwrap.dedent("""\
+        #include <torch/csrc/stable/library.h>
+
+        STABLE_TORCH_LIBRARY(stable_op, m) {
+          m.def("twice(Tensor x) -> Tensor");
+        }
+        """))
+    with pytest.raises(jit_loader.JitLoaderError) as err:
+        jit_loader.load(op_dir)
+    first = str(err.value).splitlines()[0]
+    assert first.startswith(f"{op_dir / 'stable_op.cpp'}:3: ")
+    assert "STABLE_TORCH_LIBRARY" in first and "TORCH_LIBRARY" in first
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    ({"build_directory": "/tmp/elsewhere"}, "build_directory"),
+    ({"is_standalone": True}, "is_standalone"),
+    ({"with_sycl": True}, "with_sycl"),
+])
+def test_unsupported_torch_arguments_are_named(tmp_path, kwargs, named):
+    source = tmp_path / "x.cpp"
+    source.write_text("int x() { return 1; }\n")
+    with pytest.raises(jit_loader.JitLoaderError, match=f"does not support .*{named}"):
+        jit_loader.load(name="x", sources=[str(source)], **kwargs)
+
+
+def test_torch_only_arguments_need_sources_and_a_name():
+    with pytest.raises(TypeError, match="is_python_module: only with sources"):
+        jit_loader.load("gelu", is_python_module=False)
+    with pytest.raises(TypeError, match="sources=.* is missing"):
+        jit_loader.load(name="lltm_cpp")
+    with pytest.raises(jit_loader.OpNotFoundError, match="no_such.cpp"):
+        jit_loader.load(name="lltm_cpp", sources=["no_such.cpp"])
+
+
+INLINE_CUDA = '''
+    import json, torch, jit_loader
+    cuda = r"""
+    __global__ void add_one(const float* x, float* y, int64_t n) {
+      int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+      if (i < n) y[i] = x[i] + 1.0f;
+    }
+    torch::Tensor plus_one(torch::Tensor x) {
+      auto y = torch::empty_like(x);
+      int64_t n = x.numel();
+      add_one<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+      return y;
+    }
+    """
+    m = jit_loader.load_inline("inline_cuda", cpp_sources="torch::Tensor plus_one(torch::Tensor x);",
+                               cuda_sources=cuda, functions=["plus_one"])
+    x = torch.randn(1000, device="cuda")
+    print(json.dumps({"ok": torch.equal(m.plus_one(x), x + 1)}))
+'''
+
+
+@pytest.mark.cuda
+def test_load_inline_cuda_sources_like_torch(tmp_path):
+    assert run_py(INLINE_CUDA, tmp_path / "cache") == {"ok": True}
