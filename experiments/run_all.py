@@ -15,6 +15,7 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import torch
 
@@ -34,7 +35,7 @@ def _reference_module(op):
     path = op.path / "reference.py"
     if not path.is_file():
         return None
-    if op.path.parent == (ROOT / "ops").resolve():
+    if op.path.parent == Path(jit_loader.OPS_DIR).resolve():
         module = importlib.import_module(f"ops.{op.name}.reference")
     else:
         spec = importlib.util.spec_from_file_location(f"_reference_of_{op.name}", path)

@@ -29,8 +29,6 @@ import torch
 
 from jit_tools import _torch_private
 
-from jit_tools import _torch_private
-
 # dtype -> (atol, rtol) for comparisons with the reference and with compiled code:
 # torch.testing.assert_close's defaults.
 TOLERANCES = {

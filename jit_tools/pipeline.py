@@ -254,16 +254,6 @@ def write_inline(name: str, cpp_source: str = "", cuda_source: str = "", *,
     """Write source text into ``<cache>/_inline/<name>/`` (an op folder), with a
     ``#line`` directive so compiler messages name ``source_name`` and the text's lines.
     Files are rewritten only when their text changed, so Ninja stays incremental."""
-    surface_path = surface_file(state)
-    if surface_path is None and state.sources is None and not state.surface_hint_given:
-        state.surface_hint_given = True
-        others = sources.other_python_files(state.op_dir)
-        if others:
-            logger.warning(
-                "op folder %s has %s but no %s.py: the loader imports <folder name>.py as the "
-                "op's Python surface; rename the file to %s.py to have it loaded",
-                state.op_dir, ", ".join(others), state.name, state.name)
-    surface_key = str(surface_path) if surface_path else None
     wanted = {}
     for suffix, text in ((".cpp", cpp_source), (".cu", cuda_source)):
         if text:
@@ -280,15 +270,21 @@ def write_inline_files(name: str, wanted: dict[str, str]) -> Path:
     """Make ``<cache>/_inline/<name>/`` hold exactly the files ``wanted`` (name -> text)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValueError(f"load_inline: name must be a C identifier, got {name!r}")
-    op_dir = stores.current().inline_folder(name)
-    op_dir.mkdir(parents=True, exist_ok=True)
-    for existing in op_dir.iterdir():
-        if existing.is_file() and existing.name not in wanted:
-            existing.unlink()
-    for fname, text in wanted.items():
-        path = op_dir / fname
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
+    store = stores.current()
+    op_dir = store.inline_folder(name)
+    try:
+        op_dir.mkdir(parents=True, exist_ok=True)
+        for existing in op_dir.iterdir():
+            if existing.is_file() and existing.name not in wanted:
+                existing.unlink()
+        for fname, text in wanted.items():
+            path = op_dir / fname
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+    except OSError as e:
+        raise store.cache_error(e, f"writing the sources of inline op {name!r}") or CacheError(
+            f"cannot write the sources of inline op {name!r} into the cache {store.root} "
+            f"({e.strerror}: {e.filename}); set JIT_LOADER_CACHE to a writable folder") from e
     return op_dir
 
 

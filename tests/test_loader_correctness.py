@@ -9,7 +9,6 @@ fresh processes against a private cache.
 from __future__ import annotations
 
 import os
-import re
 import stat
 import subprocess
 import sys
