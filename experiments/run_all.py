@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import torch
 
@@ -26,6 +28,20 @@ BENCHMARKS = ["experiments.bench_pointwise", "experiments.bench_lltm"]
 
 def devices() -> list[str]:
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def _reference_module(op):
+    """The op folder's reference.py (bundled or out-of-tree), if it has selfcheck()."""
+    path = op.path / "reference.py"
+    if not path.is_file():
+        return None
+    if op.path.parent == Path(jit_loader.OPS_DIR).resolve():
+        module = importlib.import_module(f"ops.{op.name}.reference")
+    else:
+        spec = importlib.util.spec_from_file_location(f"_reference_of_{op.name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module if callable(getattr(module, "selfcheck", None)) else None
 
 
 def build_and_check(names: list[str]) -> tuple[list[dict], bool]:
@@ -43,10 +59,13 @@ def build_and_check(names: list[str]) -> tuple[list[dict], bool]:
         how = "compiled" if build.compiled else "cached"
         print(f"{name}: {how} in {time.perf_counter() - started:.1f} s "
               f"({'CPU+CUDA' if build.with_cuda else 'CPU only'})", flush=True)
-        try:
-            reference = importlib.import_module(f"ops.{name}.reference")
-        except ModuleNotFoundError:
-            print(f"{name}: no reference.py; nothing to check against", file=sys.stderr)
+        reference = _reference_module(op)
+        if reference is None:
+            print(f"CHECK FAILED {name}: {op.path / 'reference.py'} is missing or has no "
+                  "selfcheck(op, device); an op without a reference cannot be checked",
+                  file=sys.stderr)
+            rows.append({"op": name, "device": "-", "check": "reference.py", "ok": False})
+            ok = False
             continue
         for device in devices():
             try:

@@ -60,6 +60,19 @@ def write_ninja_file(cpp_extension, **kwargs) -> None:
     cpp_extension._write_ninja_file_to_build_library(**kwargs)
 
 
+def dangling_impls() -> list[str]:
+    """Descriptions of kernels registered with ``m.impl`` for operators no ``m.def``
+    declares. The dispatcher accepts them at registration and fails only when the op
+    is called; the loader checks right after registering so the mistake shows at load."""
+    return [str(d) for d in torch._C._dispatch_find_dangling_impls()]
+
+
+def schemas(qualname: str) -> list[str]:
+    """The schema of every overload of ``ns::op`` as the dispatcher holds it now (to say
+    what a rebuilt op changed when the dispatcher refuses the new schema)."""
+    return [str(s) for s in torch._C._jit_get_schemas_for_operator(qualname)]
+
+
 # Used by jit_tools.check, which must recognise dispatcher ops among the callables it
 # is given and record which ops a function calls. torch has no public names for these.
 

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from jit_tools import _torch_private, key as keys, sources as src, toolchain
-from jit_tools.errors import BuildError, JitLoaderError
+from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
 from jit_tools.store import CacheStore
 
 _NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
@@ -66,7 +67,7 @@ def write_ninja_file(name: str, config: dict, sources: list[Path], work: Path) -
                 f"op {name!r}: sources {names[stem]} and {source} would both compile to "
                 f"{stem}.o; rename one of them")
         names[stem] = source
-    force = [f"-include {header}"]
+    force = [f"-include {shlex.quote(str(header))}"]  # flags reach a shell: quote paths
     cflags = [*force, *config["cflags"]]
     cuda_cflags = [*force, *config["cuda_cflags"]]
     ldflags = [*config["ldflags"]]
@@ -104,6 +105,17 @@ def write_ninja_file(name: str, config: dict, sources: list[Path], work: Path) -
             os.environ["TORCH_CUDA_ARCH_LIST"] = env_backup
 
 
+def _steps_to_run(work: Path) -> int | None:
+    """How many steps Ninja will run (a dry run), so the bar knows its total at once."""
+    try:
+        proc = subprocess.run([toolchain.ninja(), "-n"], cwd=work, capture_output=True,
+                              text=True, timeout=60, env=dict(os.environ, NINJA_STATUS="[%f/%t] "))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    steps = sum(1 for line in proc.stdout.splitlines() if _NINJA_STATUS.match(line))
+    return steps or None
+
+
 def _ninja_preexec() -> None:
     # If this process dies (SIGKILL, OOM), Ninja gets SIGTERM, stops its compilers and
     # deletes their partial outputs instead of running on as an orphan.
@@ -119,8 +131,8 @@ def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
     killed never races a compiler still writing into the same folder.
     """
     log_path = work / "build.log"
-    jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
-    cmd = ["ninja", "-v", "-j", jobs]
+    jobs = toolchain.max_jobs()
+    cmd = [toolchain.ninja(), "-v", "-j", jobs]
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
     bar = None
     if not verbose:
@@ -129,8 +141,8 @@ def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
         with warnings.catch_warnings():  # "IProgress not found" in a notebook without ipywidgets
             warnings.simplefilter("ignore")
             from tqdm.auto import tqdm
-        bar = tqdm(total=1, desc=f"building {name}", unit="step", leave=False,
-                   file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(total=_steps_to_run(work), desc=f"building {name}", unit="step",
+                   leave=False, file=sys.stderr, dynamic_ncols=True)
     try:
         proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env=env, text=True, errors="replace", start_new_session=True,
@@ -189,15 +201,98 @@ def _build_error(name, lines, returncode, log_path, local_dirs, cache_root) -> B
         file = line = None
     if "No space left on device" in log:
         first += f"  [disk full: free space in {cache_root} or set JIT_LOADER_CACHE]"
-    tail = "".join(lines[-30:])
+    # Ninja -v echoes each command, and again after FAILED: keep the compiler's own
+    # output (the full log has the commands).
+    commands = {m.group(3).strip() for m in map(_NINJA_STATUS.match, lines) if m}
+    output = [l for l in lines if not _NINJA_STATUS.match(l) and l.strip() not in commands]
+    tail = "".join(output[-30:])
     return BuildError(f"{first}\nbuilding op {name!r} failed; full log: {log_path}\n{tail}",
                       log_path=str(log_path), file=file, line=line, log=log)
 
 
+# ---- objects that match their inputs' contents, whatever the timestamps ------------------
+#
+# Ninja rebuilds an object when an input is newer than it. That misses a file restored
+# with its old modification time (cp -p, git stash, an editor's backup) and a file edited
+# after the compiler read it but within the same timestamp tick. The working folder
+# therefore keeps STAMP: the content hash of every input as of the objects in it. Before
+# Ninja runs, each object that depends (by Ninja's own deps log) on an input whose content
+# differs from the stamp is deleted; an input under way is stamped None, so a build that
+# dies midway leaves its objects marked stale.
+
+STAMP = "inputs.json"
+
+
+def _read_stamp(work: Path) -> dict | None:
+    try:
+        stamp = json.loads((work / STAMP).read_text())
+        return stamp if isinstance(stamp, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _write_stamp(work: Path, stamp: dict) -> None:
+    tmp = work / (STAMP + ".tmp")
+    tmp.write_text(json.dumps(stamp, sort_keys=True))
+    os.replace(tmp, work / STAMP)
+
+
+def _object_deps(work: Path) -> dict[Path, set[str]]:
+    """Each target of the working folder's deps log and the real paths it depends on."""
+    proc = subprocess.run([toolchain.ninja(), "-t", "deps"], cwd=work, capture_output=True,
+                          text=True, errors="replace")
+    deps: dict[Path, set[str]] = {}
+    current = None
+    for line in proc.stdout.splitlines():
+        if line and not line[0].isspace():
+            target = line.split(":", 1)[0]
+            current = deps.setdefault(work / target, set())
+        elif line.strip() and current is not None:
+            current.add(os.path.realpath(os.path.join(work, line.strip())))
+    return deps
+
+
+def _mtimes(paths) -> dict[str, int | None]:
+    out = {}
+    for p in paths:
+        try:
+            out[p] = os.stat(p).st_mtime_ns
+        except OSError:
+            out[p] = None
+    return out
+
+
+def invalidate_stale_objects(work: Path, hashes: dict[str, str]) -> list[Path]:
+    """Delete the objects whose inputs' contents differ from the stamp; stamp the
+    changed inputs as unknown until a build succeeds. Returns the deleted objects."""
+    stamp = _read_stamp(work)
+    objects = [p for p in work.glob("*.o")]
+    if stamp is None:
+        stale = objects  # no record of what they were compiled from
+        changed: set[str] = set(hashes)
+    else:
+        changed = {p for p in set(stamp) | set(hashes) if stamp.get(p) != hashes.get(p)}
+        stale = []
+        if changed and objects:
+            stale = [obj for obj, deps in _object_deps(work).items()
+                     if obj.suffix == ".o" and deps & changed]
+    for obj in stale:
+        with contextlib.suppress(FileNotFoundError):
+            obj.unlink()
+    _write_stamp(work, {p: (None if p in changed else h) for p, h in hashes.items()})
+    return stale
+
+
 def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, config: dict,
-          sources: list[Path], verbose: bool, lock_fd: int) -> tuple[dict, str]:
+          sources: list[Path], verbose: bool, lock_fd: int,
+          hashes: dict[str, str] | None = None) -> tuple[dict, str]:
     """Compile in the op's Ninja working folder, then publish the library into the
-    store under ``key``. Caller holds the build lock. Returns (manifest, log path)."""
+    store under ``key``. Caller holds the build lock. Returns (manifest, log path).
+
+    ``hashes`` (real path -> content hash of every input, as the key saw them) makes
+    the build content-exact: objects of changed inputs are recompiled whatever their
+    timestamps, and if any input changes while the compilers run, nothing is published
+    (:class:`SourcesChanged`; the caller computes the new key and builds again)."""
     cfg = {k: v for k, v in config.items() if k != "no_cuda_reason"}
     tag = hashlib.sha256((json.dumps(cfg, sort_keys=True) + str(op_dir)).encode()).hexdigest()[:12]
     work = store.work_folder(name, tag)
@@ -205,8 +300,22 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
     try:
         work.mkdir(parents=True, exist_ok=True)
         write_ninja_file(name, config, sources, work)
+        if hashes is not None:
+            invalidate_stale_objects(work, hashes)
+            mtimes = _mtimes(hashes)
         log_path = run_ninja(name, work, verbose, lock_fd, keys.include_dirs(op_dir, opts),
                              store.root)
+        if hashes is not None:
+            # A file written during the build (even back to its old content, which the
+            # compiler may not have seen) leaves its objects suspect.
+            after, mtimes_after = keys.input_hashes(hashes), _mtimes(hashes)
+            moved = sorted(p for p, h in hashes.items()
+                           if after.get(p) != h or mtimes_after[p] != mtimes[p])
+            _write_stamp(work, {p: (None if p in moved else h) for p, h in hashes.items()})
+            if moved:
+                raise SourcesChanged(
+                    f"op {name!r}: {', '.join(moved)} changed while it compiled; "
+                    "the build was not published")
         manifest = store.publish(name, key, work / f"{name}.so", Path(log_path), {
             "op_dir": str(op_dir),
             "sources": [str(s) for s in sources],

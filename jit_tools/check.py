@@ -138,7 +138,7 @@ def check(fn: Callable | type | Any, inputs: Any, reference: Callable | None = N
     if seed is not None:
         torch.manual_seed(seed)
     call, label, dispatcher_op = _callable(fn)
-    sample = _make_inputs(inputs, device)
+    sample = _make_inputs(inputs, device if device is not None else _default_device(fn, dispatcher_op))
     rows: list[CheckRow] = []
     rows += _reference_rows(call, reference, sample, dtypes, atol, rtol)
     if gradcheck:
@@ -191,14 +191,28 @@ def _make_inputs(inputs, device) -> tuple:
         return (inputs,)
     if _is_shape(inputs) and len(inputs) > 0:
         inputs = [inputs]  # a single shape, e.g. (4, 8)
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     sample = []
     for item in inputs:
         if _is_shape(item):
             item = torch.randn(tuple(item), dtype=torch.float64, device=device, requires_grad=True)
         sample.append(item)
     return tuple(sample)
+
+
+def _default_device(fn, dispatcher_op) -> torch.device:
+    """Where shape-spec inputs are made: a module's own device, the CPU for a dispatcher
+    op that has no CUDA kernel (a CPU-only build), else CUDA when a GPU is visible."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    if isinstance(fn, torch.nn.Module):
+        for tensor in [*fn.parameters(), *fn.buffers()]:
+            return tensor.device
+    if dispatcher_op is not None:
+        qualname = _op_name(dispatcher_op).split(".")[0]
+        if not any(_torch_private.has_kernel(qualname, key)
+                   for key in ("CUDA", "CompositeImplicitAutograd", "CompositeExplicitAutograd")):
+            return torch.device("cpu")
+    return torch.device("cuda")
 
 
 def _is_float(x) -> bool:

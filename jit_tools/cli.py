@@ -127,7 +127,7 @@ def _ops_to_list(paths: list[str]) -> list[tuple[str, Path | None]]:
     return unique
 
 
-def _describe_op(name: str, op_dir: Path | None) -> dict:
+def _describe_op(name: str, op_dir: Path | None, verify: str = "changed") -> dict:
     now = time.time()
     info: dict = {"name": name, "path": str(op_dir) if op_dir else None,
                   "current_key": None, "error": None}
@@ -141,7 +141,7 @@ def _describe_op(name: str, op_dir: Path | None) -> dict:
         except JitLoaderError as e:
             info["error"] = str(e).splitlines()[0]
     builds = []
-    for b in pipeline.cached_builds(name):
+    for b in pipeline.cached_builds(name, verify):
         config = b.get("config", {})
         builds.append({
             "key": b["key"], "path": b["path"], "size_bytes": _folder_size(Path(b["path"])),
@@ -161,7 +161,8 @@ def _describe_op(name: str, op_dir: Path | None) -> dict:
 
 
 def cmd_list(args) -> int:
-    ops = [_describe_op(name, op_dir) for name, op_dir in _ops_to_list(args.paths)]
+    verify = "full" if args.verify else "changed"
+    ops = [_describe_op(name, op_dir, verify) for name, op_dir in _ops_to_list(args.paths)]
     cache = stores.cache_dir()
     if args.json:
         print(json.dumps({"cache": str(cache), "ops": ops}, indent=2))
@@ -674,6 +675,10 @@ def _check_gpus(torch) -> list[tuple[str, str]]:
     arch = toolchain.cuda_arch_list()
     if count == 0:
         source = _arch_source() if _arch_source() != "from the visible GPUs" else "the default"
+        why_not = toolchain.why_no_cuda()
+        if why_not is not None:  # the nvcc check above gave the verdict and the fix
+            return [("WARN", f"no GPU visible: CUDA kernels cannot run here, and .cu sources are "
+                             f"not compiled either ({why_not})")]
         return [("WARN", f"no GPU visible: CUDA kernels cannot run here; .cu sources are still compiled, "
                          f"for CUDA arch list {arch} ({source}; set JIT_LOADER_CUDA_ARCH to choose)")]
     verdicts = []
@@ -718,7 +723,7 @@ def _check_cache_entries() -> list[tuple[str, str]]:
         return []
     problems = []
     for name in _op_caches():
-        for b in pipeline.cached_builds(name):
+        for b in pipeline.cached_builds(name, verify="full"):
             if not b["valid"]:
                 problems.append(f"{name}/{b['key']}: {_broken_reason(b)}")
         leftovers = _leftovers(name)
@@ -727,7 +732,8 @@ def _check_cache_entries() -> list[tuple[str, str]]:
                 if builder is None:  # else a build is running and writing them now
                     problems += [f"{name}/builds/{p.name}: left by an interrupted build" for p in leftovers]
     if not problems:
-        return [("OK", "cache entries: every build has its manifest and a complete library")]
+        return [("OK", "cache entries: every build has its manifest and a complete library "
+                       "whose sha256 matches the one recorded when it was built")]
     shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
     return [("WARN", f"{len(problems)} broken cache entr{'y' if len(problems) == 1 else 'ies'} ({shown}); "
                      "a load rebuilds them, and python -m jit_loader clean --broken removes them now")]
@@ -799,6 +805,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="also list this op folder, or every op in this folder of ops")
     p.add_argument("--json", action="store_true", help="print the listing as JSON, for scripts")
+    p.add_argument("--verify", action="store_true",
+                   help="hash every cached library against the sha256 recorded when it was built "
+                        "(a load re-hashes only a library whose file changed since its last check)")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser(

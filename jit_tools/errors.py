@@ -35,6 +35,10 @@ class CorruptBuild(JitLoaderError):
     """A cached library exists but cannot be loaded; it has been discarded."""
 
 
+class SourcesChanged(JitLoaderError):
+    """An input of a build changed while it compiled; the build was not published."""
+
+
 class BuildError(JitLoaderError):
     """A compile or link failed.
 

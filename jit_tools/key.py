@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import sys
 import sysconfig
@@ -69,7 +70,7 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
     no_cuda = toolchain.why_no_cuda() if has_cuda_sources else None
     with_cuda = has_cuda_sources and no_cuda is None
     home = toolchain.cuda_home() if with_cuda else None
-    cuda_includes = ([f"-isystem {d}" for d in toolchain.pip_cuda_includes(home)]
+    cuda_includes = ([f"-isystem {shlex.quote(d)}" for d in toolchain.pip_cuda_includes(home)]
                      if with_cuda else [])
     return {
         "format": LOADER_FORMAT,
@@ -91,6 +92,18 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
         "include_dirs": [str(p) for p in include_dirs(op_dir, opts)],
         "no_cuda_reason": no_cuda,
     }
+
+
+def input_hashes(files) -> dict[str, str]:
+    """Content hash of each input file by real path (a missing file hashes to "")."""
+    out = {}
+    for p in files:
+        real = os.path.realpath(p)
+        try:
+            out[real] = sources.sha256(Path(real))
+        except OSError:
+            out[real] = ""
+    return out
 
 
 def compute_key(name: str, op_dir: Path, opts: dict, source_list: Sequence[Path] | None = None,

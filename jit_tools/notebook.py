@@ -239,7 +239,7 @@ class _Extension:
         The op is bound to NAME in the notebook (a ``Op``); its dispatcher ops
         are ``NAME.<op>`` and ``torch.ops.<namespace>.<op>``, a ``PYBIND11_MODULE``'s
         functions are ``NAME.<function>``. Re-running an edited cell replaces the op.
-        Compiler errors name ``<cell NAME>`` and the line within the cell body.
+        Compiler errors name ``<cell NAME>`` and the line of the cell (the magic's line is 1).
         """
         args = _jit_op_parser().parse_args(shlex.split(line))
         name = args.name
@@ -248,7 +248,9 @@ class _Extension:
         previous = self.ipython.user_ns.get(name)
         before = previous.build if isinstance(previous, Op) else None
         try:
-            op_dir = pipeline.write_inline(name, first_line=1, source_name=source_name, **sources)
+            # The cell's first line is the %%jit_op line, so its body starts at line 2, as
+            # Jupyter numbers the lines it shows.
+            op_dir = pipeline.write_inline(name, first_line=2, source_name=source_name, **sources)
             op = Op(pipeline.load(op_dir, args.verbose or None))
         except ValueError as err:  # not a C identifier
             from IPython.core.error import UsageError

@@ -14,9 +14,13 @@ import time
 from pathlib import Path
 
 from jit_tools import build as builder, key as keys, registry, sources, store as stores, surface, toolchain
-from jit_tools.errors import CorruptBuild, JitLoaderError, OpNotFoundError
+from jit_tools.errors import (BuildError, CacheError, CorruptBuild, JitLoaderError, OpNotFoundError,
+                               SourcesChanged)
 from jit_tools.log import logger
 from jit_tools.state import LOCK, STATES, BuildInfo, OpState, state_for, state_holding
+
+
+MAX_CHANGED_RETRIES = 3  # builds in a row whose sources changed while they compiled
 
 
 def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str) -> None:
@@ -26,10 +30,24 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
     try:
         lib = registry.open_library(so)
     except OSError as e:
-        store.discard(state.name, key)  # truncated or corrupt: the caller rebuilds
+        symbol = registry.undefined_symbol(str(e))
+        if symbol is not None:
+            # The build is intact; its code names something nothing defines. Rebuilding
+            # the same sources would fail the same way, so it is reported, not retried.
+            sources_list = ", ".join(os.path.basename(p) for p in manifest.get("sources", []))
+            raise BuildError(
+                f"{state.name}: undefined symbol {symbol}\nop {state.name!r} compiled and linked, "
+                f"but loading it failed: its code uses {symbol}, which none of its sources "
+                f"({sources_list}) nor torch defines (a declared but undefined function, a "
+                f"missing source, or a library to add with extra_ldflags). Full build log: "
+                f"{so.parent / 'build.log'}",
+                log_path=str(so.parent / "build.log")) from e
+        if not store.readonly:
+            store.discard(state.name, key)  # truncated or corrupt: the caller rebuilds
         raise CorruptBuild(f"the cached library {so} could not be loaded ({e})") from e
     namespaces = registry.namespaces_of(lib)
     old = state.cdll
+    previous_schemas = registry.current_schemas(state.namespaces) if old is not None else {}
     if old is not None:
         registry.keepalive(state.namespaces)
         registry.destroy_libraries(state.loader_libs)
@@ -37,7 +55,7 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
         registry.destroy_module_libraries(state.module)
         registry.unregister(old)
     try:
-        registry.register(lib)
+        registry.register(lib, state.name, previous_schemas)
     except JitLoaderError:
         if old is not None:
             registry.register(old)
@@ -56,6 +74,18 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
     no_cuda = manifest["config"].get("no_cuda_reason")
     if no_cuda and namespaces:
         state.loader_libs += registry.missing_cuda_kernels(state.name, namespaces, no_cuda)
+
+
+def _find_build(name: str, key: str, readonly_too: bool = True) -> tuple[stores.CacheStore, dict | None]:
+    """The first cache layer that holds build ``key`` and its manifest; else the
+    writable store and None."""
+    for layer in stores.layers():
+        if layer.readonly and not readonly_too:
+            continue
+        manifest = layer.manifest(name, key)
+        if manifest is not None:
+            return layer, manifest
+    return stores.current(), None
 
 
 def ensure_current(state: OpState, verbose: bool | None) -> bool:
@@ -77,26 +107,42 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
             "which jit_loader cannot withdraw, so the op could not be reloaded in a live "
             "process; register with TORCH_LIBRARY / TORCH_LIBRARY_IMPL instead (the same "
             "schema and kernels), or build it with torch.utils.cpp_extension")
-    store = stores.current()
     compiled = False
     log_path = None
-    for attempt in range(2):
-        manifest = store.manifest(state.name, key)
+    corrupt_retries = changed_retries = 0
+    while True:
+        store, manifest = _find_build(state.name, key, readonly_too=corrupt_retries == 0)
         if manifest is None:
-            with store.build_lock(state.name) as lock_fd:
-                manifest = store.manifest(state.name, key)  # another process may have built it
-                if manifest is None:
-                    manifest, log_path = builder.build(
-                        store, state.name, state.op_dir, state.options, key, config,
-                        compiled_sources, toolchain.verbose(verbose), lock_fd)
-                    compiled = True
-                    with contextlib.suppress(OSError):
-                        store.prune(state.name, key)
+            try:
+                with store.build_lock(state.name) as lock_fd:
+                    manifest = store.manifest(state.name, key)  # another process built it
+                    if manifest is None:
+                        manifest, log_path = builder.build(
+                            store, state.name, state.op_dir, state.options, key, config,
+                            compiled_sources, toolchain.verbose(verbose), lock_fd,
+                            hashes=keys.input_hashes(inputs))
+                        compiled = True
+                        with contextlib.suppress(OSError):
+                            store.prune(state.name, key)
+            except SourcesChanged as e:
+                # Publish only what the key names: take the sources as they are now.
+                changed_retries += 1
+                if changed_retries > MAX_CHANGED_RETRIES:
+                    raise JitLoaderError(
+                        f"{e}; the sources kept changing during {changed_retries} builds in a "
+                        "row, so nothing was published. Load again once the edits settle.") from e
+                logger.info("%s; building the current sources", e)
+                key, config, compiled_sources, inputs = keys.compute_key(
+                    state.name, state.op_dir, state.options, state.sources)
+                snapshot = sources.snapshot(state.op_dir if state.sources is None else None,
+                                            inputs, surface_file(state))
+                continue
         try:
             _activate(state, store, manifest, key)
             break
         except CorruptBuild as e:
-            if attempt == 1:
+            corrupt_retries += 1
+            if corrupt_retries > 1:
                 raise
             logger.warning("%s; rebuilding", e)
     state.snapshot = snapshot
@@ -121,11 +167,20 @@ def refresh(state: OpState, verbose: bool | None) -> bool:
     """Bring the native library and the Python surface up to date; True when either
     changed."""
     surface_path = surface_file(state)
+    if surface_path is None and state.sources is None and not state.surface_hint_given:
+        state.surface_hint_given = True
+        others = sources.other_python_files(state.op_dir)
+        if others:
+            logger.warning(
+                "op folder %s has %s but no %s.py: the loader imports <folder name>.py as the "
+                "op's Python surface; rename the file to %s.py to have it loaded",
+                state.op_dir, ", ".join(others), state.name, state.name)
     surface_key = str(surface_path) if surface_path else None
     old_surface = state.snapshot.get(surface_key) if surface_key else None
     native_changed = ensure_current(state, verbose)
     surface_changed = surface_key is not None and (
-        state.module is None or old_surface != state.snapshot.get(surface_key))
+        state.module is None or state.surface_error is not None
+        or old_surface != state.snapshot.get(surface_key))
     if native_changed or surface_changed:
         surface.import_surface(state)
     return native_changed or surface_changed
@@ -215,15 +270,21 @@ def write_inline_files(name: str, wanted: dict[str, str]) -> Path:
     """Make ``<cache>/_inline/<name>/`` hold exactly the files ``wanted`` (name -> text)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValueError(f"load_inline: name must be a C identifier, got {name!r}")
-    op_dir = stores.current().inline_folder(name)
-    op_dir.mkdir(parents=True, exist_ok=True)
-    for existing in op_dir.iterdir():
-        if existing.is_file() and existing.name not in wanted:
-            existing.unlink()
-    for fname, text in wanted.items():
-        path = op_dir / fname
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
+    store = stores.current()
+    op_dir = store.inline_folder(name)
+    try:
+        op_dir.mkdir(parents=True, exist_ok=True)
+        for existing in op_dir.iterdir():
+            if existing.is_file() and existing.name not in wanted:
+                existing.unlink()
+        for fname, text in wanted.items():
+            path = op_dir / fname
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+    except OSError as e:
+        raise store.cache_error(e, f"writing the sources of inline op {name!r}") or CacheError(
+            f"cannot write the sources of inline op {name!r} into the cache {store.root} "
+            f"({e.strerror}: {e.filename}); set JIT_LOADER_CACHE to a writable folder") from e
     return op_dir
 
 
@@ -245,8 +306,8 @@ def build_in_use(entry: str | os.PathLike) -> bool:
     return state_holding(entry.parent.parent.name, entry.name) or stores.CacheStore.in_use(entry)
 
 
-def cached_builds(name: str) -> list[dict]:
-    builds = stores.current().builds(name)
+def cached_builds(name: str, verify: str = "changed") -> list[dict]:
+    builds = stores.current().builds(name, verify)
     for b in builds:
         b["in_use"] = b["in_use"] or state_holding(name, Path(b["path"]).name)
     return builds

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
+import subprocess
 import types
 from pathlib import Path
 from typing import Iterable
@@ -38,15 +40,72 @@ def open_library(path: Path):
     return lib
 
 
+def undefined_symbol(dlerror: str) -> str | None:
+    """The symbol a failed dlopen names as undefined, demangled; None for other errors."""
+    m = re.search(r"undefined symbol: (\S+)", dlerror)
+    if m is None:
+        return None
+    mangled = m.group(1)
+    try:
+        out = subprocess.run(["c++filt", mangled], capture_output=True, text=True, timeout=10)
+        demangled = out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        demangled = ""
+    return demangled if demangled and demangled != mangled else mangled
+
+
 def namespaces_of(lib) -> list[str]:
     return lib.jit_loader_namespaces().decode().split()
 
 
-def register(lib) -> None:
-    buf = ctypes.create_string_buffer(8192)
+def register(lib, op_name: str = "", previous_schemas: dict[str, list[str]] | None = None) -> None:
+    """Perform a build's registrations; a JitLoaderError explaining the dispatcher's
+    refusal in one line otherwise (nothing of the build stays registered then)."""
+    buf = ctypes.create_string_buffer(16384)
     if lib.jit_loader_register(buf, len(buf)) != 0:
-        raise JitLoaderError("registering the op with the dispatcher failed: "
-                             + buf.value.decode(errors="replace"))
+        raise JitLoaderError(explain_refusal(op_name, buf.value.decode(errors="replace"),
+                                             previous_schemas or {}))
+    namespaces = namespaces_of(lib)
+    dangling = [d for d in _torch_private.dangling_impls()
+                if any(f"{ns}::" in d for ns in namespaces)]
+    if dangling:
+        lib.jit_loader_unregister()
+        names = sorted(set(re.findall(r"operator: ([\w:.]+)", "\n".join(dangling)))) or dangling
+        raise JitLoaderError(
+            f"op {op_name!r} registers a kernel (m.impl) for {', '.join(names)}, which no m.def "
+            f"declares: declare it in TORCH_LIBRARY or fix the name. Dispatcher report:\n"
+            + "\n".join(dangling))
+
+
+def explain_refusal(op_name: str, message: str, previous_schemas: dict[str, list[str]]) -> str:
+    """One line saying why the dispatcher refused a build, then its own message without
+    the C++ stack frames."""
+    message = message.split("\nException raised from", 1)[0].strip()
+    m = re.search(r"Only a single TORCH_LIBRARY can be used to register the namespace (\w+)", message)
+    if m:
+        places = re.findall(r"registered at (\S+?):\d+", message)
+        where = f" ({places[0]})" if places else ""
+        return (f"op {op_name!r} declares namespace {m.group(1)!r}, which another op folder{where} "
+                f"already declared in this process; namespaces are process-wide: rename one "
+                f"TORCH_LIBRARY namespace, or load one of the two per process.\n{message}")
+    if previous_schemas and re.search(
+            r"Mismatch in kernel C\+\+ signatures|different schema|schema mismatch|"
+            r"already has a schema|Tried to register", message, re.IGNORECASE):
+        new = re.search(r"operator: (\S+?\(.*)", message)
+        qual = new.group(1).split("(")[0] if new else None
+        old = previous_schemas.get(qual, []) if qual else []
+        changed = (f"{qual} was `{old[0]}`, the new build has `{new.group(1).strip()}`"
+                   if new and old else "an operator's schema or kernel signature changed")
+        return (f"op {op_name!r} changed a schema: {changed}. The dispatcher cannot change a "
+                f"schema in a live process: restart Python (in Jupyter, restart the kernel) to "
+                f"use the new build; the previous build stays loaded.\n{message}")
+    return f"registering op {op_name!r} with the dispatcher failed: {message}"
+
+
+def current_schemas(namespaces: Iterable[str]) -> dict[str, list[str]]:
+    """``ns::op`` -> schemas of the ops a build registered, while it is live."""
+    return {f"{ns}::{op}": _torch_private.schemas(f"{ns}::{op}")
+            for ns in namespaces for op in ops_in(ns)}
 
 
 def unregister(lib) -> None:

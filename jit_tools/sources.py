@@ -117,6 +117,15 @@ def surface_path(op_dir: Path, name: str) -> Path | None:
     return path if path.is_file() else None
 
 
+NOT_SURFACES = ("__init__.py", "reference.py", "setup.py", "conftest.py")
+
+
+def other_python_files(op_dir: Path) -> list[str]:
+    """Python files of an op folder that could be a misnamed surface."""
+    return sorted(p.name for p in op_dir.glob("*.py")
+                  if p.name not in NOT_SURFACES and not p.name.startswith(("test_", "_")))
+
+
 def subdirs(op_dir: Path) -> list[Path]:
     out = []
     for root, dirs, _files in os.walk(op_dir):

@@ -43,6 +43,9 @@ class OpState:
     loader_libs: list = dataclasses.field(default_factory=list)
     info: BuildInfo | None = None
     held: Any = None  # open file whose shared flock marks the build as in use
+    surface_text: str | None = None  # source of the last surface that imported
+    surface_error: BaseException | None = None  # the surface file fails to import
+    surface_hint_given: bool = False  # told the user their .py is not named <op>.py
     # Explicit source files (cpp_extension-style ``load(name, sources)``); None: every
     # source in op_dir. With a list, op_dir is their common folder and there is no
     # Python surface.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -28,22 +29,56 @@ from jit_tools.errors import CacheError
 from jit_tools.log import logger
 
 DEFAULT_KEEP = 8
+LOCK_REPORT_SECONDS = 30.0  # how often a waiting process says whom it waits for
+VERIFIED = "verified.json"  # stat signature of the library when its hash last matched
 TMP_PREFIX = ".tmp-"
 STALE_TMP_SECONDS = 3600  # an unfinished .tmp- folder this old belongs to a dead process
 
 
-def cache_dir() -> Path:
-    """Root of the build cache (``JIT_LOADER_CACHE``, else ``$XDG_CACHE_HOME/jit_loader``)."""
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json_atomic(path: Path, value) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
+
+
+def cache_path() -> list[Path]:
+    """The cache folders, in search order: ``JIT_LOADER_CACHE`` split at ``:`` (else
+    ``$XDG_CACHE_HOME/jit_loader``). Every folder but the last is a read-only layer
+    (e.g. a prebuilt cache on a shared filesystem); new builds go to the last."""
     env = os.environ.get("JIT_LOADER_CACHE")
     if env:
-        return Path(env).expanduser()
+        # Absolute: Ninja runs inside the cache, where a relative path means another place.
+        return [Path(os.path.abspath(os.path.expanduser(part)))
+                for part in env.split(os.pathsep) if part.strip()]
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "jit_loader"
+    return [Path(xdg) / "jit_loader"]
+
+
+def cache_dir() -> Path:
+    """The writable cache folder, where new builds go (the last of :func:`cache_path`)."""
+    return cache_path()[-1]
 
 
 def current() -> "CacheStore":
-    """The store at the configured location (read from the environment at each call)."""
+    """The writable store (read from the environment at each call)."""
     return CacheStore(cache_dir())
+
+
+def layers() -> list["CacheStore"]:
+    """Every store a load searches, in order: read-only layers first, then the writable."""
+    path = cache_path()
+    return [CacheStore(root, readonly=i < len(path) - 1) for i, root in enumerate(path)]
 
 
 def keep_count() -> int:
@@ -56,9 +91,68 @@ def keep_count() -> int:
         return DEFAULT_KEEP
 
 
+def _holder(fd: int) -> tuple[str, float | None]:
+    """(pid, start time) that the process holding a build lock wrote into it."""
+    fields = os.pread(fd, 64, 0).decode(errors="replace").split()
+    pid = fields[0] if fields else "?"
+    try:
+        return pid, float(fields[1])
+    except (IndexError, ValueError):
+        return pid, None
+
+
+def lock_timeout() -> float | None:
+    """Seconds to wait for another process's build (``JIT_LOADER_LOCK_TIMEOUT``;
+    unset or 0: wait as long as it takes)."""
+    text = os.environ.get("JIT_LOADER_LOCK_TIMEOUT", "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise CacheError(f"JIT_LOADER_LOCK_TIMEOUT={text!r} is not a number of seconds") from None
+    if value < 0:
+        raise CacheError(f"JIT_LOADER_LOCK_TIMEOUT={text!r} must be >= 0 seconds")
+    return value or None
+
+
+def _wait_for_lock(fd: int, name: str, quiet: bool) -> None:
+    """Take the exclusive flock on ``fd``. While another process holds it, say who and
+    since when, again every LOCK_REPORT_SECONDS (a stopped or hung builder otherwise
+    looks like a hang), and give up after ``JIT_LOADER_LOCK_TIMEOUT`` seconds."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    timeout = lock_timeout()
+    started = time.monotonic()
+    next_report = 0.0
+    while True:
+        waited = time.monotonic() - started
+        pid, since = _holder(fd)
+        building = (f"since {time.strftime('%H:%M:%S', time.localtime(since))}, "
+                    f"{time.time() - since:.0f} s ago" if since else "for an unknown time")
+        if timeout is not None and waited >= timeout:
+            raise CacheError(
+                f"gave up after {waited:.0f} s waiting for process {pid}, which has been building "
+                f"op {name!r} {building}: if it is stopped (Ctrl-Z, SIGSTOP) resume it with "
+                f"kill -CONT {pid}, if it hangs kill it, or raise JIT_LOADER_LOCK_TIMEOUT")
+        if not quiet and waited >= next_report:
+            logger.info("waiting for process %s that is building %r (%s)...", pid, name, building)
+            next_report = waited + LOCK_REPORT_SECONDS
+        time.sleep(0.05 if waited < 1 else 0.25)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            continue
+
+
 class CacheStore:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, readonly: bool = False):
         self.root = Path(root)
+        self.readonly = readonly  # a layer that is searched, never written
 
     # ---- layout --------------------------------------------------------------------
 
@@ -111,14 +205,33 @@ class CacheStore:
 
     # ---- reading builds --------------------------------------------------------------
 
-    def manifest(self, name: str, key: str) -> dict | None:
-        """The manifest of a complete build, or None (missing, unreadable, truncated)."""
+    def manifest(self, name: str, key: str, verify: str = "changed") -> dict | None:
+        """The manifest of a complete build, or None (missing, unreadable, truncated,
+        or its library's bytes differ from the hash recorded at publication).
+
+        ``verify``: "full" hashes the library; "changed" (what a load does) hashes it
+        only when its inode, size or ctime differ from the last time it was verified
+        (any write or utime changes the ctime), so a warm load costs a stat; "size"
+        checks the size alone."""
         entry = self.entry(name, key)
         try:
             manifest = json.loads((entry / "manifest.json").read_text())
             lib = entry / manifest["library"]
-            if lib.stat().st_size != manifest["size"]:
+            st = lib.stat()
+            if st.st_size != manifest["size"]:
                 return None
+            recorded = manifest.get("sha256")
+            if verify == "size" or recorded is None:
+                return manifest
+            signature = [st.st_ino, st.st_size, st.st_ctime_ns]
+            stamp = entry / VERIFIED
+            if verify == "changed" and _read_json(stamp) == signature:
+                return manifest
+            if file_sha256(lib) != recorded:
+                return None
+            if not self.readonly:
+                with contextlib.suppress(OSError):
+                    _write_json_atomic(stamp, signature)
             return manifest
         except (OSError, ValueError, KeyError):
             return None
@@ -126,9 +239,10 @@ class CacheStore:
     def library(self, name: str, key: str, manifest: dict) -> Path:
         return self.entry(name, key) / manifest["library"]
 
-    def builds(self, name: str) -> list[dict]:
+    def builds(self, name: str, verify: str = "changed") -> list[dict]:
         """Manifests of the builds of op ``name``, newest first, each with ``path``,
-        ``valid`` (library present with the recorded size) and ``in_use``."""
+        ``valid`` (library present, with the recorded size and, as ``verify`` says in
+        :meth:`manifest`, hash) and ``in_use``."""
         builds = self.builds_folder(name)
         out = []
         if not builds.is_dir():
@@ -141,7 +255,7 @@ class CacheStore:
             except (OSError, ValueError):
                 manifest = {"key": entry.name, "name": name, "created": entry.stat().st_mtime}
             manifest["path"] = str(entry)
-            manifest["valid"] = self.manifest(name, entry.name) is not None
+            manifest["valid"] = self.manifest(name, entry.name, verify) is not None
             manifest["in_use"] = self.in_use(entry)
             out.append(manifest)
         out.sort(key=lambda m: m.get("created", 0), reverse=True)
@@ -160,6 +274,9 @@ class CacheStore:
         if size != build.get("size"):
             return (f"library {lib.name} is truncated or altered ({size} bytes, manifest says "
                     f"{build.get('size')})")
+        if build.get("sha256") and file_sha256(lib) != build["sha256"]:
+            return (f"library {lib.name} is corrupt: its bytes differ from the sha256 recorded "
+                    "when it was built (the next load rebuilds it)")
         return "manifest and library disagree"
 
     # ---- locks ----------------------------------------------------------------------
@@ -171,15 +288,9 @@ class CacheStore:
         path = self.ensure_op(name) / "build.lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-                if not quiet:
-                    logger.info("waiting for process %s that is building %r...", holder or "?", name)
-                fcntl.flock(fd, fcntl.LOCK_EX)
+            _wait_for_lock(fd, name, quiet)
             os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            os.pwrite(fd, f"{os.getpid()} {time.time():.0f}".encode(), 0)
             yield fd
         finally:
             with contextlib.suppress(OSError):
@@ -201,7 +312,7 @@ class CacheStore:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                yield os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                yield _holder(fd)[0]
                 return
             yield None
         finally:
@@ -241,7 +352,8 @@ class CacheStore:
             shutil.copy2(library, tmp / library.name)
             shutil.copy2(log, tmp / "build.log")
             manifest = {**manifest, "key": key, "name": name, "library": library.name,
-                        "size": (tmp / library.name).stat().st_size}
+                        "size": (tmp / library.name).stat().st_size,
+                        "sha256": file_sha256(tmp / library.name)}
             with open(tmp / "manifest.json", "w") as f:
                 json.dump(manifest, f, indent=1)
                 f.flush()
@@ -249,6 +361,9 @@ class CacheStore:
             entry = self.entry(name, key)
             shutil.rmtree(entry, ignore_errors=True)  # an invalid (e.g. truncated) one
             os.rename(tmp, entry)
+            with contextlib.suppress(OSError):  # just hashed: the first load needs no re-hash
+                st = (entry / library.name).stat()
+                _write_json_atomic(entry / VERIFIED, [st.st_ino, st.st_size, st.st_ctime_ns])
             return manifest
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -32,19 +32,34 @@ def import_surface(state: OpState) -> None:
     existing = sys.modules.get(name)
     if existing is not None and state.module is None:
         state.module = existing  # imported directly before load(); it is current
+        state.surface_text = path.read_text()
         return
+    previous = state.module
+    text = path.read_text()
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        if state.module is not None:
-            sys.modules[name] = state.module
-        else:
-            sys.modules.pop(name, None)
+        exec(compile(text, str(path), "exec"), module.__dict__)
+    except BaseException as err:
+        # Nothing of the failed import stays registered; the previous surface comes back
+        # with its registrations (its text runs again), and the op stays marked broken,
+        # so every load raises until the file imports.
+        registry.destroy_module_libraries(module)
+        state.surface_error = err
+        sys.modules.pop(name, None)
+        if previous is not None and state.surface_text is not None:
+            state.module = _execute(name, path, state.surface_text)
         raise
-    state.module = module
+    state.module, state.surface_text, state.surface_error = module, text, None
+
+
+def _execute(name: str, path: Path, text: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    exec(compile(text, str(path), "exec"), module.__dict__)
+    return module
 
 
 def import_extension(so: Path, name: str, key: str):

@@ -6,11 +6,14 @@ are part of every cache key computed on each ``load``.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
 
 import torch
+
+from jit_tools.errors import JitLoaderError
 
 DEFAULT_CUDA_ARCH = "8.0;9.0+PTX"  # Ampere and Hopper, plus PTX newer GPUs can JIT
 
@@ -87,6 +90,35 @@ def pip_cuda_includes(home: str | None) -> list[str]:
     return found
 
 
+def max_jobs() -> str:
+    """Ninja's -j: ``MAX_JOBS`` when it is a positive integer, else the core count."""
+    text = os.environ.get("MAX_JOBS", "").strip()
+    if not text:
+        return str(os.cpu_count() or 1)
+    if not text.isdigit() or int(text) < 1:
+        raise JitLoaderError(
+            f"MAX_JOBS={text!r} is not a positive whole number of parallel compile jobs; "
+            "set it like MAX_JOBS=4, or unset it to use every core")
+    return text
+
+
+def ninja() -> str:
+    """The Ninja of this Python environment (the ``ninja`` package that requirements
+    install), else the first one on PATH. A system Ninja may be older: 1.11 kept an
+    object compiled from a file edited during the compile."""
+    try:
+        import ninja as ninja_package
+        candidate = os.path.join(ninja_package.BIN_DIR, "ninja")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    except ImportError:
+        pass
+    candidate = os.path.join(os.path.dirname(sys.executable), "ninja")
+    if os.access(candidate, os.X_OK):
+        return candidate
+    return shutil.which("ninja") or "ninja"
+
+
 def cxx_compiler() -> str:
     return os.environ.get("CXX", "c++")
 
@@ -123,14 +155,21 @@ def cuda_arch_list(requested: str | None = None) -> str:
 
 
 def cpp_extension():
-    """torch.utils.cpp_extension, imported quietly (it warns when CUDA_HOME is unset)."""
-    if "torch.utils.cpp_extension" not in sys.modules and "CUDA_HOME" not in os.environ:
-        home = cuda_home()
-        if home:
-            os.environ["CUDA_HOME"] = home
-            try:
-                from torch.utils import cpp_extension as cx
-            finally:
+    """torch.utils.cpp_extension, imported quietly: it warns when CUDA_HOME is unset, and
+    on every machine without a GPU ("No CUDA runtime is found"), where compiling CUDA
+    sources is exactly what this toolkit means to do."""
+    if "torch.utils.cpp_extension" not in sys.modules:
+        torch_logger = logging.getLogger("torch.utils.cpp_extension")
+        level = torch_logger.level
+        torch_logger.setLevel(logging.ERROR)
+        set_home = "CUDA_HOME" not in os.environ and cuda_home() is not None
+        try:
+            if set_home:
+                os.environ["CUDA_HOME"] = cuda_home()
+            from torch.utils import cpp_extension as cx
+        finally:
+            torch_logger.setLevel(level)
+            if set_home:
                 del os.environ["CUDA_HOME"]
     from torch.utils import cpp_extension as cx
     return cx

@@ -39,7 +39,8 @@ TORCH_LIBRARY_IMPL(cellop, CPU, m) {
 }
 """
 BROKEN_CELL_OP = CELL_OP.replace("x * FACTOR", "x * undefined_factor")
-BROKEN_CELL_LINE = BROKEN_CELL_OP.splitlines().index("  return x * undefined_factor;") + 1
+# As Jupyter numbers the cell: line 1 is the %%jit_op line.
+BROKEN_CELL_LINE = BROKEN_CELL_OP.splitlines().index("  return x * undefined_factor;") + 2
 
 PYBIND_OP = """\
 #include <pybind11/pybind11.h>
