@@ -141,8 +141,8 @@ at::Tensor nms_cpu_impl(const char* op, const at::Tensor& boxes, const at::Tenso
                         const at::Tensor* idxs, double iou_threshold) {
   detection::check_nms_args(op, boxes, scores, idxs);
   if (boxes.size(0) == 0) return at::empty({0}, boxes.options().dtype(at::kLong));
-  // The same sort call as torchvision, so that tied scores come out in the same order.
-  const at::Tensor order = std::get<1>(scores.sort(0, /*descending=*/true));
+  // Stable, as torchvision sorts: tied scores keep their index order.
+  const at::Tensor order = std::get<1>(scores.sort(/*stable=*/true, /*dim=*/0, /*descending=*/true));
   // 16-bit boxes are compared in float on the CPU.
   const at::ScalarType compute = boxes.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const at::Tensor sorted = boxes.index_select(0, order).to(compute).contiguous();

@@ -12,8 +12,8 @@ registrations when it reloads the op.
 
 Behaviour worth knowing:
 
-* Boxes are ``(x1, y1, x2, y2)``. Ties in score keep the order of ``scores.sort(0,
-  descending=True)``, the call torchvision makes, so kept indices match it exactly.
+* Boxes are ``(x1, y1, x2, y2)``. Boxes are visited by a stable descending sort of the
+  scores, as torchvision does: of two tied boxes the one with the lower index wins.
 * NaN or infinite coordinates never crash. On the CPU they behave as in torchvision's CPU
   kernel (``std::max``/``std::min``, which return their first argument when one is NaN);
   on CUDA as in torchvision's CUDA kernel (``fmax``/``fmin``, which ignore a NaN).

@@ -21,8 +21,8 @@ at::Tensor nms_cuda_impl(const char* op, const at::Tensor& boxes, const at::Tens
   const c10::cuda::CUDAGuard guard(boxes.device());
   const int64_t n = boxes.size(0);
   if (n == 0) return at::empty({0}, boxes.options().dtype(at::kLong));
-  // The same sort call as torchvision, so that tied scores come out in the same order.
-  const at::Tensor order = std::get<1>(scores.sort(0, /*descending=*/true));
+  // Stable, as torchvision sorts: tied scores keep their index order.
+  const at::Tensor order = std::get<1>(scores.sort(/*stable=*/true, /*dim=*/0, /*descending=*/true));
   const at::Tensor sorted = boxes.index_select(0, order).contiguous();
   at::Tensor classes;
   if (idxs != nullptr) classes = idxs->index_select(0, order).to(at::kLong).contiguous();
