@@ -39,7 +39,7 @@ def nms_reference(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor
     boxes = boxes.cpu()
     if boxes.dtype not in (torch.float32, torch.float64):
         boxes = boxes.float()
-    order = scores.cpu().sort(0, descending=True, stable=True)[1]
+    order = torch.sort(scores.cpu(), stable=True, dim=0, descending=True)[1]
     x1, y1, x2, y2 = boxes.unbind(1)
     areas = (x2 - x1) * (y2 - y1)
     suppressed = torch.zeros(len(boxes), dtype=torch.bool)
@@ -73,7 +73,7 @@ def batched_nms_reference(boxes: Tensor, scores: Tensor, idxs: Tensor, iou_thres
         members = (idxs == category).nonzero().flatten().cpu()
         local = nms_reference(boxes[members], scores[members], iou_threshold).cpu()
         kept[members[local]] = True
-    order = scores.cpu().sort(0, descending=True, stable=True)[1]
+    order = torch.sort(scores.cpu(), stable=True, dim=0, descending=True)[1]
     return order[kept[order]].to(scores.device)
 
 
