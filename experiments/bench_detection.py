@@ -93,6 +93,7 @@ def bench_roi_align(op, device: str, rows: list) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip NMS of 50k boxes on the CPU")
+    parser.add_argument("--only", choices=("nms", "roi_align"), help="run one op's section")
     args = parser.parse_args(argv)
     op = jit_loader.load("detection")
     env = environment()
@@ -102,9 +103,12 @@ def main(argv=None) -> None:
     rows: list = []
     if torch.cuda.is_available():
         print(f"# copy ceiling (clone of 64M floats): {copy_bandwidth(1 << 26):.0f} GB/s")
-        bench_nms(op, "cuda", (1000, 10000, 50000), rows)
-    bench_nms(op, "cpu", (1000, 10000) if args.quick else (1000, 10000, 50000), rows)
-    bench_roi_align(op, "cuda" if torch.cuda.is_available() else "cpu", rows)
+    if args.only in (None, "nms"):
+        if torch.cuda.is_available():
+            bench_nms(op, "cuda", (1000, 10000, 50000), rows)
+        bench_nms(op, "cpu", (1000, 10000) if args.quick else (1000, 10000, 50000), rows)
+    if args.only in (None, "roi_align"):
+        bench_roi_align(op, "cuda" if torch.cuda.is_available() else "cpu", rows)
     columns = ["op", "device", "size", "kept", "ours_ms", "torchvision_ms", "speedup", "identical",
                "max_abs_diff"]
     print()

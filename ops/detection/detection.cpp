@@ -81,7 +81,12 @@ int64_t greedy_nms(SortedBoxes<T>& b, Th threshold, const int64_t* order, int64_
     }
     cursor = step_end;
     if (kept_here.empty() || cursor >= alive) continue;
-    at::parallel_for(cursor, alive, 2048, [&](int64_t begin, int64_t end) {
+    // Threads only pay off for large steps: a parallel region per 64 candidates costs
+    // more than the comparisons of a small step (about a nanosecond each).
+    const int64_t pairs = static_cast<int64_t>(kept_here.size()) * (alive - cursor);
+    const int64_t grain = pairs >= (int64_t(1) << 21) ? std::max<int64_t>(4096, (alive - cursor) / 64)
+                                                      : alive - cursor;
+    at::parallel_for(cursor, alive, grain, [&](int64_t begin, int64_t end) {
       for (const int64_t i : kept_here) {
         suppress_range<T, Th, kClasses>(b, i, begin, end, threshold, flags.data());
       }

@@ -134,4 +134,27 @@ OPS_HOST_DEVICE A bin_pixel_weight(const RoiAxis<A>& ax, int p, int pixel, int s
   return total;
 }
 
+// Bins of an axis that can reach pixel `pixel`: a range [lo, hi] (empty when lo > hi) that
+// contains every bin whose span comes within two pixels of it (samples reach one pixel).
+template <typename A>
+OPS_HOST_DEVICE void bin_range(const RoiAxis<A>& ax, int pixel, int pooled, int& lo, int& hi) {
+  lo = 0;
+  hi = -1;
+  const A fp = static_cast<A>(pixel);
+  if (ax.bin == static_cast<A>(0)) {
+    if (ax.start >= fp - static_cast<A>(2) && ax.start <= fp + static_cast<A>(2)) hi = pooled - 1;
+    return;
+  }
+  const A u0 = (fp - static_cast<A>(2) - ax.start) / ax.bin;
+  const A u1 = (fp + static_cast<A>(2) - ax.start) / ax.bin;
+  A a = floor(u0 < u1 ? u0 : u1) - static_cast<A>(1);
+  A b = floor(u0 < u1 ? u1 : u0);
+  if (!(a <= b)) return;  // NaN
+  a = a > static_cast<A>(0) ? a : static_cast<A>(0);
+  b = b < static_cast<A>(pooled - 1) ? b : static_cast<A>(pooled - 1);
+  if (a > b) return;
+  lo = static_cast<int>(a);
+  hi = static_cast<int>(b);
+}
+
 }  // namespace detection

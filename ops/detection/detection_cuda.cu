@@ -103,7 +103,8 @@ __global__ void nms_reduce_kernel(const unsigned long long* __restrict__ mask,
                                   int64_t* __restrict__ keep, int64_t* __restrict__ num_kept) {
   extern __shared__ unsigned long long removed[];
   __shared__ unsigned long long diagonal[kNmsBlock];
-  __shared__ unsigned long long kept_shared;
+  __shared__ int kept_list[kNmsBlock];
+  __shared__ int kept_here;
   const int tid = threadIdx.x;
   for (int j = tid; j < col_blocks; j += blockDim.x) removed[j] = 0;
   int64_t count = 0;
@@ -117,40 +118,44 @@ __global__ void nms_reduce_kernel(const unsigned long long* __restrict__ mask,
       // Greedy within the step: visit only candidates not yet removed.
       const unsigned long long valid = size == 64 ? ~0ULL : ((1ULL << size) - 1);
       unsigned long long removed_here = removed[nb];
-      unsigned long long kept = 0;
       unsigned long long open = valid & ~removed_here;
+      int kept = 0;
       while (open) {
         const int ib = __ffsll(static_cast<long long>(open)) - 1;
-        kept |= 1ULL << ib;
+        kept_list[kept++] = ib;
         removed_here |= diagonal[ib];
         open = valid & ~removed_here & ~((2ULL << ib) - 1);
       }
-      kept_shared = kept;
+      kept_here = kept;
     }
     __syncthreads();
-    const unsigned long long kept = kept_shared;
-    if (tid < size && ((kept >> tid) & 1ULL)) {
-      keep[count + __popcll(kept & ((1ULL << tid) - 1))] = order[base + tid];
-    }
-    for (int j = nb + 1 + tid; j < col_blocks; j += blockDim.x) {
-      unsigned long long r = removed[j];
-      unsigned long long bits = kept;
-      while (bits) {
-        // Four independent loads in flight per round.
-        unsigned long long w[4] = {0, 0, 0, 0};
+    const int kept = kept_here;
+    if (tid < kept) keep[count + tid] = order[base + kept_list[tid]];
+    // The kept rows suppress the later steps: one (kept row, word) pair per thread and
+    // round, four loads in flight before the shared-memory ORs.
+    const int cols = col_blocks - nb - 1;
+    const int64_t items = int64_t(kept) * cols;
+    const int stride = blockDim.x;
+    for (int64_t first = tid; first < items; first += 4 * int64_t(stride)) {
+      unsigned long long v[4];
+      int col[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          if (bits) {
-            const int ib = __ffsll(static_cast<long long>(bits)) - 1;
-            bits &= bits - 1;
-            w[k] = mask[(base + ib) * col_blocks + j];
-          }
+      for (int u = 0; u < 4; ++u) {
+        const int64_t it = first + int64_t(u) * stride;
+        v[u] = 0;
+        col[u] = 0;
+        if (it < items) {
+          const int k = static_cast<int>(it / cols);
+          col[u] = nb + 1 + static_cast<int>(it - int64_t(k) * cols);
+          v[u] = mask[(base + kept_list[k]) * col_blocks + col[u]];
         }
-        r |= w[0] | w[1] | w[2] | w[3];
       }
-      removed[j] = r;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (v[u]) atomicOr(&removed[col[u]], v[u]);
+      }
     }
-    count += __popcll(kept);
+    count += kept;
     __syncthreads();
   }
   if (tid == 0) *num_kept = count;
@@ -298,12 +303,18 @@ __global__ void roi_align_backward_kernel(const T* __restrict__ grad, const acc_
         const RoiAxis<A> gx = shfl_axis(rx, src);
         const A scale = __shfl_sync(0xffffffffu, inv_count, src);
         const T* g = grad + ((r0 + src) * channels + c0) * bins;
-        for (int ph = 0; ph < pooled_height; ++ph) {
+        // Only the bins near this row (warp-uniform) and near each lane's column are
+        // visited, so the lanes of a warp stay in step.
+        int ph_lo, ph_hi, pw_lo, pw_hi;
+        bin_range(gy, h, pooled_height, ph_lo, ph_hi);
+        bin_range(gx, w, pooled_width, pw_lo, pw_hi);
+        if (!inside) pw_hi = pw_lo - 1;
+        for (int ph = ph_lo; ph <= ph_hi; ++ph) {
           A wy = bin_pixel_weight(gy, ph, h, H);
           if (wy == A(0)) continue;
           wy *= scale;
-          for (int pw = 0; pw < pooled_width; ++pw) {
-            const A wx = inside ? bin_pixel_weight(gx, pw, w, W) : A(0);
+          for (int pw = pw_lo; pw <= pw_hi; ++pw) {
+            const A wx = bin_pixel_weight(gx, pw, w, W);
             if (wx == A(0)) continue;
             const A a = wy * wx;
             const T* gp = g + int64_t(ph) * pooled_width + pw;
