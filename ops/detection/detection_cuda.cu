@@ -165,9 +165,10 @@ __global__ void nms_reduce_kernel(const unsigned long long* __restrict__ mask,
 // ROIAlign
 // ---------------------------------------------------------------------------------------
 
-constexpr int kForwardChannels = 8;
+constexpr int kForwardChannels = 4;
 constexpr int kBackwardChannels = 32;
 constexpr int kRowsPerBlock = 8;
+constexpr int kCachedBins = 4;
 
 // The roi's batch index as torchvision reads it (truncation); -1 when it names no image
 // of the batch (such rois give zeros: checking on the host would cost a sync).
@@ -309,15 +310,33 @@ __global__ void roi_align_backward_kernel(const T* __restrict__ grad, const acc_
         bin_range(gy, h, pooled_height, ph_lo, ph_hi);
         bin_range(gx, w, pooled_width, pw_lo, pw_hi);
         if (!inside) pw_hi = pw_lo - 1;
+        // The column weights of the first kCachedBins bins of the lane's range are computed
+        // once per roi, not once per row bin.
+        A wx_cached[kCachedBins];
+#pragma unroll
+        for (int t = 0; t < kCachedBins; ++t) {
+          wx_cached[t] = pw_lo + t <= pw_hi ? bin_pixel_weight(gx, pw_lo + t, w, W) : A(0);
+        }
         for (int ph = ph_lo; ph <= ph_hi; ++ph) {
           A wy = bin_pixel_weight(gy, ph, h, H);
           if (wy == A(0)) continue;
           wy *= scale;
-          for (int pw = pw_lo; pw <= pw_hi; ++pw) {
+          const T* g_row = g + int64_t(ph) * pooled_width;
+#pragma unroll
+          for (int t = 0; t < kCachedBins; ++t) {
+            if (wx_cached[t] == A(0)) continue;
+            const A a = wy * wx_cached[t];
+            const T* gp = g_row + pw_lo + t;
+#pragma unroll
+            for (int k = 0; k < CB; ++k) {
+              if (c0 + k < channels) acc[k] += a * to_acc(gp[k * bins]);
+            }
+          }
+          for (int pw = pw_lo + kCachedBins; pw <= pw_hi; ++pw) {
             const A wx = bin_pixel_weight(gx, pw, w, W);
             if (wx == A(0)) continue;
             const A a = wy * wx;
-            const T* gp = g + int64_t(ph) * pooled_width + pw;
+            const T* gp = g_row + pw;
 #pragma unroll
             for (int k = 0; k < CB; ++k) {
               if (c0 + k < channels) acc[k] += a * to_acc(gp[k * bins]);
