@@ -214,13 +214,19 @@ struct RoiAlignParams {
   bool aligned;
 };
 
+// Items per thread so that each carries at least ~64k bins of work: small calls (gradcheck,
+// a few rois) run inline instead of paying for a parallel region.
+inline int64_t grain_for(int64_t bins_per_item) {
+  return std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, bins_per_item));
+}
+
 template <typename T, typename A>
 void roi_align_forward_cpu_kernel(const T* input, const A* rois, const std::vector<int64_t>& batches,
                                   const RoiAlignParams& p, T* output) {
   const int64_t plane = p.height * p.width;
   const int64_t bins = int64_t(p.pooled_height) * p.pooled_width;
   const A scale = static_cast<A>(p.spatial_scale);
-  at::parallel_for(0, p.num_rois, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, p.num_rois, grain_for(p.channels * bins), [&](int64_t begin, int64_t end) {
     AxisSamples<A> ys, xs;
     for (int64_t r = begin; r < end; ++r) {
       const A* roi = rois + r * 5;
@@ -265,7 +271,7 @@ void roi_align_backward_cpu_kernel(const T* grad, const A* rois, const std::vect
   const int64_t plane = p.height * p.width;
   const int64_t bins = int64_t(p.pooled_height) * p.pooled_width;
   const A scale = static_cast<A>(p.spatial_scale);
-  at::parallel_for(0, p.channels, 1, [&](int64_t c_begin, int64_t c_end) {
+  at::parallel_for(0, p.channels, grain_for(p.num_rois * bins), [&](int64_t c_begin, int64_t c_end) {
     AxisSamples<A> ys, xs;
     for (int64_t r = 0; r < p.num_rois; ++r) {
       const A* roi = rois + r * 5;
