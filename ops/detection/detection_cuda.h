@@ -1,0 +1,39 @@
+#pragma once
+// Launchers of the detection CUDA kernels (torch-free): detection_cuda.cu defines them,
+// detection_cuda.cpp calls them with raw pointers and the current stream.
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace detection {
+
+// NMS, step 1: bit j of mask[i * col_blocks + j / 64] says that box j (sorted order,
+// j > i) overlaps box i above the threshold (and has the same class when classes != null).
+template <typename T>
+cudaError_t launch_nms_mask(const T* boxes_sorted, const int64_t* classes_sorted, int64_t n,
+                            float iou_threshold, uint64_t* mask, cudaStream_t stream);
+
+// NMS, step 2: one block walks the mask in 64-box steps and writes the kept indices
+// (order[i] of each kept sorted position i, by decreasing score) and their number.
+cudaError_t launch_nms_reduce(const uint64_t* mask, const int64_t* order, int64_t n,
+                              int64_t* keep, int64_t* num_kept, cudaStream_t stream);
+
+// ROIAlign forward: input (N, C, H, W) contiguous, rois (K, 5) in the accumulation type
+// A, output (K, C, PH, PW).
+template <typename T, typename A>
+cudaError_t launch_roi_align_forward(const T* input, const A* rois, int64_t num_rois,
+                                     int64_t batch, int64_t channels, int64_t height,
+                                     int64_t width, int pooled_height, int pooled_width,
+                                     A spatial_scale, int sampling_ratio, bool aligned,
+                                     T* output, cudaStream_t stream);
+
+// ROIAlign backward as a gather: every input pixel sums what the rois took from it, so
+// grad_input is written once per element, without atomics and deterministically.
+template <typename T, typename A>
+cudaError_t launch_roi_align_backward(const T* grad_output, const A* rois, int64_t num_rois,
+                                      int64_t batch, int64_t channels, int64_t height,
+                                      int64_t width, int pooled_height, int pooled_width,
+                                      A spatial_scale, int sampling_ratio, bool aligned,
+                                      T* grad_input, cudaStream_t stream);
+
+}  // namespace detection

@@ -1,0 +1,230 @@
+"""ROIAlign, specified as tests: torchvision's ``roi_align`` forward and its gradient with
+respect to the input, on every device and floating dtype, for both pixel conventions
+(``aligned``) and fixed or adaptive sampling.
+
+Expected values come from torchvision when it is installed (float32/float64), else from
+the float64 loop reference in ops/detection/reference.py; 16-bit inputs are always
+compared with the reference (torchvision computes their geometry in 16 bits).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import jit_loader
+from ops.detection import reference
+
+try:
+    import torchvision
+except ImportError:  # the in-repo reference stands in
+    torchvision = None
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+SAMPLING_RATIOS = [-1, 1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def op():
+    return jit_loader.load("detection")
+
+
+def expected(input, rois, output_size, spatial_scale, sampling_ratio, aligned):
+    """Forward and input gradient of sum(out * grad) for a fixed random grad."""
+    x = input.detach().double().requires_grad_()
+    if torchvision is not None:
+        out = torchvision.ops.roi_align(x, rois.to(x), output_size, spatial_scale, sampling_ratio, aligned)
+    else:
+        out = reference.roi_align_reference(x, rois, output_size, spatial_scale, sampling_ratio, aligned)
+    return x, out
+
+
+def assert_close(got, want, dtype):
+    torch.testing.assert_close(got.double().cpu(), want.double().cpu(), **reference.TOLERANCES[dtype])
+
+
+def feature_map(device, dtype, batch=2, channels=5, height=13, width=17):
+    return torch.randn(batch, channels, height, width, device=device, dtype=torch.float64).to(dtype)
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("sampling_ratio", SAMPLING_RATIOS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_forward_and_backward(op, device, dtype, sampling_ratio, aligned):
+    x = feature_map(device, dtype).requires_grad_()
+    rois = reference.random_rois(9, 2, 13, 17, spatial_scale=0.5, device=device, dtype=dtype)
+    out = op.roi_align(x, rois, (3, 4), 0.5, sampling_ratio, aligned)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    if dtype in (torch.float32, torch.float64):
+        ref_x, want = expected(x, rois, (3, 4), 0.5, sampling_ratio, aligned)
+    else:
+        ref_x = x.detach().double().requires_grad_()
+        want = reference.roi_align_reference(ref_x, rois, (3, 4), 0.5, sampling_ratio, aligned)
+    want.backward(grad.double())
+    assert out.dtype == dtype and out.shape == (9, 5, 3, 4)
+    assert_close(out, want, dtype)
+    assert x.grad.dtype == dtype
+    assert_close(x.grad, ref_x.grad, dtype)
+
+
+def test_matches_loop_reference(op, device):
+    x = feature_map(device, torch.float64).requires_grad_()
+    rois = reference.random_rois(6, 2, 13, 17, device=device, dtype=torch.float64)
+    out = op.roi_align(x, rois, 5, 1.0, -1, True)
+    ref_x = x.detach().requires_grad_()
+    want = reference.roi_align_reference(ref_x, rois, 5, 1.0, -1, True)
+    assert_close(out, want, torch.float64)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    want.backward(grad)
+    assert_close(x.grad, ref_x.grad, torch.float64)
+
+
+def test_list_of_boxes_equals_rois(op, device):
+    x = feature_map(device, torch.float32)
+    rois = reference.random_rois(8, 2, 13, 17, device=device)
+    rois[:, 0] = torch.tensor([0, 0, 0, 1, 1, 1, 1, 1], dtype=rois.dtype)
+    boxes = [rois[:3, 1:], rois[3:, 1:]]
+    assert torch.equal(op.roi_align(x, boxes, 2, 1.0, 2), op.roi_align(x, rois, 2, 1.0, 2))
+    assert torch.equal(op.RoIAlign(2, 1.0, 2)(x, boxes), op.roi_align(x, rois, 2, 1.0, 2))
+
+
+def test_autograd_function_and_module(op, device):
+    x = feature_map(device, torch.float64).requires_grad_()
+    rois = reference.random_rois(5, 2, 13, 17, device=device, dtype=torch.float64)
+    a = op.RoIAlignFunction.apply(x, rois, (2, 3), 1.0, 2, True)
+    b = op.RoIAlign((2, 3), 1.0, 2, aligned=True)(x, rois)
+    assert torch.equal(a, b)
+    (ga,) = torch.autograd.grad(a.sum(), x)
+    (gb,) = torch.autograd.grad(b.sum(), x)
+    torch.testing.assert_close(ga, gb)
+
+
+def test_strided_input(op, device):
+    base = feature_map(device, torch.float32, channels=10)
+    x = base[:, ::2]  # every other channel
+    assert not x.is_contiguous()
+    channels_last = x.contiguous(memory_format=torch.channels_last)
+    rois = reference.random_rois(7, 2, 13, 17, device=device)
+    want = op.roi_align(x.contiguous(), rois, 3, 1.0, 2)
+    assert torch.equal(op.roi_align(x, rois, 3, 1.0, 2), want)
+    assert torch.equal(op.roi_align(channels_last, rois, 3, 1.0, 2), want)
+    assert torch.equal(op.roi_align(x, rois.t().contiguous().t(), 3, 1.0, 2), want)
+
+
+def test_empty(op, device):
+    x = feature_map(device, torch.float32).requires_grad_()
+    out = op.roi_align(x, torch.empty(0, 5, device=device), 3)
+    assert out.shape == (0, 5, 3, 3)
+    out.sum().backward()
+    assert x.grad.shape == x.shape and not x.grad.any()
+    assert op.roi_align(x[:, :0], reference.random_rois(4, 2, 13, 17, device=device), 3).shape == (4, 0, 3, 3)
+
+
+def test_rois_outside_and_degenerate(op, device):
+    """Rois past the border sample zeros there; zero-size rois sample a point (aligned=False
+    makes them one pixel wide, aligned=True keeps them empty: adaptive sampling takes none)."""
+    x = feature_map(device, torch.float64).requires_grad_()
+    rois = torch.tensor([[0, -50.0, -50.0, -30.0, -30.0],   # entirely outside: zeros
+                         [1, 3.0, 4.0, 3.0, 4.0],           # zero size
+                         [0, 10.0, 2.0, 5.0, 1.0],          # x2 < x1, y2 < y1
+                         [1, -3.0, -2.0, 40.0, 30.0]],      # larger than the map
+                        dtype=torch.float64, device=device)
+    for aligned in (False, True):
+        for sampling_ratio in (-1, 2):
+            out = op.roi_align(x, rois, 3, 1.0, sampling_ratio, aligned)
+            assert not out[0].any()
+            want = reference.roi_align_reference(x.detach(), rois, 3, 1.0, sampling_ratio, aligned)
+            assert_close(out, want, torch.float64)
+            ref_x = x.detach().requires_grad_()
+            reference.roi_align_reference(ref_x, rois, 3, 1.0, sampling_ratio, aligned).sum().backward()
+            (grad,) = torch.autograd.grad(out.sum(), x)
+            assert_close(grad, ref_x.grad, torch.float64)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_roi_coordinates(op, device, bad):
+    """Documented behaviour: samples at non-finite positions count zero; no crash, and the
+    finite rois are unaffected."""
+    x = feature_map(device, torch.float32).requires_grad_()
+    rois = reference.random_rois(6, 2, 13, 17, device=device)
+    rois[2, 1] = bad
+    rois[4, 4] = bad
+    for sampling_ratio in (-1, 2):
+        out = op.roi_align(x, rois, 3, 1.0, sampling_ratio)
+        good = [0, 1, 3, 5]
+        assert torch.equal(out[good], op.roi_align(x, rois[good], 3, 1.0, sampling_ratio))
+        assert torch.isfinite(out).all()
+        out.sum().backward()
+        assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("sampling_ratio", [-1, 1, 2, 4])
+def test_gradcheck(op, device, sampling_ratio, aligned):
+    x = torch.randn(2, 2, 6, 7, device=device, dtype=torch.float64, requires_grad=True)
+    rois = reference.random_rois(4, 2, 6, 7, spatial_scale=0.5, device=device, dtype=torch.float64)
+    fn = lambda t: op.roi_align(t, rois, (2, 3), 0.5, sampling_ratio, aligned)
+    assert torch.autograd.gradcheck(fn, (x,))
+    if sampling_ratio == 2:  # the backward's own gradient is the forward (linear op)
+        assert torch.autograd.gradgradcheck(fn, (x,))
+
+
+def test_opcheck(op, device):
+    x = feature_map(device, torch.float32).requires_grad_()
+    rois = reference.random_rois(5, 2, 13, 17, device=device)
+    torch.library.opcheck(torch.ops.detection.roi_align, (x, rois, 0.5, 3, 2, 2, False))
+    torch.library.opcheck(torch.ops.detection.roi_align, (x, rois, 1.0, 2, 2, -1, True))
+    grad = torch.randn(5, 5, 3, 2, device=device)
+    torch.library.opcheck(torch.ops.detection.roi_align_backward,
+                          (grad, rois, 0.5, 3, 2, 2, 5, 13, 17, 2, False))
+
+
+def test_torch_compile(op):
+    x = feature_map("cpu", torch.float32).requires_grad_()
+    rois = reference.random_rois(6, 2, 13, 17)
+
+    def head(feature, boxes):
+        return op.roi_align(feature * 2, boxes, 3, 1.0, 2, True).relu().sum()
+
+    compiled = torch.compile(head, fullgraph=True)
+    (want,) = torch.autograd.grad(head(x, rois), x)
+    (got,) = torch.autograd.grad(compiled(x, rois), x)
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.cuda
+def test_cuda_backward_is_deterministic(op):
+    x = torch.randn(2, 64, 50, 60, device="cuda", requires_grad=True)
+    rois = reference.random_rois(300, 2, 50, 60, device="cuda")
+    out = op.roi_align(x, rois, 7, 1.0, 2)
+    grad = torch.randn_like(out)
+    (a,) = torch.autograd.grad(out, x, grad, retain_graph=True)
+    (b,) = torch.autograd.grad(out, x, grad)
+    assert torch.equal(a, b)
+
+
+def test_bad_inputs(op, device):
+    x = feature_map(device, torch.float32)
+    rois = reference.random_rois(4, 2, 13, 17, device=device)
+    with pytest.raises(RuntimeError, match=r"input must be a 4-D tensor, got 3-D"):
+        op.roi_align(x[0], rois, 3)
+    with pytest.raises(RuntimeError, match=r"rois.size\(1\) must be 5, got 4"):
+        op.roi_align(x, rois[:, 1:], 3)
+    with pytest.raises(RuntimeError, match=r"rois must be a 2-D tensor, got 1-D"):
+        op.roi_align(x, rois[0], 3)
+    with pytest.raises(RuntimeError, match=r"output_size must be positive, got \(0, 3\)"):
+        op.roi_align(x, rois, (0, 3))
+    with pytest.raises(RuntimeError, match=r"input must be a floating-point tensor, got Long"):
+        op.roi_align(x.long(), rois, 3)
+    with pytest.raises(RuntimeError, match=r"boxes\[1\] must be a \(K, 4\) tensor, got \(3, 5\)"):
+        op.roi_align(x, [rois[:2, 1:], rois[:3]], 3)
+    if device == "cpu":
+        bad = rois.clone()
+        bad[2, 0] = 2
+        with pytest.raises(RuntimeError, match=r"rois\[2, 0\] must be a batch index in \[0, 2\), got 2"):
+            op.roi_align(x, bad, 3)
+    else:
+        with pytest.raises(RuntimeError, match=r"rois is on cpu but input is on cuda"):
+            op.roi_align(x, rois.cpu(), 3)
