@@ -120,12 +120,12 @@ def _wait_for_lock(fd: int, name: str, quiet: bool) -> None:
     """Take the exclusive flock on ``fd``. While another process holds it, say who and
     since when, again every LOCK_REPORT_SECONDS (a stopped or hung builder otherwise
     looks like a hang), and give up after ``JIT_LOADER_LOCK_TIMEOUT`` seconds."""
+    timeout = lock_timeout()  # a bad setting is reported even when nobody holds the lock
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return
     except BlockingIOError:
         pass
-    timeout = lock_timeout()
     started = time.monotonic()
     next_report = 0.0
     while True:
