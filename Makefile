@@ -1,13 +1,14 @@
 # Two entry points, each doing all set-up on a fresh machine:
 #   make demo   build every op, check it against its reference, short benchmark
 #   make test   the test suite (CPU tests everywhere, CUDA tests where a GPU is visible)
+#   make bench  every op against its baselines: JSON, plots and a summary in experiments/out/bench
 # Both install requirements.txt and this project (editable) into $(VENV) first.
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test gpu-test gpu-bench clean-cache
+.PHONY: install demo test bench gpu-test gpu-bench gpu-bench-suite clean-cache
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +24,9 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest
 
+bench: $(VENV)/.installed
+	$(PY) -m experiments.bench
+
 # On a machine whose python already has torch, ninja and pytest (e.g. a GPU node),
 # run from the repository root:
 gpu-test:
@@ -30,6 +34,9 @@ gpu-test:
 
 gpu-bench:
 	$(PYTHON) -m experiments.run_all
+
+gpu-bench-suite:
+	$(PYTHON) -m experiments.bench
 
 clean-cache:
 	$(PYTHON) -m jit_loader clean
