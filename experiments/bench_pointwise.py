@@ -9,8 +9,12 @@ formula) and ``compiled``, that math under ``torch.compile`` (columns ``x eager`
 counted are the ideal traffic: forward reads x and writes y (2 tensors), backward
 reads grad and the saved tensor and writes dx (3 tensors).
 
-GPU: 2^26 elements (2^22 with --quick). CPU: 2^22 elements (2^20 with --quick),
-without the compiled baselines (Inductor's C++ builds take minutes there).
+GPU: 2^26 elements (2^22 with --quick), float32 and bfloat16 (add float16 with
+--dtypes). CPU: float32, bfloat16 and float16, 2^22
+elements (2^20 with --quick), without the compiled baselines (Inductor's C++ builds
+take minutes there); the implementations of a row group are timed in turns, one call
+each per round, so that the load of other processes on a shared machine falls on all
+of them alike, and the median of the rounds is reported.
 
     python experiments/bench_pointwise.py [--device cuda] [--quick] [--json out.json]
 """
@@ -20,7 +24,9 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -64,7 +70,7 @@ def _groups(x, y, grad):
 
 def _check(x, y, grad, dtype):
     """Fail loudly rather than report the speed of a wrong answer."""
-    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
     pairs = [
         (torch.ops.sigmoid.forward(x), torch.sigmoid(x)),
         (torch.ops.sigmoid.backward(grad, y), torch.ops.aten.sigmoid_backward(grad, y)),
@@ -75,23 +81,40 @@ def _check(x, y, grad, dtype):
         torch.testing.assert_close(got.double(), want.double(), atol=tol, rtol=tol)
 
 
+def interleaved_medians(fns: dict, warmup: int, reps: int) -> dict:
+    """CPU seconds per call of each function, median over rounds of one call each."""
+    samples = {name: [] for name in fns}
+    for round_ in range(warmup + reps):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            if round_ >= warmup:
+                samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
 def problem_size(device, quick: bool) -> int:
     if torch.device(device).type == "cuda":
         return 2**22 if quick else 2**26
     return 2**20 if quick else 2**22
 
 
-def run(device=None, quick: bool = False) -> list[dict]:
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def run(device=None, quick: bool = False, dtypes=None) -> list[dict]:
     """Measure every row; returns them as dicts with the COLUMNS keys."""
     device = torch.device(device or benchutil.default_device())
     on_gpu = device.type == "cuda"
     numel = problem_size(device, quick)
-    reps = 50 if on_gpu else (10 if quick else 20)
+    reps = 50 if on_gpu else (15 if quick else 40)
     jit_loader.load("sigmoid")
     jit_loader.load("gelu")
 
     rows = []
-    for dtype in (torch.float32, torch.bfloat16):
+    if dtypes is None:
+        dtypes = ["float32", "bfloat16"] + ([] if on_gpu else ["float16"])
+    for dtype in (DTYPES[d] for d in dtypes):
         x = torch.randn(numel, device=device).mul_(3).to(dtype)
         y = torch.sigmoid(x)
         grad = torch.randn(numel, device=device).to(dtype)
@@ -108,11 +131,15 @@ def run(device=None, quick: bool = False) -> list[dict]:
                      "us": clone_s * 1e6, "GB/s": clone_gbps, "% clone": 100.0})
         for op, direction, tensors, ours, math, natives, args in _groups(x, y, grad):
             nbytes = tensors * numel * elem
-            times = {"ours": measure(lambda: ours(*args)), "eager": measure(lambda: math(*args))}
+            fns = {"ours": lambda: ours(*args), "eager": lambda: math(*args)}
             if on_gpu:
                 compiled = torch.compile(math, fullgraph=True, dynamic=False)
-                times["compiled"] = measure(lambda: compiled(*args))
-            times.update({impl: measure(lambda fn=fn: fn(*args)) for impl, fn in natives.items()})
+                fns["compiled"] = lambda: compiled(*args)
+            fns.update({impl: (lambda fn=fn: fn(*args)) for impl, fn in natives.items()})
+            if on_gpu:
+                times = {impl: measure(fn) for impl, fn in fns.items()}
+            else:
+                times = interleaved_medians(fns, warmup=2, reps=reps)
             for impl, seconds in times.items():
                 row = {"dtype": name, "op": op, "pass": direction, "impl": impl, "us": seconds * 1e6,
                        "GB/s": benchutil.gbps(nbytes, seconds),
@@ -131,12 +158,14 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when visible)")
     parser.add_argument("--quick", action="store_true", help="smaller tensors, fewer repetitions")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows here")
+    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=None,
+                        help="default: float32 bfloat16 on GPU, and float16 too on CPU")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device or benchutil.default_device()
-    rows = run(device, quick=args.quick)
+    rows = run(device, quick=args.quick, dtypes=args.dtypes)
     env = benchutil.environment()
     numel = problem_size(device, args.quick)
     header = (f"# bench_pointwise: {env['device']}, torch {env['torch']} (CUDA {env['cuda']}), "
@@ -145,6 +174,8 @@ def main(argv=None) -> None:
         header += f", load average {os.getloadavg()[0]:.1f} (other processes skew CPU timings)"
     print(header)
     print(benchutil.format_table(rows, COLUMNS))
+    if torch.device(device).type == "cpu":
+        print(f"# load average after the run: {os.getloadavg()[0]:.1f}")
     if args.json:
         benchutil.save_json(args.json, rows, numel=numel, quick=args.quick)
 
