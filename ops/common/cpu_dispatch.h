@@ -9,6 +9,8 @@
 //
 //   OPS_CPU_CLONES(name, body): defines name(args...), which calls the always-inline
 //   function template body(args...) compiled for the capability in force.
+//   OPS_CPU_CLONES_ISA(name, body): the same, calling body(CpuIsaTag<isa>{}, args...),
+//   for bodies that use a capability's instructions directly (under if constexpr).
 #include <ATen/Version.h>
 
 #include <string>
@@ -24,6 +26,11 @@ inline const char* cpu_isa_name(CpuIsa isa) {
     default: return "default";
   }
 }
+
+template <CpuIsa kIsa>
+struct CpuIsaTag {
+  static constexpr CpuIsa value = kIsa;
+};
 
 // The clone in force for this process: ATen's capability, capped at what the CPU has.
 inline CpuIsa cpu_isa() {
@@ -70,11 +77,37 @@ inline CpuIsa cpu_isa() {
       default: return name##_baseline(args...);                                       \
     }                                                                                 \
   }
+#define OPS_CPU_CLONES_ISA(name, body)                                                \
+  template <typename... Args>                                                         \
+  void name##_baseline(Args... args) {                                                \
+    body(::ops_common::CpuIsaTag<::ops_common::CpuIsa::kBaseline>{}, args...);        \
+  }                                                                                   \
+  template <typename... Args>                                                         \
+  OPS_TARGET_AVX2 void name##_avx2(Args... args) {                                    \
+    body(::ops_common::CpuIsaTag<::ops_common::CpuIsa::kAvx2>{}, args...);            \
+  }                                                                                   \
+  template <typename... Args>                                                         \
+  OPS_TARGET_AVX512 void name##_avx512(Args... args) {                                \
+    body(::ops_common::CpuIsaTag<::ops_common::CpuIsa::kAvx512>{}, args...);          \
+  }                                                                                   \
+  template <typename... Args>                                                         \
+  void name(Args... args) {                                                           \
+    switch (::ops_common::cpu_isa()) {                                                \
+      case ::ops_common::CpuIsa::kAvx512: return name##_avx512(args...);              \
+      case ::ops_common::CpuIsa::kAvx2: return name##_avx2(args...);                  \
+      default: return name##_baseline(args...);                                       \
+    }                                                                                 \
+  }
 #else
 #define OPS_CPU_CLONES(name, body)  \
   template <typename... Args>       \
   void name(Args... args) {         \
     body(args...);                  \
+  }
+#define OPS_CPU_CLONES_ISA(name, body)                                         \
+  template <typename... Args>                                                  \
+  void name(Args... args) {                                                    \
+    body(::ops_common::CpuIsaTag<::ops_common::CpuIsa::kBaseline>{}, args...); \
   }
 #endif
 

@@ -8,7 +8,13 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #include "common/cpu_convert.h"
 #include "common/cpu_dispatch.h"
@@ -45,16 +51,61 @@ struct CpuStorage<c10::BFloat16> {
   static uint16_t store(float f) { return float_to_bfloat16_bits(f); }
 };
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// Half <-> float through the F16C instructions, 8 at a time (the AVX2 and AVX-512
+// clones have them): GCC does not vectorise the bit-level conversions of
+// cpu_convert.h as well as it does bfloat16's shifts. Same rounding (to nearest even).
+OPS_TARGET_AVX2 inline void half_to_float_f16c(const uint16_t* in, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  }
+  for (; i < n; ++i) out[i] = half_bits_to_float(in[i]);
+}
+
+OPS_TARGET_AVX2 inline void float_to_half_f16c(const float* in, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) out[i] = float_to_half_bits(in[i]);
+}
+#endif
+
+constexpr int64_t kCpuTile = 512;
+
+template <typename Op, size_t... I>
+OPS_CPU_BODY void apply_tile(const float (&tiles)[sizeof...(I)][kCpuTile], float* __restrict__ out,
+                             int64_t n, std::index_sequence<I...>) {
+  for (int64_t j = 0; j < n; ++j) out[j] = Op::template apply<false>(tiles[I][j]...);
+}
+
 // The host math ignores kFast (see scalar_math.h), so Op runs with false.
-template <typename Storage, typename Op, typename T, typename... In>
-OPS_CPU_BODY void map_contiguous_body(Storage, Op, int64_t n, T* __restrict__ out,
+template <typename Tag, typename Storage, typename Op, typename T, typename... In>
+OPS_CPU_BODY void map_contiguous_body(Tag, Storage, Op, int64_t n, T* __restrict__ out,
                                       const In* __restrict__... in) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if constexpr (std::is_same_v<Storage, CpuStorage<c10::Half>> && Tag::value != CpuIsa::kBaseline) {
+    // Half in tiles: convert in, compute in float (vectorised), convert out.
+    float tiles[sizeof...(In)][kCpuTile];
+    float result[kCpuTile];
+    for (int64_t i0 = 0; i0 < n; i0 += kCpuTile) {
+      const int64_t m = std::min(kCpuTile, n - i0);
+      int a = 0;
+      (half_to_float_f16c(in + i0, tiles[a++], m), ...);
+      apply_tile<Op>(tiles, result, m, std::index_sequence_for<In...>{});
+      float_to_half_f16c(result, out + i0, m);
+    }
+    return;
+  }
+#endif
   for (int64_t i = 0; i < n; ++i) {
     out[i] = Storage::store(Op::template apply<false>(Storage::load(in[i])...));
   }
 }
 
-OPS_CPU_CLONES(map_contiguous, map_contiguous_body)
+OPS_CPU_CLONES_ISA(map_contiguous, map_contiguous_body)
 
 // out[i] = Op::apply(in[i]...) for i < n, on all threads.
 template <typename Op, typename scalar_t, typename... In>
