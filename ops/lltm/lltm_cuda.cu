@@ -26,6 +26,12 @@ using ops_common::acc_t;
 using ops_common::from_acc;
 using ops_common::to_acc;
 
+// Inputs are read through the read-only data cache, as const __restrict__ pointers are.
+template <typename T>
+__device__ __forceinline__ T ld(const T& element) {
+  return __ldg(&element);
+}
+
 constexpr int kCols = 32;
 constexpr int kRows = 8;
 constexpr int kThreads = kCols * kRows;
@@ -40,10 +46,11 @@ __global__ void __launch_bounds__(kThreads)
        b += int64_t(gridDim.y) * kRows) {
     for (int64_t j = int64_t(blockIdx.x) * kCols + threadIdx.x; j < state;
          j += int64_t(gridDim.x) * kCols) {
-      const auto r = cell_forward(to_acc(gates(b, j)) + to_acc(bias(j)),
-                                  to_acc(gates(b, state + j)) + to_acc(bias(state + j)),
-                                  to_acc(gates(b, 2 * state + j)) + to_acc(bias(2 * state + j)),
-                                  to_acc(old_cell(b, j)));
+      const auto r =
+          cell_forward(to_acc(gates(b, j)) + to_acc(ld(bias(j))),
+                       to_acc(gates(b, state + j)) + to_acc(ld(bias(state + j))),
+                       to_acc(gates(b, 2 * state + j)) + to_acc(ld(bias(2 * state + j))),
+                       to_acc(ld(old_cell(b, j))));
       gates(b, j) = from_acc<scalar_t>(r.input_gate);
       gates(b, state + j) = from_acc<scalar_t>(r.output_gate);
       gates(b, 2 * state + j) = from_acc<scalar_t>(r.candidate);
@@ -81,14 +88,14 @@ __global__ void __launch_bounds__(kSmallWarps * 32)
     opmath_t zi = 0, zo = 0, zc = 0;
 #pragma unroll 4
     for (int64_t k = lane; k < columns; k += 32) {
-      const scalar_t x = k < state ? old_h(b, k) : input(b, k - state);
+      const scalar_t x = k < state ? ld(old_h(b, k)) : ld(input(b, k - state));
       if (j == 0) {
         hx(b, k) = x;
       }
       const opmath_t xa = to_acc(x);
-      zi += xa * to_acc(weights(j, k));
-      zo += xa * to_acc(weights(state + j, k));
-      zc += xa * to_acc(weights(2 * state + j, k));
+      zi += xa * to_acc(ld(weights(j, k)));
+      zo += xa * to_acc(ld(weights(state + j, k)));
+      zc += xa * to_acc(ld(weights(2 * state + j, k)));
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) {
@@ -97,8 +104,9 @@ __global__ void __launch_bounds__(kSmallWarps * 32)
       zc += __shfl_xor_sync(0xffffffff, zc, offset);
     }
     if (lane == 0) {
-      const auto r = cell_forward(zi + to_acc(bias(j)), zo + to_acc(bias(state + j)),
-                                  zc + to_acc(bias(2 * state + j)), to_acc(old_cell(b, j)));
+      const auto r =
+          cell_forward(zi + to_acc(ld(bias(j))), zo + to_acc(ld(bias(state + j))),
+                       zc + to_acc(ld(bias(2 * state + j))), to_acc(ld(old_cell(b, j))));
       gates(b, j) = from_acc<scalar_t>(r.input_gate);
       gates(b, state + j) = from_acc<scalar_t>(r.output_gate);
       gates(b, 2 * state + j) = from_acc<scalar_t>(r.candidate);
@@ -127,8 +135,9 @@ __global__ void __launch_bounds__(kThreads)
       for (int64_t b = int64_t(blockIdx.y) * kRows + ty; b < batch;
            b += int64_t(gridDim.y) * kRows) {
         const auto r = cell_backward(
-            to_acc(gates(b, j)), to_acc(gates(b, state + j)), to_acc(gates(b, 2 * state + j)),
-            to_acc(new_cell(b, j)), to_acc(grad_h(b, j)), to_acc(grad_cell(b, j)));
+            to_acc(ld(gates(b, j))), to_acc(ld(gates(b, state + j))),
+            to_acc(ld(gates(b, 2 * state + j))), to_acc(ld(new_cell(b, j))),
+            to_acc(ld(grad_h(b, j))), to_acc(ld(grad_cell(b, j))));
         d_gates(b, j) = from_acc<scalar_t>(r.d_input);
         d_gates(b, state + j) = from_acc<scalar_t>(r.d_output);
         d_gates(b, 2 * state + j) = from_acc<scalar_t>(r.d_candidate);
