@@ -130,8 +130,9 @@ for name, ref in (("sigmoid", sigmoid_ref), ("gelu", gelu_ref), ("lltm", lltm_re
     rows += ref.selfcheck(jit_loader.load(name), "cpu")
 for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
     x = (torch.randn(4099) * 4).to(dtype)  # a tail past every vector width
-    for got, module, ref in ((torch.ops.sigmoid.forward(x), sigmoid_ref, sigmoid_ref.sigmoid_reference),
-                             (torch.ops.gelu.forward(x), gelu_ref, gelu_ref.gelu_reference)):
+    for name, module, ref in (("sigmoid", sigmoid_ref, sigmoid_ref.sigmoid_reference),
+                              ("gelu", gelu_ref, gelu_ref.gelu_reference)):
+        got = getattr(torch.ops, name).forward(x)
         torch.testing.assert_close(got.double(), ref(x.double()), **module.TOLERANCES[dtype])
 bad = [r for r in rows if not r["ok"]]
 assert rows and not bad, bad

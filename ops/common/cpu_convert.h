@@ -17,8 +17,8 @@ inline float half_bits_to_float(uint16_t h) {
   const uint32_t magnitude = h & 0x7fffu;
   // Rebias the exponent by a float multiply; subnormal halves come out normal.
   const float scaled = bits_to_float(magnitude << 13) * 0x1p112f;
-  return bits_to_float(float_to_bits(scaled) | select(mask_if(magnitude >= 0x7c00u), 0x7f800000u, 0u) |
-                       sign);
+  const uint32_t inf_or_nan = select(mask_if(magnitude >= 0x7c00u), 0x7f800000u, 0u);
+  return bits_to_float(float_to_bits(scaled) | inf_or_nan | sign);
 }
 
 inline uint16_t float_to_half_bits(float f) {
@@ -44,7 +44,8 @@ inline float bfloat16_bits_to_float(uint16_t b) {
 inline uint16_t float_to_bfloat16_bits(float f) {
   const uint32_t bits = float_to_bits(f);
   const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  return static_cast<uint16_t>(select(mask_if((bits & 0x7fffffffu) > 0x7f800000u), 0x7fc0u, rounded));
+  const uint32_t nan = mask_if((bits & 0x7fffffffu) > 0x7f800000u);
+  return static_cast<uint16_t>(select(nan, 0x7fc0u, rounded));
 }
 
 }  // namespace ops_common

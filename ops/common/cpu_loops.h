@@ -58,7 +58,8 @@ struct CpuStorage<c10::BFloat16> {
 OPS_TARGET_AVX2 inline void half_to_float_f16c(const uint16_t* in, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+    const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(halves));
   }
   for (; i < n; ++i) out[i] = half_bits_to_float(in[i]);
 }
