@@ -36,6 +36,7 @@ constexpr int kCols = 32;
 constexpr int kRows = 8;
 constexpr int kThreads = kCols * kRows;
 constexpr int64_t kOneBlockRowBatch = 64;
+constexpr int kBackwardRows = 4;
 
 template <typename scalar_t>
 __global__ void __launch_bounds__(kThreads)
@@ -127,24 +128,43 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ opmath_t sums[3][kRows][kCols];
   const int tx = threadIdx.x;
   const int ty = threadIdx.y;
+  const int64_t row_step = int64_t(gridDim.y) * kRows;
   for (int64_t j0 = int64_t(blockIdx.x) * kCols; j0 < state; j0 += int64_t(gridDim.x) * kCols) {
     const int64_t j = j0 + tx;
     opmath_t sum_i = 0, sum_o = 0, sum_c = 0;
     if (j < state) {
-#pragma unroll 4
-      for (int64_t b = int64_t(blockIdx.y) * kRows + ty; b < batch;
-           b += int64_t(gridDim.y) * kRows) {
-        const auto r = cell_backward(
-            to_acc(ld(gates(b, j))), to_acc(ld(gates(b, state + j))),
-            to_acc(ld(gates(b, 2 * state + j))), to_acc(ld(new_cell(b, j))),
-            to_acc(ld(grad_h(b, j))), to_acc(ld(grad_cell(b, j))));
-        d_gates(b, j) = from_acc<scalar_t>(r.d_input);
-        d_gates(b, state + j) = from_acc<scalar_t>(r.d_output);
-        d_gates(b, 2 * state + j) = from_acc<scalar_t>(r.d_candidate);
-        d_old_cell(b, j) = from_acc<scalar_t>(r.d_old_cell);
-        sum_i += r.d_input;
-        sum_o += r.d_output;
-        sum_c += r.d_candidate;
+      // kBackwardRows rows at a time, all loads before any store: the compiler may not
+      // move a load above a store it cannot prove disjoint, and one row's loads alone
+      // leave too few bytes in flight (26% slower at 4096 x 2048 on an H200).
+      for (int64_t b0 = int64_t(blockIdx.y) * kRows + ty; b0 < batch;
+           b0 += kBackwardRows * row_step) {
+        opmath_t v[kBackwardRows][6];
+#pragma unroll
+        for (int u = 0; u < kBackwardRows; ++u) {
+          const int64_t b = b0 + u * row_step;
+          if (b < batch) {
+            v[u][0] = to_acc(ld(gates(b, j)));
+            v[u][1] = to_acc(ld(gates(b, state + j)));
+            v[u][2] = to_acc(ld(gates(b, 2 * state + j)));
+            v[u][3] = to_acc(ld(new_cell(b, j)));
+            v[u][4] = to_acc(ld(grad_h(b, j)));
+            v[u][5] = to_acc(ld(grad_cell(b, j)));
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kBackwardRows; ++u) {
+          const int64_t b = b0 + u * row_step;
+          if (b < batch) {
+            const auto r = cell_backward(v[u][0], v[u][1], v[u][2], v[u][3], v[u][4], v[u][5]);
+            d_gates(b, j) = from_acc<scalar_t>(r.d_input);
+            d_gates(b, state + j) = from_acc<scalar_t>(r.d_output);
+            d_gates(b, 2 * state + j) = from_acc<scalar_t>(r.d_candidate);
+            d_old_cell(b, j) = from_acc<scalar_t>(r.d_old_cell);
+            sum_i += r.d_input;
+            sum_o += r.d_output;
+            sum_c += r.d_candidate;
+          }
+        }
       }
     }
     sums[0][ty][tx] = sum_i;
