@@ -12,9 +12,7 @@
 
 namespace lltm {
 
-// Restrict-qualified like ATen's RestrictPtrTraits accessors: without it, the backward
-// kernel cannot move the loads of one row above the stores of the previous one (26%
-// slower at 4096 x 2048 on an H200, bench_lltm.py --kernel-times).
+// Restrict-qualified, as ATen's RestrictPtrTraits accessors are.
 template <typename T>
 struct Matrix {
   T* __restrict__ data;
