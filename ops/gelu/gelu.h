@@ -6,8 +6,8 @@
 
 namespace gelu_op {
 
-// The one definition of the approximation's constant in C++ (gelu.py reads its twin
-// from reference.py).
+// The one definition of the approximation's constant in C++ (the CPU and CUDA kernels
+// both take it from here; Python's ALPHA is in gelu.py and reference.py).
 constexpr double kAlpha = 1.702;
 
 struct Forward {
