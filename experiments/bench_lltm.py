@@ -170,6 +170,51 @@ def suite_cases(device: str, scale: str) -> list[benchutil.Case]:
     return cases
 
 
+KERNEL_COLUMNS = ["size", "pass", "kernel", "calls", "us_per_iter"]
+
+
+def kernel_times(op_path=None, reps: int = 30) -> list[dict]:
+    """Profiler GPU time per iteration of each kernel of the op's forward and backward."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    jit_loader.load(op_path or "lltm")
+    rows = []
+    for size in SIZES:
+        batch, features, state = size
+        torch.manual_seed(sum(size))
+        new = lambda *shape: torch.randn(*shape, device="cuda")  # noqa: E731
+        args = (new(batch, features), new(3 * state, state + features) / state ** 0.5,
+                new(3 * state), new(batch, state), new(batch, state))
+        new_h, new_cell, gates, hx = torch.ops.lltm.forward(*args)
+        grads = (new(batch, state), new(batch, state))
+        passes = {"forward": lambda: torch.ops.lltm.forward(*args),
+                  "backward": lambda: torch.ops.lltm.backward(*grads, new_cell, gates, hx, args[1],
+                                                              [True] * 5)}
+        for name, fn in passes.items():
+            for _ in range(5):
+                fn()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(reps):
+                    fn()
+                torch.cuda.synchronize()
+            per_kernel: dict[str, list[float]] = {}
+            for e in prof.events():
+                if e.device_type == torch.autograd.DeviceType.CUDA:
+                    per_kernel.setdefault(e.name[:60], []).append(e.device_time)
+            label = "x".join(map(str, size))
+            total = sum(sum(v) for v in per_kernel.values()) / reps
+            rows.append({"size": label, "pass": name, "kernel": "(all)", "calls": None,
+                         "us_per_iter": total})
+            for kernel, times in sorted(per_kernel.items(), key=lambda kv: -sum(kv[1])):
+                rows.append({"size": label, "pass": name, "kernel": kernel,
+                             "calls": len(times) / reps, "us_per_iter": sum(times) / reps})
+    return rows
+
+
+
+
 def run(device: str | None = None, quick: bool = False) -> list[dict]:
     """Benchmark rows (see COLUMNS) for every size; ``quick``: the tutorial's size only."""
     device = device or benchutil.default_device()
@@ -196,7 +241,21 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="the tutorial's size only")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     parser.add_argument("--threads", type=int, help="CPU threads (torch.set_num_threads)")
+    parser.add_argument("--kernel-times", action="store_true",
+                        help="GPU time per kernel of the op's forward and backward (CUDA)")
+    parser.add_argument("--op", default=None, metavar="PATH",
+                        help="with --kernel-times: the op folder to load (default: ops/lltm)")
     args = parser.parse_args(argv)
+    if args.kernel_times:
+        rows = kernel_times(args.op)
+        env = benchutil.environment()
+        print(f"LLTM kernel times ({args.op or 'ops/lltm'}): "
+              + ", ".join(f"{k} {v}" for k, v in env.items()))
+        print(benchutil.format_table([{k: "-" if v is None else v for k, v in row.items()}
+                                      for row in rows], KERNEL_COLUMNS))
+        if args.json:
+            benchutil.save_json(args.json, rows, op=args.op or "ops/lltm")
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     env = benchutil.environment()

@@ -68,7 +68,7 @@ def _groups(x, y, grad, ops=("sigmoid", "gelu")):
 
 def _check(x, y, grad, dtype):
     """Fail loudly rather than report the speed of a wrong answer."""
-    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
     pairs = [
         (torch.ops.sigmoid.forward(x), torch.sigmoid(x)),
         (torch.ops.sigmoid.backward(grad, y), torch.ops.aten.sigmoid_backward(grad, y)),
@@ -79,23 +79,22 @@ def _check(x, y, grad, dtype):
         torch.testing.assert_close(got.double(), want.double(), atol=tol, rtol=tol)
 
 
-def problem_size(device, quick: bool) -> int:
-    if torch.device(device).type == "cuda":
-        return 2**22 if quick else 2**26
-    return 2**20 if quick else 2**22
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def run(device=None, quick: bool = False) -> list[dict]:
+def run(device=None, quick: bool = False, dtypes=None) -> list[dict]:
     """Measure every row; returns them as dicts with the COLUMNS keys."""
     device = torch.device(device or benchutil.default_device())
     on_gpu = device.type == "cuda"
     numel = problem_size(device, quick)
-    reps = 50 if on_gpu else (10 if quick else 20)
+    reps = 50 if on_gpu else (15 if quick else 40)
     jit_loader.load("sigmoid")
     jit_loader.load("gelu")
 
     rows = []
-    for dtype in (torch.float32, torch.bfloat16):
+    if dtypes is None:
+        dtypes = ["float32", "bfloat16"] + ([] if on_gpu else ["float16"])
+    for dtype in (DTYPES[d] for d in dtypes):
         x = torch.randn(numel, device=device).mul_(3).to(dtype)
         y = torch.sigmoid(x)
         grad = torch.randn(numel, device=device).to(dtype)
@@ -200,12 +199,14 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when visible)")
     parser.add_argument("--quick", action="store_true", help="smaller tensors, fewer repetitions")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows here")
+    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=None,
+                        help="default: float32 bfloat16 on GPU, and float16 too on CPU")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device or benchutil.default_device()
-    rows = run(device, quick=args.quick)
+    rows = run(device, quick=args.quick, dtypes=args.dtypes)
     env = benchutil.environment()
     numel = problem_size(device, args.quick)
     header = (f"# bench_pointwise: {env['device']}, torch {env['torch']} (CUDA {env['cuda']}), "
@@ -214,6 +215,8 @@ def main(argv=None) -> None:
         header += f", load average {os.getloadavg()[0]:.1f} (other processes skew CPU timings)"
     print(header)
     print(benchutil.format_table(rows, COLUMNS))
+    if torch.device(device).type == "cpu":
+        print(f"# load average after the run: {os.getloadavg()[0]:.1f}")
     if args.json:
         benchutil.save_json(args.json, rows, numel=numel, quick=args.quick)
 

@@ -1,22 +1,23 @@
 #pragma once
-// Elementwise CPU loop shared by the activation ops: out[i] = f(in_0[i], ..., in_k[i])
+// Elementwise CPU loop shared by the pointwise ops: out[i] = Op(in_0[i], ..., in_k[i])
 // over contiguous buffers, split across threads by at::parallel_for. The inner loop is
-// plain code that GCC vectorises; it is compiled three times, for AVX-512, AVX2+FMA
-// and the baseline ISA, and the CPU picks one at load time, because cached builds are
-// shared across machines and so cannot be built with -mavx2 or -march=native.
-#include <ATen/OpMathType.h>
+// plain code that GCC vectorises, compiled once per CPU capability (cpu_dispatch.h);
+// 16-bit data is loaded to float and rounded back once with the branch-free
+// conversions of cpu_convert.h.
 #include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cstdint>
-#include <cstring>
+#include <utility>
 
-// x86-64-v* clones need GCC 12; older compilers and clang get the baseline loop only.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && __GNUC__ >= 12
-#define OPS_CPU_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define OPS_CPU_MULTIVERSION
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
 #endif
+
+#include "common/cpu_convert.h"
+#include "common/cpu_dispatch.h"
 
 namespace ops_common {
 
@@ -24,76 +25,97 @@ namespace ops_common {
 // small enough that a few MB already spread over every core.
 constexpr int64_t kCpuGrainSize = 1 << 15;
 
-// How the loop reads and writes one dtype, computing in its opmath type.
+// How the loop reads and writes one dtype (as its bits for 16-bit types), and the type
+// it computes in.
 template <typename T>
 struct CpuStorage {
   using type = T;
-  static at::opmath_type<T> load(T v) { return static_cast<at::opmath_type<T>>(v); }
-  static T store(at::opmath_type<T> v) { return static_cast<T>(v); }
+  using compute = T;
+  static T load(T v) { return v; }
+  static T store(T v) { return v; }
 };
 
-// c10::Half's conversions keep a float operation under a condition, which GCC
-// compiles to a branch, so the loop stays scalar (12x slower than ATen's own
-// kernels). These are the same IEEE conversions, round to nearest even, bit for bit,
-// with every operation unconditional and the results picked by bit masks (a ?: is
-// enough for GCC to move the float operation feeding it under a branch).
 template <>
 struct CpuStorage<c10::Half> {
   using type = uint16_t;
-
-  static uint32_t select(bool condition, uint32_t if_true, uint32_t if_false) {
-    const uint32_t mask = 0u - static_cast<uint32_t>(condition);
-    return (if_true & mask) | (if_false & ~mask);
-  }
-
-  static float load(uint16_t h) {
-    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-    const uint32_t magnitude = h & 0x7fffu;
-    const uint32_t shifted = magnitude << 13;
-    float scaled;
-    std::memcpy(&scaled, &shifted, sizeof(scaled));
-    scaled *= 0x1p112f;  // rebias the exponent; subnormal halves come out normal
-    uint32_t bits;
-    std::memcpy(&bits, &scaled, sizeof(bits));
-    bits |= select(magnitude >= 0x7c00u, 0x7f800000u, 0u) | sign;
-    float out;
-    std::memcpy(&out, &bits, sizeof(out));
-    return out;
-  }
-
-  static uint16_t store(float f) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof(bits));
-    const uint32_t sign = bits & 0x80000000u;
-    const uint32_t magnitude = bits ^ sign;
-    // Subnormal half: adding 0.5 (whose ulp is 2^-24, the smallest half subnormal)
-    // lets the float adder round the mantissa into the low bits.
-    float a;
-    std::memcpy(&a, &magnitude, sizeof(a));
-    const float sum = a + 0.5f;
-    uint32_t sum_bits;
-    std::memcpy(&sum_bits, &sum, sizeof(sum_bits));
-    const uint32_t subnormal = sum_bits - 0x3f000000u;
-    // Normal half: rebias the exponent by -112 and round to nearest even at bit 13.
-    const uint32_t normal = (magnitude + 0xc8000fffu + ((magnitude >> 13) & 1u)) >> 13;
-    const uint32_t inf_or_nan = magnitude > 0x7f800000u ? 0x7e00u : 0x7c00u;
-    const uint32_t finite = select(magnitude < 0x38800000u, subnormal, normal);
-    return static_cast<uint16_t>(select(magnitude >= 0x47800000u, inf_or_nan, finite) | (sign >> 16));
-  }
+  using compute = float;
+  static float load(uint16_t h) { return half_bits_to_float(h); }
+  static uint16_t store(float f) { return float_to_half_bits(f); }
 };
 
-template <typename Storage, typename F, typename T, typename... In>
-OPS_CPU_MULTIVERSION void map_contiguous(F f, int64_t n, T* __restrict__ out, const In* __restrict__... in) {
-  for (int64_t i = 0; i < n; ++i) out[i] = Storage::store(f(Storage::load(in[i])...));
+template <>
+struct CpuStorage<c10::BFloat16> {
+  using type = uint16_t;
+  using compute = float;
+  static float load(uint16_t b) { return bfloat16_bits_to_float(b); }
+  static uint16_t store(float f) { return float_to_bfloat16_bits(f); }
+};
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// Half <-> float through the F16C instructions, 8 at a time (the AVX2 and AVX-512
+// clones have them): GCC does not vectorise the bit-level conversions of
+// cpu_convert.h as well as it does bfloat16's shifts. Same rounding (to nearest even).
+OPS_TARGET_AVX2 inline void half_to_float_f16c(const uint16_t* in, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(halves));
+  }
+  for (; i < n; ++i) out[i] = half_bits_to_float(in[i]);
 }
 
-template <typename F, typename scalar_t, typename... In>
-void parallel_map(F f, int64_t n, scalar_t* out, const In*... in) {
+OPS_TARGET_AVX2 inline void float_to_half_f16c(const float* in, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) out[i] = float_to_half_bits(in[i]);
+}
+#endif
+
+constexpr int64_t kCpuTile = 512;
+
+template <typename Op, size_t... I>
+OPS_CPU_BODY void apply_tile(const float (&tiles)[sizeof...(I)][kCpuTile], float* __restrict__ out,
+                             int64_t n, std::index_sequence<I...>) {
+  for (int64_t j = 0; j < n; ++j) out[j] = Op::template apply<false>(tiles[I][j]...);
+}
+
+// The host math ignores kFast (see scalar_math.h), so Op runs with false.
+template <typename Tag, typename Storage, typename Op, typename T, typename... In>
+OPS_CPU_BODY void map_contiguous_body(Tag, Storage, Op, int64_t n, T* __restrict__ out,
+                                      const In* __restrict__... in) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if constexpr (std::is_same_v<Storage, CpuStorage<c10::Half>> && Tag::value != CpuIsa::kBaseline) {
+    // Half in tiles: convert in, compute in float (vectorised), convert out.
+    float tiles[sizeof...(In)][kCpuTile];
+    float result[kCpuTile];
+    for (int64_t i0 = 0; i0 < n; i0 += kCpuTile) {
+      const int64_t m = std::min(kCpuTile, n - i0);
+      int a = 0;
+      (half_to_float_f16c(in + i0, tiles[a++], m), ...);
+      apply_tile<Op>(tiles, result, m, std::index_sequence_for<In...>{});
+      float_to_half_f16c(result, out + i0, m);
+    }
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = Storage::store(Op::template apply<false>(Storage::load(in[i])...));
+  }
+}
+
+OPS_CPU_CLONES_ISA(map_contiguous, map_contiguous_body)
+
+// out[i] = Op::apply(in[i]...) for i < n, on all threads.
+template <typename Op, typename scalar_t, typename... In>
+void parallel_map(int64_t n, scalar_t* out, const In*... in) {
   using Storage = CpuStorage<scalar_t>;
   using T = typename Storage::type;
   at::parallel_for(0, n, kCpuGrainSize, [&](int64_t begin, int64_t end) {
-    map_contiguous<Storage>(f, end - begin, reinterpret_cast<T*>(out) + begin,
-                            (reinterpret_cast<const T*>(in) + begin)...);
+    map_contiguous(Storage{}, Op{}, end - begin, reinterpret_cast<T*>(out) + begin,
+                   (reinterpret_cast<const T*>(in) + begin)...);
   });
 }
 

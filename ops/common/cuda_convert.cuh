@@ -5,13 +5,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-namespace ops_common {
+#include "common/cuda_types.h"
 
-// The type a kernel accumulates in: float for 16-bit storage, else the type itself.
-template <typename T> struct acc_type { using type = T; };
-template <> struct acc_type<__half> { using type = float; };
-template <> struct acc_type<__nv_bfloat16> { using type = float; };
-template <typename T> using acc_t = typename acc_type<T>::type;
+namespace ops_common {
 
 __device__ __forceinline__ float to_acc(float v) { return v; }
 __device__ __forceinline__ double to_acc(double v) { return v; }

@@ -1,7 +1,12 @@
 #pragma once
-// Launch configuration for torch-free .cu files: grid sizes for grid-stride loops.
+// Launch configuration for torch-free .cu files: grid sizes for grid-stride loops, and
+// (in CUDA sources) how many blocks the current device holds at once.
 #include <algorithm>
 #include <cstdint>
+
+#if defined(__CUDACC__)
+#include <cuda_runtime_api.h>
+#endif
 
 namespace ops_common {
 
@@ -13,5 +18,46 @@ inline unsigned int grid_size(int64_t work_items, int threads_per_block,
   return static_cast<unsigned int>(
       std::max<int64_t>(1, std::min({needed, max_blocks, int64_t(INT32_MAX)})));
 }
+
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+#if defined(__CUDACC__)
+// Streaming multiprocessors of the current device, asked once per device: the
+// attribute query costs a driver call, and launch-bound kernels (LLTM) feel it.
+inline int multiprocessor_count() {
+  constexpr int kMaxDevices = 64;
+  static int counts[kMaxDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 1;
+  if (counts[device] == 0) {
+    int count = 1;
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    counts[device] = std::max(count, 1);
+  }
+  return counts[device];
+}
+
+// Blocks that fit on the current device at once (resident_per_sm blocks on every SM).
+inline int64_t resident_blocks(int resident_per_sm) {
+  return int64_t(multiprocessor_count()) * resident_per_sm;
+}
+
+// Resident blocks per SM for blocks of threads_per_block threads, as far as the thread
+// count alone allows (the kernels here are small in registers and shared memory).
+inline int blocks_per_sm_by_threads(int threads_per_block) {
+  constexpr int kMaxDevices = 64;
+  static int threads[kMaxDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 1;
+  if (threads[device] == 0) {
+    int count = 2048;
+    cudaDeviceGetAttribute(&count, cudaDevAttrMaxThreadsPerMultiProcessor, device);
+    threads[device] = count;
+  }
+  return std::max(1, threads[device] / threads_per_block);
+}
+#endif
 
 }  // namespace ops_common

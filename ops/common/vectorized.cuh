@@ -10,15 +10,19 @@
 // (experiments/pointwise_variants.py, results in experiments/RESULTS.md). The n % width
 // tail runs element by element; a pointer that is not 16-byte aligned (a tensor with a
 // storage offset) sends the whole launch down the same loop with width 1.
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
+// Torch-free: an op's .cu instantiates its launchers with OPS_INSTANTIATE_UNARY/BINARY
+// (declared for its host side in common/pointwise_launch.h).
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
 
-#include "common/cuda_launch.cuh"
+#include "common/cuda_convert.cuh"
+#include "common/launch.h"
+#include "common/pointwise_launch.h"
+#include "common/scalar_math.h"
 
 namespace ops_common {
 
@@ -91,8 +95,8 @@ inline bool is_vector_aligned(const void* p) {
 }
 
 template <int kWidth, int kUnroll, typename F, typename scalar_t, int kArity>
-void launch_elementwise_width(F f, int64_t n, scalar_t* out, const PointerArray<scalar_t, kArity>& in,
-                              int max_waves) {
+cudaError_t launch_elementwise_width(cudaStream_t stream, F f, int64_t n, scalar_t* out,
+                                     const PointerArray<scalar_t, kArity>& in, int max_waves) {
   auto kernel = elementwise_kernel<kWidth, kUnroll, F, scalar_t, kArity>;
   const int64_t work = std::max<int64_t>((n / kWidth + kUnroll - 1) / kUnroll, n % kWidth);
   int64_t max_blocks = INT32_MAX;
@@ -101,35 +105,71 @@ void launch_elementwise_width(F f, int64_t n, scalar_t* out, const PointerArray<
     // per SM, which the data-centre GPUs share.
     static const int blocks_per_sm = [&] {
       int blocks = 0;
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kElementwiseThreads, 0));
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kElementwiseThreads, 0);
       return std::max(blocks, 1);
     }();
     max_blocks = resident_blocks(blocks_per_sm) * max_waves;
   }
-  const int grid = grid_for(work, kElementwiseThreads, max_blocks);
-  kernel<<<grid, kElementwiseThreads, 0, at::cuda::getCurrentCUDAStream()>>>(f, n, out, in);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const unsigned int grid = grid_size(work, kElementwiseThreads, max_blocks);
+  kernel<<<grid, kElementwiseThreads, 0, stream>>>(f, n, out, in);
+  return cudaGetLastError();
 }
 
 template <int kUnroll, typename F, typename scalar_t, typename... In>
-void launch_elementwise_config(int max_waves, F f, int64_t n, scalar_t* out, const In*... in) {
+cudaError_t launch_elementwise_config(cudaStream_t stream, int max_waves, F f, int64_t n,
+                                      scalar_t* out, const In*... in) {
   static_assert((std::is_same_v<In, scalar_t> && ...), "inputs and output share one dtype");
-  if (n == 0) return;
+  if (n == 0) return cudaSuccess;
   constexpr int kWidth = kVectorBytes / sizeof(scalar_t);
   const PointerArray<scalar_t, sizeof...(In)> pointers{{in...}};
   if (is_vector_aligned(out) && (is_vector_aligned(in) && ...)) {
-    launch_elementwise_width<kWidth, kUnroll>(f, n, out, pointers, max_waves);
-  } else {
-    launch_elementwise_width<1, kUnroll>(f, n, out, pointers, max_waves);
+    return launch_elementwise_width<kWidth, kUnroll>(stream, f, n, out, pointers, max_waves);
   }
+  return launch_elementwise_width<1, kUnroll>(stream, f, n, out, pointers, max_waves);
 }
 
-// out[i] = f(in[i]...) for i < n on the current stream; the caller holds the device guard.
-// kUnroll and max_waves (a cap on the grid in waves of resident blocks; 0: none) are the
-// tuning knobs that experiments/pointwise_variants.py compares.
+// out[i] = f(in[i]...) for i < n on stream; the caller holds the device guard. kUnroll
+// and max_waves (a cap on the grid in waves of resident blocks; 0: none) are the tuning
+// knobs that experiments/pointwise_variants.py compares.
 template <int kUnroll = kElementwiseUnroll, typename F, typename scalar_t, typename... In>
-void launch_elementwise(F f, int64_t n, scalar_t* out, const In*... in) {
-  launch_elementwise_config<kUnroll>(kElementwiseWaves, f, n, out, in...);
+cudaError_t launch_elementwise(cudaStream_t stream, F f, int64_t n, scalar_t* out,
+                               const In*... in) {
+  return launch_elementwise_config<kUnroll>(stream, kElementwiseWaves, f, n, out, in...);
+}
+
+// An op's math (a struct with template <bool kFast, typename T> static T apply(T...),
+// see ops/sigmoid/sigmoid.h) on one element in storage type T: computed in acc_t<T>,
+// with the fast exp for 16-bit storage (common/scalar_math.h, kFastMath).
+template <typename Op, typename T>
+struct PointwiseApply {
+  template <typename... Args>
+  __device__ __forceinline__ T operator()(Args... args) const {
+    return from_acc<T>(Op::template apply<kFastMath<T, acc_t<T>>>(to_acc(args)...));
+  }
+};
+
+template <typename Op, typename T>
+cudaError_t launch_pointwise(cudaStream_t stream, int64_t n, T* out, const T* in) {
+  return launch_elementwise(stream, PointwiseApply<Op, T>{}, n, out, in);
+}
+
+template <typename Op, typename T>
+cudaError_t launch_pointwise(cudaStream_t stream, int64_t n, T* out, const T* a, const T* b) {
+  return launch_elementwise(stream, PointwiseApply<Op, T>{}, n, out, a, b);
 }
 
 }  // namespace ops_common
+
+// Compiles the launchers of one op's math for float, double, half and bfloat16, with
+// one input (a forward) or two (a backward: grad and the saved tensor).
+#define OPS_INSTANTIATE_POINTWISE_TYPE(Op, T, ...) \
+  template cudaError_t ops_common::launch_pointwise<Op, T>(cudaStream_t, int64_t, T*, __VA_ARGS__);
+#define OPS_INSTANTIATE_POINTWISE_TYPES(Op, ...)                                       \
+  OPS_INSTANTIATE_POINTWISE_TYPE(Op, float, __VA_ARGS__(float))                        \
+  OPS_INSTANTIATE_POINTWISE_TYPE(Op, double, __VA_ARGS__(double))                      \
+  OPS_INSTANTIATE_POINTWISE_TYPE(Op, __half, __VA_ARGS__(__half))                      \
+  OPS_INSTANTIATE_POINTWISE_TYPE(Op, __nv_bfloat16, __VA_ARGS__(__nv_bfloat16))
+#define OPS_POINTWISE_ONE_INPUT(T) const T*
+#define OPS_POINTWISE_TWO_INPUTS(T) const T*, const T*
+#define OPS_INSTANTIATE_UNARY(Op) OPS_INSTANTIATE_POINTWISE_TYPES(Op, OPS_POINTWISE_ONE_INPUT)
+#define OPS_INSTANTIATE_BINARY(Op) OPS_INSTANTIATE_POINTWISE_TYPES(Op, OPS_POINTWISE_TWO_INPUTS)

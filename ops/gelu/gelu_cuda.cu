@@ -1,44 +1,7 @@
-// gelu (x * sigmoid(1.702 x)): CUDA kernels. Memory-bound: the vectorised launcher in
-// common/vectorized.cuh does the memory traffic, common/activations.h the math.
-#include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
-
-#include "common/activations.h"
-#include "common/pointwise.h"
+// gelu (x * sigmoid(1.702 x)): CUDA kernels, torch-free. Memory-bound: the vectorised
+// launcher of common/vectorized.cuh does the memory traffic, gelu.h the math.
 #include "common/vectorized.cuh"
+#include "gelu.h"
 
-namespace {
-
-at::Tensor gelu_forward_cuda(const at::Tensor& x) {
-  ops_common::check_pointwise_input("gelu.forward", "x", x);
-  const c10::cuda::CUDAGuard guard(x.device());
-  const at::Tensor xc = x.contiguous();
-  at::Tensor y = ops_common::empty_contiguous_like(xc);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, xc.scalar_type(), "gelu_forward_cuda", [&] {
-    ops_common::launch_elementwise(ops_common::GeluForward{}, xc.numel(), y.data_ptr<scalar_t>(),
-                                   xc.const_data_ptr<scalar_t>());
-  });
-  return y;
-}
-
-at::Tensor gelu_backward_cuda(const at::Tensor& grad, const at::Tensor& x) {
-  ops_common::check_pointwise_grad("gelu.backward", grad, "x", x);
-  const c10::cuda::CUDAGuard guard(x.device());
-  const at::Tensor gc = grad.contiguous();
-  const at::Tensor xc = x.contiguous();
-  at::Tensor dx = ops_common::empty_contiguous_like(xc);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, xc.scalar_type(), "gelu_backward_cuda", [&] {
-    ops_common::launch_elementwise(ops_common::GeluBackward{}, xc.numel(), dx.data_ptr<scalar_t>(),
-                                   gc.const_data_ptr<scalar_t>(), xc.const_data_ptr<scalar_t>());
-  });
-  return dx;
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(gelu, CUDA, m) {
-  m.impl("forward", &gelu_forward_cuda);
-  m.impl("backward", &gelu_backward_cuda);
-}
+OPS_INSTANTIATE_UNARY(gelu_op::Forward)
+OPS_INSTANTIATE_BINARY(gelu_op::Backward)

@@ -2,23 +2,24 @@
 // kernels and the autograd kernel. On CPU each direction's elementwise part is one
 // parallel loop (the vectorised math of lltm.h, in place on float rows, else over tiles:
 // strided loads, math, stores) instead of a chain of temporaries; backward splits by
-// feature so each task reduces its own share of the bias gradient, in order. Autograd is C++ because at the tutorial's size the cell
-// is overhead-bound: a Python autograd kernel costs more than the fused forward itself.
+// feature so each task reduces its own share of the bias gradient, in order. Autograd is
+// C++ because at the tutorial's size the cell is overhead-bound: a Python autograd kernel
+// costs more than the fused forward itself.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
-#include <ATen/Version.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include <algorithm>
-#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "common/checks.h"
+#include "common/cpu_dispatch.h"
 #include "lltm.h"
+#include "lltm_compose.h"
 
 namespace lltm {
 
@@ -119,7 +120,7 @@ constexpr int64_t kGrain = 8192;
 // The math of n consecutive features of one row, on unit-stride arrays in the compute
 // type: pre-activations z* (without bias) in, activated gates out in place.
 template <typename T>
-C10_ALWAYS_INLINE void forward_math(T* __restrict zi, T* __restrict zo, T* __restrict zc,
+OPS_CPU_BODY void forward_math(T* __restrict zi, T* __restrict zo, T* __restrict zc,
                                     const T* __restrict bi, const T* __restrict bo,
                                     const T* __restrict bc, const T* __restrict old_cell,
                                     T* __restrict new_cell, T* __restrict h, int64_t n) {
@@ -135,7 +136,7 @@ C10_ALWAYS_INLINE void forward_math(T* __restrict zi, T* __restrict zo, T* __res
 }
 
 template <typename T>
-C10_ALWAYS_INLINE void backward_math(T* __restrict gi, T* __restrict go, T* __restrict gc,
+OPS_CPU_BODY void backward_math(T* __restrict gi, T* __restrict go, T* __restrict gc,
                                      T* __restrict cell, const T* __restrict dh,
                                      const T* __restrict dcell, T* __restrict sum_i,
                                      T* __restrict sum_o, T* __restrict sum_c, int64_t n) {
@@ -152,58 +153,16 @@ C10_ALWAYS_INLINE void backward_math(T* __restrict gi, T* __restrict go, T* __re
   }
 }
 
-// The float loops are compiled for AVX-512, AVX2 and the x86-64 baseline and chosen at
-// run time by ATen's own CPU capability (which honours ATEN_CPU_CAPABILITY): the loader
-// builds with one set of flags for every machine, and the baseline (SSE2) is 4x slower.
-using ForwardMathFn = void (*)(float*, float*, float*, const float*, const float*, const float*,
-                               const float*, float*, float*, int64_t);
-using BackwardMathFn = void (*)(float*, float*, float*, float*, const float*, const float*,
-                                float*, float*, float*, int64_t);
-
-#define LLTM_FLOAT_MATH(isa, target_attribute)                                              \
-  target_attribute void forward_math_##isa(float* zi, float* zo, float* zc, const float* bi, \
-                                           const float* bo, const float* bc,                \
-                                           const float* old_cell, float* new_cell, float* h, \
-                                           int64_t n) {                                     \
-    forward_math(zi, zo, zc, bi, bo, bc, old_cell, new_cell, h, n);                         \
-  }                                                                                         \
-  target_attribute void backward_math_##isa(float* gi, float* go, float* gc, float* cell,   \
-                                            const float* dh, const float* dcell,            \
-                                            float* sum_i, float* sum_o, float* sum_c,       \
-                                            int64_t n) {                                    \
-    backward_math(gi, go, gc, cell, dh, dcell, sum_i, sum_o, sum_c, n);                     \
-  }
-
-LLTM_FLOAT_MATH(baseline, )
-#if defined(__x86_64__) && defined(__GNUC__)
-#define LLTM_MULTIVERSION 1
-LLTM_FLOAT_MATH(avx2, __attribute__((target("avx2,fma"))))
-LLTM_FLOAT_MATH(avx512, __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"))))
-#endif
-#undef LLTM_FLOAT_MATH
-
-struct FloatMath {
-  ForwardMathFn forward;
-  BackwardMathFn backward;
-};
-
-const FloatMath& float_math() {
-  static const FloatMath math = [] {
-#ifdef LLTM_MULTIVERSION
-    const std::string capability = at::get_cpu_capability();
-    if (capability == "AVX512") return FloatMath{forward_math_avx512, backward_math_avx512};
-    if (capability == "AVX2") return FloatMath{forward_math_avx2, backward_math_avx2};
-#endif
-    return FloatMath{forward_math_baseline, backward_math_baseline};
-  }();
-  return math;
-}
+// The float loops are compiled once per CPU capability (common/cpu_dispatch.h): the
+// baseline (SSE2) is 4x slower than AVX2.
+OPS_CPU_CLONES(forward_math_float, forward_math)
+OPS_CPU_CLONES(backward_math_float, backward_math)
 
 template <typename T>
 void forward_run(T* zi, T* zo, T* zc, const T* bi, const T* bo, const T* bc, const T* old_cell,
                  T* new_cell, T* h, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
-    float_math().forward(zi, zo, zc, bi, bo, bc, old_cell, new_cell, h, n);
+    forward_math_float(zi, zo, zc, bi, bo, bc, old_cell, new_cell, h, n);
   } else {
     forward_math(zi, zo, zc, bi, bo, bc, old_cell, new_cell, h, n);
   }
@@ -213,7 +172,7 @@ template <typename T>
 void backward_tile(T* gi, T* go, T* gc, T* cell, const T* dh, const T* dcell, T* sum_i,
                    T* sum_o, T* sum_c, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
-    float_math().backward(gi, go, gc, cell, dh, dcell, sum_i, sum_o, sum_c, n);
+    backward_math_float(gi, go, gc, cell, dh, dcell, sum_i, sum_o, sum_c, n);
   } else {
     backward_math(gi, go, gc, cell, dh, dcell, sum_i, sum_o, sum_c, n);
   }

@@ -1,0 +1,115 @@
+#pragma once
+// One CPU multiversioning scheme for every op's vectorised loops. Cached builds are
+// shared across machines, so they cannot be built with -mavx2 or -march=native; instead
+// a loop body is compiled three times (the x86-64 baseline, AVX2+FMA, AVX-512) and each
+// call takes the clone that ATen's own kernels use: at::get_cpu_capability(), which the
+// environment variable ATEN_CPU_CAPABILITY=default|avx2|avx512 forces (ATen trusts that
+// variable; here a clone the CPU cannot run is never taken). The baseline (SSE2) runs the
+// same loops about 4x slower than AVX2.
+//
+//   OPS_CPU_CLONES(name, body): defines name(args...), which calls the always-inline
+//   function template body(args...) compiled for the capability in force.
+//   OPS_CPU_CLONES_ISA(name, body): the same, calling body(CpuIsaTag<isa>{}, args...),
+//   for bodies that use a capability's instructions directly (under if constexpr).
+#include <ATen/Version.h>
+
+#include <string>
+
+namespace ops_common {
+
+enum class CpuIsa { kBaseline, kAvx2, kAvx512 };
+
+inline const char* cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kAvx2: return "avx2";
+    default: return "default";
+  }
+}
+
+template <CpuIsa kIsa>
+struct CpuIsaTag {
+  static constexpr CpuIsa value = kIsa;
+};
+
+// The clone in force for this process: ATen's capability, capped at what the CPU has.
+inline CpuIsa cpu_isa() {
+  static const CpuIsa isa = [] {
+#if defined(__x86_64__) && defined(__GNUC__)
+    const std::string capability = at::get_cpu_capability();
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512dq");
+    if (capability == "AVX512" && avx512) return CpuIsa::kAvx512;
+    if ((capability == "AVX512" || capability == "AVX2") && avx2) return CpuIsa::kAvx2;
+#endif
+    return CpuIsa::kBaseline;
+  }();
+  return isa;
+}
+
+}  // namespace ops_common
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define OPS_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi,bmi2")))
+#define OPS_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c,bmi,bmi2")))
+#define OPS_CPU_CLONES(name, body)                                                    \
+  template <typename... Args>                                                         \
+  void name##_baseline(Args... args) {                                                \
+    body(args...);                                                                    \
+  }                                                                                   \
+  template <typename... Args>                                                         \
+  OPS_TARGET_AVX2 void name##_avx2(Args... args) {                                    \
+    body(args...);                                                                    \
+  }                                                                                   \
+  template <typename... Args>                                                         \
+  OPS_TARGET_AVX512 void name##_avx512(Args... args) {                                \
+    body(args...);                                                                    \
+  }                                                                                   \
+  template <typename... Args>                                                         \
+  void name(Args... args) {                                                           \
+    switch (::ops_common::cpu_isa()) {                                                \
+      case ::ops_common::CpuIsa::kAvx512: return name##_avx512(args...);              \
+      case ::ops_common::CpuIsa::kAvx2: return name##_avx2(args...);                  \
+      default: return name##_baseline(args...);                                       \
+    }                                                                                 \
+  }
+#define OPS_CPU_CLONES_ISA(name, body)                                                \
+  template <typename... Args>                                                         \
+  void name##_baseline(Args... args) {                                                \
+    body(::ops_common::CpuIsaTag<::ops_common::CpuIsa::kBaseline>{}, args...);        \
+  }                                                                                   \
+  template <typename... Args>                                                         \
+  OPS_TARGET_AVX2 void name##_avx2(Args... args) {                                    \
+    body(::ops_common::CpuIsaTag<::ops_common::CpuIsa::kAvx2>{}, args...);            \
+  }                                                                                   \
+  template <typename... Args>                                                         \
+  OPS_TARGET_AVX512 void name##_avx512(Args... args) {                                \
+    body(::ops_common::CpuIsaTag<::ops_common::CpuIsa::kAvx512>{}, args...);          \
+  }                                                                                   \
+  template <typename... Args>                                                         \
+  void name(Args... args) {                                                           \
+    switch (::ops_common::cpu_isa()) {                                                \
+      case ::ops_common::CpuIsa::kAvx512: return name##_avx512(args...);              \
+      case ::ops_common::CpuIsa::kAvx2: return name##_avx2(args...);                  \
+      default: return name##_baseline(args...);                                       \
+    }                                                                                 \
+  }
+#else
+#define OPS_CPU_CLONES(name, body)  \
+  template <typename... Args>       \
+  void name(Args... args) {         \
+    body(args...);                  \
+  }
+#define OPS_CPU_CLONES_ISA(name, body)                                         \
+  template <typename... Args>                                                  \
+  void name(Args... args) {                                                    \
+    body(::ops_common::CpuIsaTag<::ops_common::CpuIsa::kBaseline>{}, args...); \
+  }
+#endif
+
+// For loop bodies: inlined into each clone, so each is compiled for that clone's ISA.
+#define OPS_CPU_BODY __attribute__((always_inline)) inline

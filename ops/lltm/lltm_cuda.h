@@ -1,0 +1,60 @@
+#pragma once
+// Torch-free launchers of the LLTM CUDA kernels (lltm_cuda.cu), for the host side
+// (lltm_cuda.cpp). T is float, double, __half or __nv_bfloat16; matrices are strided
+// views, so inputs of any layout are read in place. Each launcher runs on stream and
+// returns cudaGetLastError().
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common/cuda_types.h"
+#include "common/host_device.h"
+
+namespace lltm {
+
+// Restrict-qualified, as ATen's RestrictPtrTraits accessors are.
+template <typename T>
+struct Matrix {
+  T* __restrict__ data;
+  int64_t row_stride, col_stride;
+  OPS_HOST_DEVICE T& operator()(int64_t row, int64_t col) const {
+    return data[row * row_stride + col * col_stride];
+  }
+};
+
+template <typename T>
+struct Vector {
+  T* __restrict__ data;
+  int64_t stride;
+  OPS_HOST_DEVICE T& operator()(int64_t i) const { return data[i * stride]; }
+};
+
+// Forwards up to this many multiply-adds (batch * 3 state * (state + features)) run as
+// one launch (forward_small): the tutorial's size is launch-bound.
+constexpr int64_t kSmallForwardMacs = int64_t(1) << 22;
+
+// gates (batch x 3 state) holds hx @ W^T without bias on entry, the activated gates on exit.
+template <typename T>
+cudaError_t forward_pointwise(cudaStream_t stream, int64_t batch, int64_t state, Matrix<T> gates,
+                              Vector<const T> bias, Matrix<const T> old_cell, Matrix<T> new_h,
+                              Matrix<T> new_cell);
+
+// The whole forward in one launch: writes hx = [old_h, input], gates, new_h, new_cell.
+template <typename T>
+cudaError_t forward_small(cudaStream_t stream, int64_t batch, int64_t features, int64_t state,
+                          Matrix<const T> input, Matrix<const T> weights, Vector<const T> bias,
+                          Matrix<const T> old_h, Matrix<const T> old_cell, Matrix<T> hx,
+                          Matrix<T> gates, Matrix<T> new_h, Matrix<T> new_cell);
+
+// Rows of the per-block-row bias-gradient partial sums that backward_pointwise needs in
+// its workspace (backward_workspace_rows(...) x 3 state values of acc_t<T>); 0: none.
+int64_t backward_workspace_rows(int64_t batch, int64_t state);
+
+template <typename T>
+cudaError_t backward_pointwise(cudaStream_t stream, int64_t batch, int64_t state,
+                               Matrix<const T> grad_h, Matrix<const T> grad_cell,
+                               Matrix<const T> new_cell, Matrix<const T> gates,
+                               Matrix<T> d_gates, Matrix<T> d_old_cell, T* d_bias,
+                               ops_common::acc_t<T>* workspace);
+
+}  // namespace lltm
