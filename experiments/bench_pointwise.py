@@ -79,6 +79,12 @@ def _check(x, y, grad, dtype):
         torch.testing.assert_close(got.double(), want.double(), atol=tol, rtol=tol)
 
 
+def problem_size(device, quick: bool) -> int:
+    if torch.device(device).type == "cuda":
+        return 2**22 if quick else 2**26
+    return 2**20 if quick else 2**22
+
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
