@@ -69,7 +69,12 @@ def write_ninja_file(name: str, config: dict, sources: list[Path], work: Path) -
         names[stem] = source
     force = [f"-include {shlex.quote(str(header))}"]  # flags reach a shell: quote paths
     cflags = [*force, *config["cflags"]]
-    cuda_cflags = [*force, *config["cuda_cflags"]]
+    # A torch-free .cu (kernels and launchers only) must stay torch-free: the header pulls
+    # in torch/library.h, which costs nvcc most of its time. It is needed only where a .cu
+    # registers with the dispatcher itself.
+    cuda_registers = any(b"TORCH_LIBRARY" in p.read_bytes() for p in sources
+                         if p.suffix in src.CUDA_SUFFIXES)
+    cuda_cflags = [*(force if cuda_registers else []), *config["cuda_cflags"]]
     ldflags = [*config["ldflags"]]
     if "-fopenmp" in config["cflags"]:
         ldflags.append("-fopenmp")
