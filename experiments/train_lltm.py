@@ -424,6 +424,7 @@ def _train(args, d: Dist) -> dict | None:
                               args.dropout).to(d.device, dtype)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     torch.manual_seed(args.seed + 1 + d.rank)  # each rank its own dropout stream
+    random.seed(args.seed + 1 + d.rank)
 
     start_step, losses, resumed = 0, [], None
     if args.checkpoint and d.main:
