@@ -11,6 +11,7 @@
 #            bound by kernel launches
 #
 #   bash experiments/ddp_run.sh            # results and logs under $OUT (default /tmp/ddp_out)
+#   STEPS=60 TIMEOUT=240 CPU_RUNS=0 bash experiments/ddp_run.sh   # steps, seconds per run, no CPU runs
 #
 # With one GPU visible only the one-GPU runs happen. The environment passes unchanged to
 # every rank (torchrun forwards it); NCCL settings are whatever the machine sets.
@@ -48,8 +49,10 @@ train() {  # train TAG NPROC ARGS...: one torchrun launch, its summary in $OUT/d
   fi
 }
 
+echo "=== build the op ($(date +%T))"
+timeout "$TIMEOUT" $PY -m jit_loader build lltm 2>&1 | tr '\r' '\n' | grep -v "^ *$" | tail -3
 if [ "$NGPU" -ge 1 ]; then
-  gpus=(1); [ "$NGPU" -ge 2 ] && gpus=(2 1)  # the first launch builds the op: several ranks
+  gpus=(1); [ "$NGPU" -ge 2 ] && gpus=(2 1)
   for n in "${gpus[@]}"; do
     for backend in cuda reference; do
       train "compute_${backend}_gpu$n" "$n" --backend "$backend" --device cuda $COMPUTE
@@ -60,7 +63,7 @@ if [ "$NGPU" -ge 1 ]; then
 else
   echo "no GPU visible: CPU runs only"
 fi
-for n in 1 2; do
+for n in $([ "${CPU_RUNS:-1}" = 1 ] && echo 1 2); do
   for backend in cpp reference; do
     train "launch_${backend}_cpu$n" "$n" --backend "$backend" --device cpu --threads 4 \
       $LAUNCH --steps 30

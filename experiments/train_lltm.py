@@ -156,7 +156,12 @@ def setup_distributed(args) -> Dist:
         return Dist(0, 1, 0, device, None)
     backend = args.dist_backend or ("nccl" if device.type == "cuda" else "gloo")
     kwargs = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(backend, **kwargs)
+    store, _, _ = next(dist.rendezvous("env://", rank, world_size))
+    # torchrun keeps one TCP store across restarts (--max-restarts): without a prefix per
+    # attempt a new rank can read the address a dead rank of the last attempt published.
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend, store=dist.PrefixStore(f"attempt-{attempt}", store),
+                            rank=rank, world_size=world_size, **kwargs)
     return Dist(rank, world_size, local_rank, device, backend)
 
 
