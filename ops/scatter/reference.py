@@ -89,7 +89,7 @@ def scatter_torch(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tenso
         return out.clone().scatter_reduce_(dim, idx, src, amax, include_self=True)
     base = src.new_zeros(shape)
     hit = torch.zeros(shape, dtype=torch.bool, device=src.device).scatter_(dim, idx, True)
-    return base.scatter_reduce_(dim, idx, src, amax, include_self=False).masked_fill_(~hit, 0)
+    return base.scatter_reduce(dim, idx, src, amax, include_self=False).masked_fill(~hit, 0)
 
 
 def example_inputs(device="cpu", dtype=torch.float32, edges: int = 1000, features: int = 16,
