@@ -7,7 +7,8 @@ forward+backward; GB/s next to the device's copy bandwidth (a large clone).
     python -m experiments.bench_scatter --edges 200000 --json $OUT/bench_scatter.json
 
 Targets (issue): random sum >= scatter_add_; sorted sum >= 2x scatter_add_; mean and max
->= 1.5x scatter_reduce.
+>= 1.5x scatter_reduce. "scatter max" is torch_scatter's scatter(reduce="max"): values only,
+as scatter_reduce gives; "scatter_max values+arg" also returns the arg positions.
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ def main() -> None:
                     f"scatter_reduce {torch_name}")
             if reduce in ("mean", "max"):
                 targets.append((f"{label} {reduce} >= 1.5x scatter_reduce", base / s, 1.5))
+            if reduce == "max":  # scatter_max: values and arg positions (what backward needs)
+                row(f"scatter_max values+arg ({label})",
+                    t(lambda: op.scatter_max(src, index, 0, None, N, index_sorted=hint)), base,
+                    f"scatter_reduce {torch_name}")
 
     # forward + backward: gradient of src, against torch autograd through the same baselines
     leaf = src.detach().clone().requires_grad_()

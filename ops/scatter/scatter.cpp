@@ -249,9 +249,12 @@ std::tuple<at::Tensor, at::Tensor> reduce_with(const Backend& backend, const at:
                                                std::optional<int64_t> dim_size,
                                                std::string_view reduce,
                                                std::optional<bool> index_sorted,
-                                               bool deterministic, bool check_bounds) {
+                                               bool deterministic, bool check_bounds,
+                                               bool compute_arg) {
   auto [p, out_sizes] = prepare(src, index, dim, dim_size, reduce, false, index_sorted,
                                 deterministic);
+  p.want_arg = compute_arg;
+  p.check_in_run = dim_size.has_value() && check_bounds;
   if (dim_size) {
     if (check_bounds) backend.check_index(p);
   } else {
@@ -260,15 +263,19 @@ std::tuple<at::Tensor, at::Tensor> reduce_with(const Backend& backend, const at:
   out_sizes[p.dim] = p.shape.N;
   auto [work, aux] = run_problem(backend, p, at::Tensor());
   at::Tensor out = work.scalar_type() == src.scalar_type() ? work : work.to(src.scalar_type());
-  if (p.reduce == Reduce::kMax || p.reduce == Reduce::kMin) aux = aux.view(out_sizes);
+  if (p.reduce == Reduce::kMax || p.reduce == Reduce::kMin) {
+    aux = compute_arg ? aux.view(out_sizes) : at::empty({0}, aux.options());
+  }
   return {out.view(out_sizes), aux};
 }
 
 at::Tensor reduce_into_with(const Backend& backend, at::Tensor& out, const at::Tensor& src,
                             const at::Tensor& index, int64_t dim, std::string_view reduce,
                             std::optional<bool> index_sorted, bool deterministic,
-                            bool check_bounds) {
+                            bool check_bounds, bool compute_arg) {
   auto [p, out_sizes] = prepare(src, index, dim, 0, reduce, true, index_sorted, deterministic);
+  p.want_arg = compute_arg;
+  p.check_in_run = check_bounds;
   OP_CHECK_SAME_DEVICE(kOp, "out", out, "src", src);
   OP_CHECK_SAME_DTYPE(kOp, "out", out, "src", src);
   TORCH_CHECK(out.dim() == src.dim(), kOp, ": out must have the rank of src (", src.dim(),
@@ -281,7 +288,9 @@ at::Tensor reduce_into_with(const Backend& backend, at::Tensor& out, const at::T
   if (check_bounds) backend.check_index(p);
   auto [work, aux] = run_problem(backend, p, out);
   out.copy_(work.view(out.sizes()));
-  if (p.reduce == Reduce::kMax || p.reduce == Reduce::kMin) aux = aux.view(out.sizes());
+  if (p.reduce == Reduce::kMax || p.reduce == Reduce::kMin) {
+    aux = compute_arg ? aux.view(out.sizes()) : at::empty({0}, aux.options());
+  }
   return aux;
 }
 
@@ -398,16 +407,17 @@ std::tuple<at::Tensor, at::Tensor> reduce_cpu(const at::Tensor& src, const at::T
                                               int64_t dim, std::optional<int64_t> dim_size,
                                               c10::string_view reduce,
                                               std::optional<bool> index_sorted,
-                                              bool deterministic, bool check_bounds) {
+                                              bool deterministic, bool check_bounds,
+                                              bool compute_arg) {
   return reduce_with(kCpuBackend, src, index, dim, dim_size, reduce, index_sorted, deterministic,
-                     check_bounds);
+                     check_bounds, compute_arg);
 }
 
 at::Tensor reduce_into_cpu(at::Tensor& out, const at::Tensor& src, const at::Tensor& index,
                            int64_t dim, c10::string_view reduce, std::optional<bool> index_sorted,
-                           bool deterministic, bool check_bounds) {
+                           bool deterministic, bool check_bounds, bool compute_arg) {
   return reduce_into_with(kCpuBackend, out, src, index, dim, reduce, index_sorted, deterministic,
-                          check_bounds);
+                          check_bounds, compute_arg);
 }
 
 void check_errors_cpu(const at::Tensor&) {}
@@ -486,22 +496,25 @@ Grads scatter_backward(AutogradContext* ctx, const at::Tensor& grad, bool need_s
 using ReduceFn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
                                                     int64_t, std::optional<int64_t>,
                                                     c10::string_view, std::optional<bool>, bool,
-                                                    bool);
+                                                    bool, bool);
 using ReduceIntoFn = at::Tensor(at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
-                                c10::string_view, std::optional<bool>, bool, bool);
+                                c10::string_view, std::optional<bool>, bool, bool, bool);
 
 class ScatterFunction : public torch::autograd::Function<ScatterFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& src, const at::Tensor& index,
                                int64_t dim, std::optional<int64_t> dim_size, std::string reduce,
                                std::optional<bool> index_sorted, bool deterministic,
-                               bool check_bounds) {
+                               bool check_bounds, bool compute_arg) {
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("scatter::reduce", "")
                                .typed<ReduceFn>();
+    // Backward of max/min needs arg even where the caller does not. (Grad mode is off
+    // inside forward; requires_grad says whether backward can run.)
+    const bool need_arg = compute_arg || src.requires_grad();
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, aux] = op.call(src, index, dim, dim_size, reduce, index_sorted, deterministic,
-                              check_bounds);
+                              check_bounds, need_arg);
     save_state(ctx, src, index, aux, dim, parse_reduce(reduce));
     ctx->mark_non_differentiable({aux});
     ctx->set_materialize_grads(false);
@@ -514,7 +527,7 @@ class ScatterFunction : public torch::autograd::Function<ScatterFunction> {
       grad_src = scatter_backward(ctx, grads[0], ctx->needs_input_grad(0), false).src;
     }
     return {grad_src, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+            at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -523,14 +536,16 @@ class ScatterIntoFunction : public torch::autograd::Function<ScatterIntoFunction
   static variable_list forward(AutogradContext* ctx, at::Tensor out, const at::Tensor& src,
                                const at::Tensor& index, int64_t dim, std::string reduce,
                                std::optional<bool> index_sorted, bool deterministic,
-                               bool check_bounds) {
+                               bool check_bounds, bool compute_arg) {
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("scatter::reduce_", "")
                                .typed<ReduceIntoFn>();
+    const bool need_arg = compute_arg || src.requires_grad() || out.requires_grad();
     at::Tensor aux;
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
-      aux = op.call(out, src, index, dim, reduce, index_sorted, deterministic, check_bounds);
+      aux = op.call(out, src, index, dim, reduce, index_sorted, deterministic, check_bounds,
+                    need_arg);
     }
     // The kernel wrote into out below the ADInplaceOrView key: count the write, so that
     // tensors saved from out's old value fail autograd's version check, as after any
@@ -549,7 +564,7 @@ class ScatterIntoFunction : public torch::autograd::Function<ScatterIntoFunction
       g = scatter_backward(ctx, grads[0], ctx->needs_input_grad(1), ctx->needs_input_grad(0));
     }
     return {g.out, g.src, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+            at::Tensor(), at::Tensor()};
   }
 };
 
@@ -557,18 +572,19 @@ std::tuple<at::Tensor, at::Tensor> reduce_autograd(const at::Tensor& src, const 
                                                    int64_t dim, std::optional<int64_t> dim_size,
                                                    c10::string_view reduce,
                                                    std::optional<bool> index_sorted,
-                                                   bool deterministic, bool check_bounds) {
+                                                   bool deterministic, bool check_bounds,
+                                                   bool compute_arg) {
   auto r = ScatterFunction::apply(src, index, dim, dim_size, std::string(reduce), index_sorted,
-                                  deterministic, check_bounds);
+                                  deterministic, check_bounds, compute_arg);
   return {r[0], r[1]};
 }
 
 at::Tensor reduce_into_autograd(at::Tensor& out, const at::Tensor& src, const at::Tensor& index,
                                 int64_t dim, c10::string_view reduce,
                                 std::optional<bool> index_sorted, bool deterministic,
-                                bool check_bounds) {
+                                bool check_bounds, bool compute_arg) {
   return ScatterIntoFunction::apply(out, src, index, dim, std::string(reduce), index_sorted,
-                                    deterministic, check_bounds)[1];
+                                    deterministic, check_bounds, compute_arg)[1];
 }
 
 }  // namespace
@@ -577,11 +593,12 @@ at::Tensor reduce_into_autograd(at::Tensor& out, const at::Tensor& src, const at
 TORCH_LIBRARY(scatter, m) {
   m.def(
       "reduce(Tensor src, Tensor index, int dim=-1, int? dim_size=None, str reduce=\"sum\", "
-      "bool? index_sorted=None, bool deterministic=False, bool check_bounds=True) "
-      "-> (Tensor out, Tensor aux)");
+      "bool? index_sorted=None, bool deterministic=False, bool check_bounds=True, "
+      "bool compute_arg=True) -> (Tensor out, Tensor aux)");
   m.def(
       "reduce_(Tensor(a!) out, Tensor src, Tensor index, int dim=-1, str reduce=\"sum\", "
-      "bool? index_sorted=None, bool deterministic=False, bool check_bounds=True) -> Tensor aux");
+      "bool? index_sorted=None, bool deterministic=False, bool check_bounds=True, "
+      "bool compute_arg=True) -> Tensor aux");
   m.def("check_errors(Tensor device_of) -> ()");
 }
 

@@ -3,11 +3,13 @@ functions of PyTorch Geometric's torch_scatter, same arguments and results), and
 ``Scatter`` nn.Module, over the dispatcher ops
 
     torch.ops.scatter.reduce(src, index, dim, dim_size, reduce, index_sorted, deterministic,
-                             check_bounds) -> (out, aux)
+                             check_bounds, compute_arg) -> (out, aux)
     torch.ops.scatter.reduce_(out, src, index, dim, reduce, ...) -> aux   (into out, in place)
     torch.ops.scatter.check_errors(device_of) -> ()
 
-``aux`` is the arg position for max/min (out's shape, int64), the element counts for mean
+``aux`` is the arg position for max/min (out's shape, int64; empty unless ``compute_arg`` or
+src/out require grad: the CUDA route without arg is a single 32-bit atomic per element),
+the element counts for mean
 (int64, ``[Bc, dim_size, Kc]``: the index viewed as [before dim, dim, after dim], size 1
 where it is broadcast) and an empty tensor for sum. Autograd is C++ (scatter.cpp); this
 module adds the fake kernels torch.compile and opcheck need.
@@ -74,8 +76,9 @@ def _dims(src: Tensor, index: Tensor, dim: int):
     return d, B, K, count_b, count_k
 
 
-def _aux(src: Tensor, out_shape, reduce: str, d: int, count_b: int, count_k: int, n):
-    if reduce in ("max", "min"):
+def _aux(src: Tensor, out_shape, reduce: str, d: int, count_b: int, count_k: int, n,
+         with_arg: bool):
+    if reduce in ("max", "min") and with_arg:
         return src.new_empty(out_shape, dtype=torch.long)
     if reduce == "mean":
         return src.new_empty((count_b, n, count_k), dtype=torch.long)
@@ -84,7 +87,7 @@ def _aux(src: Tensor, out_shape, reduce: str, d: int, count_b: int, count_k: int
 
 @torch.library.register_fake("scatter::reduce", lib=LIB)
 def _reduce_fake(src, index, dim=-1, dim_size=None, reduce="sum", index_sorted=None,
-                 deterministic=False, check_bounds=True):
+                 deterministic=False, check_bounds=True, compute_arg=True):
     # Shapes only; dim_size=None makes the output size data-dependent (an unbacked size).
     torch._check(reduce in REDUCTIONS or reduce == "add",
                  lambda: f"scatter: reduce must be one of {REDUCTIONS}, got {reduce!r}")
@@ -92,15 +95,16 @@ def _reduce_fake(src, index, dim=-1, dim_size=None, reduce="sum", index_sorted=N
     n = dim_size if dim_size is not None else torch.library.get_ctx().new_dynamic_size()
     out_shape = list(src.shape)
     out_shape[d] = n
-    return src.new_empty(out_shape), _aux(src, out_shape, reduce, d, count_b, count_k, n)
+    return src.new_empty(out_shape), _aux(src, out_shape, reduce, d, count_b, count_k, n,
+                                          compute_arg)
 
 
 @torch.library.register_fake("scatter::reduce_", lib=LIB)
 def _reduce_into_fake(out, src, index, dim=-1, reduce="sum", index_sorted=None,
-                      deterministic=False, check_bounds=True):
+                      deterministic=False, check_bounds=True, compute_arg=True):
     # out is written in place (declared by the schema's alias annotation); only aux is new.
     d, _, _, count_b, count_k = _dims(src, index, dim)
-    return _aux(src, list(out.shape), reduce, d, count_b, count_k, out.shape[d])
+    return _aux(src, list(out.shape), reduce, d, count_b, count_k, out.shape[d], compute_arg)
 
 
 @torch.library.register_fake("scatter::check_errors", lib=LIB)
@@ -117,16 +121,16 @@ def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = N
     The twin of ``torch_scatter.scatter``: returns the values only, for every ``reduce``
     (use :func:`scatter_max` / :func:`scatter_min` for the arg positions too)."""
     return _scatter(src, index, dim, out, dim_size, reduce, index_sorted, deterministic,
-                    check_bounds)[0]
+                    check_bounds, False)[0]
 
 
-def _scatter(src, index, dim, out, dim_size, reduce, index_sorted, deterministic,
-             check_bounds) -> Tuple[Tensor, Tensor]:
+def _scatter(src, index, dim, out, dim_size, reduce, index_sorted, deterministic, check_bounds,
+             compute_arg=True) -> Tuple[Tensor, Tensor]:
     if out is None:
         return torch.ops.scatter.reduce(src, index, dim, dim_size, reduce, index_sorted,
-                                        deterministic, check_bounds)
+                                        deterministic, check_bounds, compute_arg)
     aux = torch.ops.scatter.reduce_(out, src, index, dim, reduce, index_sorted, deterministic,
-                                    check_bounds)
+                                    check_bounds, compute_arg)
     return out, aux
 
 

@@ -76,11 +76,12 @@ void raise_pending_error(c10::DeviceIndex device) {
               "scatter call or at check_errors().)");
 }
 
-void check_index_cuda(const Problem& p) {
-  if (p.index.numel() == 0 || p.shape.E == 0) return;
-  const c10::DeviceIndex device = p.index.device().index();
+// The check runs inside run_cuda (free in the segment route), so nothing to do up front.
+void check_index_cuda(const Problem&) {}
+
+void launch_check(const Problem& p, IndexError* error) {
   OPS_CHECK_LAUNCH(check_index(p.index.const_data_ptr<int64_t>(), p.strides, p.shape, p.count_b,
-                               p.count_k, p.index_sorted.value_or(false), error_record(device),
+                               p.count_k, p.index_sorted.value_or(false), error,
                                ops_common::current_stream()));
 }
 
@@ -106,32 +107,40 @@ bool run_typed(const Problem& p, at::Tensor& work, at::Tensor& arg, at::Tensor& 
   const bool extreme = p.reduce == Reduce::kMax || p.reduce == Reduce::kMin;
   const bool broadcast_dim = p.strides.e == 0;  // one index for the whole dim: sorted
   const bool sorted = p.index_sorted.value_or(false) || broadcast_dim;
+  IndexError* error = p.check_in_run ? error_record(p.index.device().index()) : nullptr;
 
   auto segment = [&](const int64_t* idx, const int64_t* perm) {
     OPS_CHECK_LAUNCH(segment_reduce<T>(p.reduce, src, idx, p.strides, perm, p.shape,
                                        work.data_ptr(), p.has_out, arg_ptr, count_ptr, p.count_b,
-                                       p.count_k, vectorize, stream));
+                                       p.count_k, vectorize, error, stream));
     return true;
   };
   if (sorted) return segment(index, nullptr);
+  if (error) launch_check(p, error);
   if (extreme && !packable(p)) {
-    auto [keys, perm] = at::sort(p.index, /*stable=*/true, /*dim=*/1);
+    auto [keys, perm] = at::sort(p.index, std::optional<bool>(true), /*dim=*/1, /*descending=*/false);
     return segment(keys.const_data_ptr<int64_t>(), perm.const_data_ptr<int64_t>());
   }
   if (extreme) {
     if constexpr (std::is_same_v<scalar_t, double> || std::is_same_v<scalar_t, int64_t>) {
       TORCH_INTERNAL_ASSERT(false, "scatter: packed route for a 64-bit dtype");
     } else {
-      at::Tensor keys = at::empty({p.shape.B, p.shape.N, p.shape.K},
-                                  p.src.options().dtype(at::kLong));
+      // Values only (no arg wanted, float work): 32-bit keys in work itself, no scratch.
+      const bool values_only = !p.want_arg && work.scalar_type() == at::kFloat;
+      at::Tensor keys = values_only ? at::Tensor()
+                                    : at::empty({p.shape.B, p.shape.N, p.shape.K},
+                                                p.src.options().dtype(at::kLong));
       OPS_CHECK_LAUNCH(packed_extreme<T>(
-          p.reduce, src, index, p.strides, p.shape, work.data_ptr(), p.has_out, arg_ptr,
-          reinterpret_cast<unsigned long long*>(keys.mutable_data_ptr<int64_t>()), stream));
+          p.reduce, src, index, p.strides, p.shape, work.data_ptr(), p.has_out,
+          values_only ? nullptr : arg_ptr,
+          values_only ? nullptr
+                      : reinterpret_cast<unsigned long long*>(keys.mutable_data_ptr<int64_t>()),
+          stream));
     }
     return true;
   }
   if (p.deterministic) {
-    auto [keys, perm] = at::sort(p.index, /*stable=*/true, /*dim=*/1);
+    auto [keys, perm] = at::sort(p.index, std::optional<bool>(true), /*dim=*/1, /*descending=*/false);
     return segment(keys.const_data_ptr<int64_t>(), perm.const_data_ptr<int64_t>());
   }
   if (!p.has_out) work.zero_();
@@ -159,24 +168,25 @@ std::tuple<at::Tensor, at::Tensor> reduce_cuda(const at::Tensor& src, const at::
                                                int64_t dim, std::optional<int64_t> dim_size,
                                                c10::string_view reduce,
                                                std::optional<bool> index_sorted,
-                                               bool deterministic, bool check_bounds) {
+                                               bool deterministic, bool check_bounds,
+                                               bool compute_arg) {
   OP_CHECK_SAME_DEVICE("scatter", "index", index, "src", src);
   const c10::cuda::CUDAGuard guard(src.device());
   raise_pending_error(src.device().index());
   return reduce_with(kCudaBackend, src, index, dim, dim_size, reduce, index_sorted, deterministic,
-                     check_bounds);
+                     check_bounds, compute_arg);
 }
 
 at::Tensor reduce_into_cuda(at::Tensor& out, const at::Tensor& src, const at::Tensor& index,
                             int64_t dim, c10::string_view reduce,
                             std::optional<bool> index_sorted, bool deterministic,
-                            bool check_bounds) {
+                            bool check_bounds, bool compute_arg) {
   OP_CHECK_SAME_DEVICE("scatter", "index", index, "src", src);
   OP_CHECK_SAME_DEVICE("scatter", "out", out, "src", src);
   const c10::cuda::CUDAGuard guard(src.device());
   raise_pending_error(src.device().index());
   return reduce_into_with(kCudaBackend, out, src, index, dim, reduce, index_sorted, deterministic,
-                          check_bounds);
+                          check_bounds, compute_arg);
 }
 
 // Waits for the device's work, then raises a recorded index error, if any.

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_convert.cuh"
 #include "common/launch.h"
@@ -57,12 +58,27 @@ __device__ __forceinline__ A divide(A sum, int64_t count) {
   }
 }
 
+__device__ void record(IndexError* error, IndexErrorKind kind, int64_t value, int64_t position,
+                       int64_t dim_size) {
+  // One thread claims the record (kind 0 -> -1), fills it, and raises flag last, after a
+  // system-wide fence, so the host never reads a half-written record.
+  if (atomicCAS(&error->kind, 0, -1) != 0) return;
+  error->value = value;
+  error->position = position;
+  error->dim_size = dim_size;
+  __threadfence_system();
+  *reinterpret_cast<volatile int*>(&error->kind) = static_cast<int>(kind);
+  __threadfence_system();
+  *reinterpret_cast<volatile int*>(&error->flag) = 1;
+}
+
 template <typename T, Reduce R, bool VECTOR>
 __global__ void __launch_bounds__(kThreads)
     segment_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
                    IndexStrides s, const int64_t* __restrict__ perm, Shape sh,
                    acc_t<T>* __restrict__ work, bool has_init, int64_t* __restrict__ arg,
-                   int64_t* __restrict__ count, int64_t count_b, int64_t count_k) {
+                   int64_t* __restrict__ count, int64_t count_b, int64_t count_k,
+                   IndexError* error) {
   using A = acc_t<T>;
   constexpr int VEC = vec_width<T, VECTOR>();
   const int64_t kv_count = sh.K / VEC;
@@ -75,6 +91,21 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t b = bn / sh.N;
     const int64_t start = lower_bound(index, s, b, k0, sh.E, n);
     const int64_t end = lower_bound(index, s, b, k0, sh.E, n + 1);
+    if (error) {
+      // The bounds check comes free here: the searches of n = 0 and n = N - 1 leave any
+      // entry below 0 or past N outside every segment. (Binary search is monotone in the
+      // value on any array, so the segments always tile [start of 0, end of N - 1].)
+      if (n == 0 && start > 0) {
+        const int64_t v = index_at(index, s, b, start - 1, k0);
+        record(error, v < 0 ? IndexErrorKind::kOutOfRange : IndexErrorKind::kNotSorted, v,
+               start - 1, sh.N);
+      }
+      if (n == sh.N - 1 && end < sh.E) {
+        const int64_t v = index_at(index, s, b, end, k0);
+        record(error, v >= sh.N ? IndexErrorKind::kOutOfRange : IndexErrorKind::kNotSorted, v,
+               end, sh.N);
+      }
+    }
     A* w = work + bn * sh.K + k0;
     A acc[VEC];
     int64_t a[VEC];
@@ -87,6 +118,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll 4
     for (int64_t p = start; p < end; ++p) {
       const int64_t e = perm ? perm[b * s.b + p * s.e + k0 * s.k] : p;
+      if (error && !perm && index_at(index, s, b, p, k0) != n) {
+        // A promised-sorted index that is not: every segment must hold only its own n.
+        record(error, IndexErrorKind::kNotSorted, index_at(index, s, b, p, k0), p, sh.N);
+      }
       T v[VEC];
       if constexpr (VEC > 1) {
         const Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(src_b + e * sh.K);
@@ -121,7 +156,7 @@ __global__ void __launch_bounds__(kThreads)
         w[j] = acc[j];
       }
       if constexpr (R == Reduce::kMax || R == Reduce::kMin) {
-        arg[bn * sh.K + k0 + j] = a[j];
+        if (arg) arg[bn * sh.K + k0 + j] = a[j];
       }
     }
   }
@@ -228,6 +263,57 @@ constexpr unsigned long long kEmptyKey = R == Reduce::kMax ? 0ull : ~0ull;
 template <Reduce R>
 constexpr unsigned int kInitLow = R == Reduce::kMax ? 0xffffffffu : 0u;
 
+// max/min without arg (float work buffers only): the work buffer itself holds 32-bit
+// order-preserving keys during the atomics, so one native 32-bit atomicMax/atomicMin per
+// element. Key 0 (max) / all ones (min) marks an empty element; only a NaN maps there.
+template <Reduce R>
+constexpr unsigned int kEmptyValueKey = R == Reduce::kMax ? 0u : 0xffffffffu;
+
+template <Reduce R>
+__global__ void __launch_bounds__(kThreads)
+    value_init_kernel(int64_t total, float* __restrict__ work, bool has_init) {
+  unsigned int* keys = reinterpret_cast<unsigned int*>(work);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    keys[i] = has_init ? ordered(work[i]) : kEmptyValueKey<R>;
+  }
+}
+
+template <typename T, Reduce R>
+__global__ void __launch_bounds__(kThreads)
+    value_atomic_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
+                        IndexStrides s, Shape sh, float* __restrict__ work) {
+  unsigned int* keys = reinterpret_cast<unsigned int*>(work);
+  const int64_t total = sh.B * sh.E * sh.K;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = i % sh.K;
+    const int64_t be = i / sh.K;
+    const int64_t e = be % sh.E;
+    const int64_t b = be / sh.E;
+    const int64_t n = index_at(index, s, b, e, k);
+    if (n < 0 || n >= sh.N) continue;
+    const unsigned int key = ordered(to_acc(src[i]));
+    unsigned int* dst = keys + (b * sh.N + n) * sh.K + k;
+    if constexpr (R == Reduce::kMax) {
+      atomicMax(dst, key);
+    } else {
+      atomicMin(dst, key);
+    }
+  }
+}
+
+template <Reduce R>
+__global__ void __launch_bounds__(kThreads)
+    value_final_kernel(int64_t total, float* __restrict__ work, bool has_init) {
+  const unsigned int* keys = reinterpret_cast<const unsigned int*>(work);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const unsigned int key = keys[i];
+    work[i] = (!has_init && key == kEmptyValueKey<R>) ? 0.0f : unordered(key, 0.0f);
+  }
+}
+
 template <typename A, Reduce R>
 __global__ void __launch_bounds__(kThreads)
     packed_init_kernel(int64_t total, const A* __restrict__ work, bool has_init,
@@ -284,20 +370,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__device__ void record(IndexError* error, IndexErrorKind kind, int64_t value, int64_t position,
-                       int64_t dim_size) {
-  // One thread claims the record (kind 0 -> -1), fills it, and raises flag last, after a
-  // system-wide fence, so the host never reads a half-written record.
-  if (atomicCAS(&error->kind, 0, -1) != 0) return;
-  error->value = value;
-  error->position = position;
-  error->dim_size = dim_size;
-  __threadfence_system();
-  *reinterpret_cast<volatile int*>(&error->kind) = static_cast<int>(kind);
-  __threadfence_system();
-  *reinterpret_cast<volatile int*>(&error->flag) = 1;
-}
-
 __global__ void __launch_bounds__(kThreads)
     check_kernel(const int64_t* __restrict__ index, IndexStrides s, Shape sh, int64_t count_b,
                  int64_t count_k, bool check_sorted, IndexError* error) {
@@ -337,7 +409,8 @@ template <typename T>
 cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, const int64_t* perm, Shape shape, void* work,
                            bool has_init, int64_t* arg, int64_t* count, int64_t count_b,
-                           int64_t count_k, bool vectorize, cudaStream_t stream) {
+                           int64_t count_k, bool vectorize, IndexError* error,
+                           cudaStream_t stream) {
   using A = acc_t<T>;
   with_reduce(reduce, [&](auto r) {
     constexpr Reduce R = decltype(r)::value;
@@ -345,11 +418,11 @@ cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
       constexpr int VEC = vec_width<T, true>();
       segment_kernel<T, R, true><<<blocks(shape.B * shape.N * shape.K / VEC), kThreads, 0, stream>>>(
           src, index, strides, perm, shape, static_cast<A*>(work), has_init, arg, count, count_b,
-          count_k);
+          count_k, error);
     } else {
       segment_kernel<T, R, false><<<blocks(shape.B * shape.N * shape.K), kThreads, 0, stream>>>(
           src, index, strides, perm, shape, static_cast<A*>(work), has_init, arg, count, count_b,
-          count_k);
+          count_k, error);
     }
   });
   return cudaGetLastError();
@@ -385,7 +458,17 @@ cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
   const int64_t outputs = shape.B * shape.N * shape.K;
   auto run = [&](auto r) {
     constexpr Reduce R = decltype(r)::value;
-    if constexpr (R == Reduce::kMax || R == Reduce::kMin) {
+    if constexpr (std::is_same_v<A, float>) {
+      if (arg == nullptr) {
+        float* w = static_cast<float*>(work);
+        value_init_kernel<R><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init);
+        value_atomic_kernel<T, R><<<blocks(shape.B * shape.E * shape.K), kThreads, 0, stream>>>(
+            src, index, strides, shape, w);
+        value_final_kernel<R><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init);
+        return;
+      }
+    }
+    {
       packed_init_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
           outputs, static_cast<const A*>(work), has_init, keys);
       packed_atomic_kernel<T, R><<<blocks(shape.B * shape.E * shape.K), kThreads, 0, stream>>>(
@@ -413,7 +496,8 @@ cudaError_t check_index(const int64_t* index, IndexStrides strides, Shape shape,
 #define SCATTER_INSTANTIATE(T)                                                                 \
   template cudaError_t segment_reduce<T>(Reduce, const T*, const int64_t*, IndexStrides,       \
                                          const int64_t*, Shape, void*, bool, int64_t*,         \
-                                         int64_t*, int64_t, int64_t, bool, cudaStream_t);      \
+                                         int64_t*, int64_t, int64_t, bool, IndexError*,       \
+                                         cudaStream_t);                                        \
   template cudaError_t atomic_sum<T>(const T*, const int64_t*, IndexStrides, Shape, void*,     \
                                      bool, cudaStream_t);
 SCATTER_INSTANTIATE(float)

@@ -25,6 +25,8 @@ struct Problem {
   bool has_out;           // work starts from out's values, which take part
   bool deterministic;     // the caller asked for it, or torch's deterministic mode is on
   std::optional<bool> index_sorted;  // sortedness along dim, where known
+  bool want_arg;          // max/min: the caller (or backward) reads arg
+  bool check_in_run;      // dim_size given and check_bounds: a backend may check on the way
 };
 
 struct Backend {
@@ -40,18 +42,20 @@ struct Backend {
 };
 
 // scatter::reduce: a new output of src's shape with dim_size at dim; returns (out, aux),
-// aux = arg for max/min, count for mean, an empty tensor for sum.
+// aux = arg for max/min (an empty tensor if !compute_arg), count for mean, an empty tensor
+// for sum.
 std::tuple<at::Tensor, at::Tensor> reduce_with(const Backend& backend, const at::Tensor& src,
                                                const at::Tensor& index, int64_t dim,
                                                std::optional<int64_t> dim_size,
                                                std::string_view reduce,
                                                std::optional<bool> index_sorted,
-                                               bool deterministic, bool check_bounds);
+                                               bool deterministic, bool check_bounds,
+                                               bool compute_arg);
 
 // scatter::reduce_: accumulates into out in place; returns aux.
 at::Tensor reduce_into_with(const Backend& backend, at::Tensor& out, const at::Tensor& src,
                             const at::Tensor& index, int64_t dim, std::string_view reduce,
                             std::optional<bool> index_sorted, bool deterministic,
-                            bool check_bounds);
+                            bool check_bounds, bool compute_arg);
 
 }  // namespace scatter
