@@ -76,13 +76,18 @@ void raise_pending_error(c10::DeviceIndex device) {
               "scatter call or at check_errors().)");
 }
 
-// The check runs inside run_cuda (free in the segment route), so nothing to do up front.
-void check_index_cuda(const Problem&) {}
-
 void launch_check(const Problem& p, IndexError* error) {
   OPS_CHECK_LAUNCH(check_index(p.index.const_data_ptr<int64_t>(), p.strides, p.shape, p.count_b,
                                p.count_k, p.index_sorted.value_or(false), error,
                                ops_common::current_stream()));
+}
+
+// The check runs inside run_cuda (free in the segment route); only a problem with no output
+// elements, where nothing runs, is checked here.
+void check_index_cuda(const Problem& p) {
+  if (p.shape.B * p.shape.N * p.shape.K == 0 && p.index.numel() > 0 && p.shape.E > 0) {
+    launch_check(p, error_record(p.index.device().index()));
+  }
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -135,7 +140,7 @@ bool run_typed(const Problem& p, at::Tensor& work, at::Tensor& arg, at::Tensor& 
           values_only ? nullptr : arg_ptr,
           values_only ? nullptr
                       : reinterpret_cast<unsigned long long*>(keys.mutable_data_ptr<int64_t>()),
-          stream));
+          vectorize, stream));
     }
     return true;
   }

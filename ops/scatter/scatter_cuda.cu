@@ -115,13 +115,15 @@ __global__ void __launch_bounds__(kThreads)
       a[j] = sh.E;
     }
     const T* src_b = src + b * sh.E * sh.K + k0;
+    const bool verify = error != nullptr && perm == nullptr;
+    bool misplaced = false;
 #pragma unroll 4
     for (int64_t p = start; p < end; ++p) {
       const int64_t e = perm ? perm[b * s.b + p * s.e + k0 * s.k] : p;
-      if (error && !perm && index_at(index, s, b, p, k0) != n) {
-        // A promised-sorted index that is not: every segment must hold only its own n.
-        record(error, IndexErrorKind::kNotSorted, index_at(index, s, b, p, k0), p, sh.N);
-      }
+      // A promised-sorted index that is not: every segment must hold only its own n. A
+      // register flag, reported after the loop: no side effects here, so the loads of
+      // several iterations stay in flight together.
+      if (verify) misplaced |= index_at(index, s, b, p, k0) != n;
       T v[VEC];
       if constexpr (VEC > 1) {
         const Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(src_b + e * sh.K);
@@ -141,6 +143,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
+    if (misplaced) record(error, IndexErrorKind::kNotSorted, n, start, sh.N);
     const int64_t segment = end - start;
     if constexpr (R == Reduce::kMean) {
       // count is [Bc, N, Kc]; the threads of b = 0 (k = 0) write it where it is broadcast.
@@ -279,26 +282,40 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T, Reduce R>
+// One thread per VEC features of an (b, e) row where the index is broadcast over K (one
+// index load, one 16-byte src load, VEC atomics), else per element.
+template <typename T, Reduce R, bool VECTOR>
 __global__ void __launch_bounds__(kThreads)
     value_atomic_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
                         IndexStrides s, Shape sh, float* __restrict__ work) {
+  constexpr int VEC = vec_width<T, VECTOR>();
   unsigned int* keys = reinterpret_cast<unsigned int*>(work);
-  const int64_t total = sh.B * sh.E * sh.K;
+  const int64_t kv_count = sh.K / VEC;
+  const int64_t total = sh.B * sh.E * kv_count;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t k = i % sh.K;
-    const int64_t be = i / sh.K;
+    const int64_t k0 = (i % kv_count) * VEC;
+    const int64_t be = i / kv_count;
     const int64_t e = be % sh.E;
     const int64_t b = be / sh.E;
-    const int64_t n = index_at(index, s, b, e, k);
+    const int64_t n = index_at(index, s, b, e, k0);
     if (n < 0 || n >= sh.N) continue;
-    const unsigned int key = ordered(to_acc(src[i]));
-    unsigned int* dst = keys + (b * sh.N + n) * sh.K + k;
-    if constexpr (R == Reduce::kMax) {
-      atomicMax(dst, key);
+    T v[VEC];
+    if constexpr (VEC > 1) {
+      const Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(src + be * sh.K + k0);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) v[j] = x.v[j];
     } else {
-      atomicMin(dst, key);
+      v[0] = src[be * sh.K + k0];
+    }
+    unsigned int* dst = keys + (b * sh.N + n) * sh.K + k0;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      if constexpr (R == Reduce::kMax) {
+        atomicMax(dst + j, ordered(to_acc(v[j])));
+      } else {
+        atomicMin(dst + j, ordered(to_acc(v[j])));
+      }
     }
   }
 }
@@ -325,25 +342,38 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T, Reduce R>
+template <typename T, Reduce R, bool VECTOR>
 __global__ void __launch_bounds__(kThreads)
     packed_atomic_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
                          IndexStrides s, Shape sh, unsigned long long* __restrict__ keys) {
-  const int64_t total = sh.B * sh.E * sh.K;
+  constexpr int VEC = vec_width<T, VECTOR>();
+  const int64_t kv_count = sh.K / VEC;
+  const int64_t total = sh.B * sh.E * kv_count;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t k = i % sh.K;
-    const int64_t be = i / sh.K;
+    const int64_t k0 = (i % kv_count) * VEC;
+    const int64_t be = i / kv_count;
     const int64_t e = be % sh.E;
     const int64_t b = be / sh.E;
-    const int64_t n = index_at(index, s, b, e, k);
+    const int64_t n = index_at(index, s, b, e, k0);
     if (n < 0 || n >= sh.N) continue;
-    const unsigned long long key = make_key<R>(ordered(to_acc(src[i])), e);
-    unsigned long long* dst = keys + (b * sh.N + n) * sh.K + k;
-    if constexpr (R == Reduce::kMax) {
-      atomicMax(dst, key);
+    T v[VEC];
+    if constexpr (VEC > 1) {
+      const Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(src + be * sh.K + k0);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) v[j] = x.v[j];
     } else {
-      atomicMin(dst, key);
+      v[0] = src[be * sh.K + k0];
+    }
+    unsigned long long* dst = keys + (b * sh.N + n) * sh.K + k0;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const unsigned long long key = make_key<R>(ordered(to_acc(v[j])), e);
+      if constexpr (R == Reduce::kMax) {
+        atomicMax(dst + j, key);
+      } else {
+        atomicMin(dst + j, key);
+      }
     }
   }
 }
@@ -453,28 +483,36 @@ cudaError_t atomic_count(const int64_t* index, IndexStrides strides, Shape shape
 template <typename T>
 cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, Shape shape, void* work, bool has_init,
-                           int64_t* arg, unsigned long long* keys, cudaStream_t stream) {
+                           int64_t* arg, unsigned long long* keys, bool vectorize,
+                           cudaStream_t stream) {
   using A = acc_t<T>;
   const int64_t outputs = shape.B * shape.N * shape.K;
-  auto run = [&](auto r) {
+  auto launch = [&](auto r, auto vector) {
     constexpr Reduce R = decltype(r)::value;
+    constexpr bool VECTOR = decltype(vector)::value;
+    const unsigned int grid = blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>());
     if constexpr (std::is_same_v<A, float>) {
       if (arg == nullptr) {
         float* w = static_cast<float*>(work);
         value_init_kernel<R><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init);
-        value_atomic_kernel<T, R><<<blocks(shape.B * shape.E * shape.K), kThreads, 0, stream>>>(
-            src, index, strides, shape, w);
+        value_atomic_kernel<T, R, VECTOR><<<grid, kThreads, 0, stream>>>(src, index, strides,
+                                                                         shape, w);
         value_final_kernel<R><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init);
         return;
       }
     }
-    {
-      packed_init_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
-          outputs, static_cast<const A*>(work), has_init, keys);
-      packed_atomic_kernel<T, R><<<blocks(shape.B * shape.E * shape.K), kThreads, 0, stream>>>(
-          src, index, strides, shape, keys);
-      packed_final_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
-          outputs, shape.E, keys, static_cast<A*>(work), arg);
+    packed_init_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
+        outputs, static_cast<const A*>(work), has_init, keys);
+    packed_atomic_kernel<T, R, VECTOR><<<grid, kThreads, 0, stream>>>(src, index, strides, shape,
+                                                                      keys);
+    packed_final_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
+        outputs, shape.E, keys, static_cast<A*>(work), arg);
+  };
+  auto run = [&](auto r) {
+    if (vectorize) {
+      launch(r, std::true_type{});
+    } else {
+      launch(r, std::false_type{});
     }
   };
   if (reduce == Reduce::kMax) {
@@ -511,7 +549,7 @@ SCATTER_INSTANTIATE(int64_t)
 #define SCATTER_INSTANTIATE_PACKED(T)                                                          \
   template cudaError_t packed_extreme<T>(Reduce, const T*, const int64_t*, IndexStrides,       \
                                          Shape, void*, bool, int64_t*, unsigned long long*,    \
-                                         cudaStream_t);
+                                         bool, cudaStream_t);
 SCATTER_INSTANTIATE_PACKED(float)
 SCATTER_INSTANTIATE_PACKED(__half)
 SCATTER_INSTANTIATE_PACKED(__nv_bfloat16)

@@ -42,7 +42,8 @@ cudaError_t atomic_count(const int64_t* index, IndexStrides strides, Shape shape
 template <typename T>
 cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, Shape shape, void* work, bool has_init,
-                           int64_t* arg, unsigned long long* keys, cudaStream_t stream);
+                           int64_t* arg, unsigned long long* keys, bool vectorize,
+                           cudaStream_t stream);
 
 // Bounds check (and, if check_sorted, sortedness along e) of the index's own extent
 // [Bc, E, Kc] against dim_size N; the first failure goes to *error (host-mapped).
