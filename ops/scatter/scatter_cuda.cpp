@@ -6,16 +6,21 @@
 //   sum/mean, any order           -> atomics; with deterministic=True (or torch's
 //                                    deterministic mode) a stable sort of the index, then
 //                                    the segment reduction through the permutation
-//   max/min, any order            -> packed 64-bit atomics (float, half, bfloat16, int32:
-//                                    deterministic), else sort + segment (double, int64)
+//   max/min, any order            -> values only (scatter(), nothing needs arg): one 32-bit
+//                                    atomic per element on order-preserving keys (float,
+//                                    half, bfloat16); with arg: packed 64-bit atomics (float,
+//                                    half, bfloat16, int32); else sort + segment (double,
+//                                    int64). All deterministic.
 // "Known sorted" means index_sorted=True, or detected while inferring dim_size (that
 // call syncs anyway). A given dim_size with index_sorted=None does not detect: that would
 // need a host sync per call.
 //
-// Bounds check with a given dim_size: a kernel records the first bad index into
-// host-mapped memory; the host reads it without a sync at the start of the next scatter
-// call on that device (or in scatter::check_errors, which syncs) and raises there. Every
-// kernel skips out-of-range entries, so a bad index never writes out of bounds.
+// Bounds check with a given dim_size: the segment route checks on the way (entries out of
+// range fall outside every segment; a broken sortedness promise shows as a misplaced
+// entry), the other routes run a check kernel first. Either records the first bad index
+// into host-mapped memory; the host reads it without a sync at the start of the next
+// scatter call on that device (or in scatter::check_errors, which syncs) and raises there.
+// Every kernel skips out-of-range entries, so a bad index never writes out of bounds.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch_v2.h>
 #include <c10/cuda/CUDAGuard.h>

@@ -5,8 +5,10 @@
 //                      segment and reduces it in order. No atomics, every output written once.
 //   atomic_sum_kernel  any order: one atomic add per element, 16 bytes at a time on sm_90
 //                      (float4 atomics), so a 64-feature row costs 16 atomics, not 64.
-//   packed_*_kernel    max/min in any order: value bits above position bits in one 64-bit
-//                      key, so one atomicMax/atomicMin per element yields value and arg
+//   value_*_kernel     max/min in any order, values only: one 32-bit atomicMax/atomicMin
+//                      per element on order-preserving keys held in the output itself.
+//   packed_*_kernel    max/min in any order with arg: value bits above position bits in
+//                      one 64-bit key, so one atomic per element yields value and arg
 //                      (ties to the first position, deterministic).
 // Out-of-range indices are skipped by every kernel, checked or not: never a wild write.
 #include <cuda_bf16.h>
