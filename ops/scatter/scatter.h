@@ -1,0 +1,67 @@
+#pragma once
+// Scatter reductions, shared by the CPU kernels (scatter.cpp) and the CUDA kernels
+// (scatter_cuda.cu); torch-free. Every problem is seen as three dimensions:
+//   src   [B, E, K]  contiguous; E = src.size(dim), B and K the dimensions before and after
+//   out   [B, N, K]  N = dim_size
+//   index element (b, e, k) at b * stride.b + e * stride.e + k * stride.k, a stride of 0
+//         along each dimension the index is broadcast over (the PyG case: a 1-D index of
+//         edges at dim 0 of [E, K] features has strides {0, 1, 0}).
+// out[b, index(b, e, k), k] gathers src[b, e, k] under the reduction.
+#include <cstdint>
+
+#include "common/host_device.h"
+
+namespace scatter {
+
+enum class Reduce : int { kSum = 0, kMean = 1, kMax = 2, kMin = 3 };
+
+struct Shape {
+  int64_t B, E, K, N;
+};
+
+struct IndexStrides {
+  int64_t b, e, k;
+};
+
+OPS_HOST_DEVICE int64_t index_at(const int64_t* index, const IndexStrides& s, int64_t b,
+                                 int64_t e, int64_t k) {
+  return index[b * s.b + e * s.e + k * s.k];
+}
+
+// First position p in [0, E) with index(b, p, k) >= value, for an index sorted along e.
+// On an unsorted index it still returns a position in [0, E], so a kernel that trusts a
+// wrong sortedness promise reads and writes only in bounds.
+OPS_HOST_DEVICE int64_t lower_bound(const int64_t* index, const IndexStrides& s, int64_t b,
+                                    int64_t k, int64_t E, int64_t value) {
+  int64_t lo = 0, hi = E;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (index_at(index, s, b, mid, k) < value) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Whether v replaces the current extreme: strictly better, so among equal values the
+// first position (and, when out is given, out's own value) wins, on every backend.
+template <Reduce R, typename T>
+OPS_HOST_DEVICE bool better(T v, T best) {
+  return R == Reduce::kMax ? v > best : v < best;
+}
+
+// Error record of the CUDA bounds check that runs without a host sync: the kernel writes
+// the first bad index it meets into host-mapped memory, the host reads it later.
+enum class IndexErrorKind : int { kNone = 0, kOutOfRange = 1, kNotSorted = 2 };
+
+struct IndexError {
+  int flag;  // 0 = nothing recorded; set once with atomicCAS
+  int kind;  // IndexErrorKind
+  long long value;
+  long long position;
+  long long dim_size;
+};
+
+}  // namespace scatter

@@ -1,0 +1,561 @@
+// CUDA kernels of the scatter reductions; torch-free (CUDA headers and the op's own only).
+// Three ways to the result, chosen by the host side (scatter_cuda.cpp):
+//   segment_kernel     index sorted along dim (or read through a stable sort permutation,
+//                      the deterministic route): each output element binary-searches its
+//                      segment and reduces it in order. No atomics, every output written once.
+//   atomic_sum_kernel  any order: one atomic add per element, 16 bytes at a time on sm_90
+//                      (float4 atomics), so a 64-feature row costs 16 atomics, not 64.
+//   value_*_kernel     max/min in any order, values only: one 32-bit atomicMax/atomicMin
+//                      per element on order-preserving keys held in the output itself.
+//   packed_*_kernel    max/min in any order with arg: value bits above position bits in
+//                      one 64-bit key, so one atomic per element yields value and arg
+//                      (ties to the first position, deterministic).
+// Out-of-range indices are skipped by every kernel, checked or not: never a wild write.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/cuda_convert.cuh"
+#include "common/launch.h"
+#include "scatter.h"
+#include "scatter_cuda.h"
+
+namespace scatter {
+namespace {
+
+using ops_common::acc_t;
+using ops_common::from_acc;
+using ops_common::to_acc;
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = int64_t(1) << 20;
+
+// Integer storage accumulates in itself (cuda_convert.cuh covers the floating types).
+__device__ __forceinline__ int to_acc(int v) { return v; }
+__device__ __forceinline__ int64_t to_acc(int64_t v) { return v; }
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+// Elements per 16-byte load where the index is broadcast over K.
+template <typename T, bool VECTOR>
+constexpr int vec_width() {
+  return VECTOR ? int(16 / sizeof(T)) : 1;
+}
+
+template <typename A>
+__device__ __forceinline__ A divide(A sum, int64_t count) {
+  const int64_t c = count > 0 ? count : 1;
+  if constexpr (A(1) / A(2) == A(0)) {  // integers: floor division, as torch's "floor"
+    A q = sum / A(c);
+    if ((sum % A(c) != 0) && (sum < 0)) q -= 1;
+    return q;
+  } else {
+    return sum / A(c);
+  }
+}
+
+__device__ void record(IndexError* error, IndexErrorKind kind, int64_t value, int64_t position,
+                       int64_t dim_size) {
+  // One thread claims the record (kind 0 -> -1), fills it, and raises flag last, after a
+  // system-wide fence, so the host never reads a half-written record.
+  if (atomicCAS(&error->kind, 0, -1) != 0) return;
+  error->value = value;
+  error->position = position;
+  error->dim_size = dim_size;
+  __threadfence_system();
+  *reinterpret_cast<volatile int*>(&error->kind) = static_cast<int>(kind);
+  __threadfence_system();
+  *reinterpret_cast<volatile int*>(&error->flag) = 1;
+}
+
+template <typename T, Reduce R, bool VECTOR>
+__global__ void __launch_bounds__(kThreads)
+    segment_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
+                   IndexStrides s, const int64_t* __restrict__ perm, Shape sh,
+                   acc_t<T>* __restrict__ work, bool has_init, int64_t* __restrict__ arg,
+                   int64_t* __restrict__ count, int64_t count_b, int64_t count_k,
+                   IndexError* error) {
+  using A = acc_t<T>;
+  constexpr int VEC = vec_width<T, VECTOR>();
+  const int64_t kv_count = sh.K / VEC;
+  const int64_t total = sh.B * sh.N * kv_count;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k0 = (i % kv_count) * VEC;
+    const int64_t bn = i / kv_count;
+    const int64_t n = bn % sh.N;
+    const int64_t b = bn / sh.N;
+    const int64_t start = lower_bound(index, s, b, k0, sh.E, n);
+    const int64_t end = lower_bound(index, s, b, k0, sh.E, n + 1);
+    if (error) {
+      // The bounds check comes free here: the searches of n = 0 and n = N - 1 leave any
+      // entry below 0 or past N outside every segment. (Binary search is monotone in the
+      // value on any array, so the segments always tile [start of 0, end of N - 1].)
+      if (n == 0 && start > 0) {
+        const int64_t v = index_at(index, s, b, start - 1, k0);
+        record(error, v < 0 ? IndexErrorKind::kOutOfRange : IndexErrorKind::kNotSorted, v,
+               start - 1, sh.N);
+      }
+      if (n == sh.N - 1 && end < sh.E) {
+        const int64_t v = index_at(index, s, b, end, k0);
+        record(error, v >= sh.N ? IndexErrorKind::kOutOfRange : IndexErrorKind::kNotSorted, v,
+               end, sh.N);
+      }
+    }
+    A* w = work + bn * sh.K + k0;
+    A acc[VEC];
+    int64_t a[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      acc[j] = has_init ? w[j] : A(0);
+      a[j] = sh.E;
+    }
+    const T* src_b = src + b * sh.E * sh.K + k0;
+    const bool verify = error != nullptr && perm == nullptr;
+    bool misplaced = false;
+#pragma unroll 4
+    for (int64_t p = start; p < end; ++p) {
+      const int64_t e = perm ? perm[b * s.b + p * s.e + k0 * s.k] : p;
+      // A promised-sorted index that is not: every segment must hold only its own n. A
+      // register flag, reported after the loop: no side effects here, so the loads of
+      // several iterations stay in flight together.
+      if (verify) misplaced |= index_at(index, s, b, p, k0) != n;
+      T v[VEC];
+      if constexpr (VEC > 1) {
+        const Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(src_b + e * sh.K);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v[j] = x.v[j];
+      } else {
+        v[0] = src_b[e * sh.K];
+      }
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const A x = to_acc(v[j]);
+        if constexpr (R == Reduce::kSum || R == Reduce::kMean) {
+          acc[j] += x;
+        } else if ((!has_init && a[j] == sh.E) || better<R>(x, acc[j])) {
+          acc[j] = x;
+          a[j] = e;
+        }
+      }
+    }
+    if (misplaced) record(error, IndexErrorKind::kNotSorted, n, start, sh.N);
+    const int64_t segment = end - start;
+    if constexpr (R == Reduce::kMean) {
+      // count is [Bc, N, Kc]; the threads of b = 0 (k = 0) write it where it is broadcast.
+      if ((count_b > 1 || b == 0) && (count_k > 1 || k0 == 0)) {
+        count[((count_b > 1 ? b : 0) * sh.N + n) * count_k + (count_k > 1 ? k0 : 0)] = segment;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      if constexpr (R == Reduce::kMean) {
+        w[j] = divide(acc[j], segment);
+      } else {
+        w[j] = acc[j];
+      }
+      if constexpr (R == Reduce::kMax || R == Reduce::kMin) {
+        if (arg) arg[bn * sh.K + k0 + j] = a[j];
+      }
+    }
+  }
+}
+
+// float4 atomics (sm_90 and newer) add 16 bytes per instruction.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr bool kHasFloat4Atomics = true;
+#else
+constexpr bool kHasFloat4Atomics = false;
+#endif
+
+template <typename A, int VEC>
+__device__ __forceinline__ void atomic_add_vec(A* dst, const A (&v)[VEC]) {
+  constexpr bool kIntegral = A(1) / A(2) == A(0);
+  if constexpr (kHasFloat4Atomics && sizeof(A) == 4 && VEC % 4 == 0 && !kIntegral) {
+#pragma unroll
+    for (int j = 0; j < VEC; j += 4) {
+      atomicAdd(reinterpret_cast<float4*>(dst + j), make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]));
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      if constexpr (sizeof(A) == 8 && kIntegral) {
+        atomicAdd(reinterpret_cast<unsigned long long*>(dst + j),
+                  static_cast<unsigned long long>(v[j]));
+      } else {
+        atomicAdd(dst + j, v[j]);
+      }
+    }
+  }
+}
+
+template <typename T, bool VECTOR>
+__global__ void __launch_bounds__(kThreads)
+    atomic_sum_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
+                      IndexStrides s, Shape sh, acc_t<T>* __restrict__ work) {
+  using A = acc_t<T>;
+  constexpr int VEC = vec_width<T, VECTOR>();
+  const int64_t kv_count = sh.K / VEC;
+  const int64_t total = sh.B * sh.E * kv_count;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k0 = (i % kv_count) * VEC;
+    const int64_t be = i / kv_count;
+    const int64_t e = be % sh.E;
+    const int64_t b = be / sh.E;
+    const int64_t n = index_at(index, s, b, e, k0);
+    if (n < 0 || n >= sh.N) continue;
+    A v[VEC];
+    if constexpr (VEC > 1) {
+      const Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(src + be * sh.K + k0);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) v[j] = to_acc(x.v[j]);
+    } else {
+      v[0] = to_acc(src[be * sh.K + k0]);
+    }
+    atomic_add_vec<A, VEC>(work + (b * sh.N + n) * sh.K + k0, v);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    count_kernel(const int64_t* __restrict__ index, IndexStrides s, Shape sh, int64_t count_b,
+                 int64_t count_k, int64_t* __restrict__ count) {
+  const int64_t total = count_b * sh.E * count_k;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = i % count_k;
+    const int64_t be = i / count_k;
+    const int64_t e = be % sh.E;
+    const int64_t b = be / sh.E;
+    const int64_t n = index_at(index, s, b, e, k);
+    if (n < 0 || n >= sh.N) continue;
+    atomicAdd(reinterpret_cast<unsigned long long*>(count + (b * sh.N + n) * count_k + k), 1ull);
+  }
+}
+
+// Order-preserving maps to unsigned 32-bit: a < b exactly when ordered(a) < ordered(b).
+__device__ __forceinline__ unsigned int ordered(float v) {
+  const unsigned int u = __float_as_uint(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float unordered(unsigned int o, float) {
+  return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
+}
+__device__ __forceinline__ unsigned int ordered(int v) {
+  return static_cast<unsigned int>(v) ^ 0x80000000u;
+}
+__device__ __forceinline__ int unordered(unsigned int o, int) {
+  return static_cast<int>(o ^ 0x80000000u);
+}
+
+// Low 32 bits of a key: for max, larger for earlier positions and largest (0xffffffff) for
+// out's own value, which wins ties; for min, the mirror image. An empty element keeps the
+// key nothing can reach (0 for max, all ones for min).
+template <Reduce R>
+__device__ __forceinline__ unsigned long long make_key(unsigned int value_bits, int64_t e) {
+  const unsigned int low = R == Reduce::kMax ? 0xfffffffeu - static_cast<unsigned int>(e)
+                                             : static_cast<unsigned int>(e) + 1u;
+  return (static_cast<unsigned long long>(value_bits) << 32) | low;
+}
+template <Reduce R>
+constexpr unsigned long long kEmptyKey = R == Reduce::kMax ? 0ull : ~0ull;
+template <Reduce R>
+constexpr unsigned int kInitLow = R == Reduce::kMax ? 0xffffffffu : 0u;
+
+// max/min without arg (float work buffers only): the work buffer itself holds 32-bit
+// order-preserving keys during the atomics, so one native 32-bit atomicMax/atomicMin per
+// element. Key 0 (max) / all ones (min) marks an empty element; only a NaN maps there.
+template <Reduce R>
+constexpr unsigned int kEmptyValueKey = R == Reduce::kMax ? 0u : 0xffffffffu;
+
+template <Reduce R>
+__global__ void __launch_bounds__(kThreads)
+    value_init_kernel(int64_t total, float* __restrict__ work, bool has_init) {
+  unsigned int* keys = reinterpret_cast<unsigned int*>(work);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    keys[i] = has_init ? ordered(work[i]) : kEmptyValueKey<R>;
+  }
+}
+
+// One thread per VEC features of an (b, e) row where the index is broadcast over K (one
+// index load, one 16-byte src load, VEC atomics), else per element.
+template <typename T, Reduce R, bool VECTOR>
+__global__ void __launch_bounds__(kThreads)
+    value_atomic_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
+                        IndexStrides s, Shape sh, float* __restrict__ work) {
+  constexpr int VEC = vec_width<T, VECTOR>();
+  unsigned int* keys = reinterpret_cast<unsigned int*>(work);
+  const int64_t kv_count = sh.K / VEC;
+  const int64_t total = sh.B * sh.E * kv_count;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k0 = (i % kv_count) * VEC;
+    const int64_t be = i / kv_count;
+    const int64_t e = be % sh.E;
+    const int64_t b = be / sh.E;
+    const int64_t n = index_at(index, s, b, e, k0);
+    if (n < 0 || n >= sh.N) continue;
+    T v[VEC];
+    if constexpr (VEC > 1) {
+      const Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(src + be * sh.K + k0);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) v[j] = x.v[j];
+    } else {
+      v[0] = src[be * sh.K + k0];
+    }
+    unsigned int* dst = keys + (b * sh.N + n) * sh.K + k0;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      if constexpr (R == Reduce::kMax) {
+        atomicMax(dst + j, ordered(to_acc(v[j])));
+      } else {
+        atomicMin(dst + j, ordered(to_acc(v[j])));
+      }
+    }
+  }
+}
+
+template <Reduce R>
+__global__ void __launch_bounds__(kThreads)
+    value_final_kernel(int64_t total, float* __restrict__ work, bool has_init) {
+  const unsigned int* keys = reinterpret_cast<const unsigned int*>(work);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const unsigned int key = keys[i];
+    work[i] = (!has_init && key == kEmptyValueKey<R>) ? 0.0f : unordered(key, 0.0f);
+  }
+}
+
+template <typename A, Reduce R>
+__global__ void __launch_bounds__(kThreads)
+    packed_init_kernel(int64_t total, const A* __restrict__ work, bool has_init,
+                       unsigned long long* __restrict__ keys) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    keys[i] = has_init ? (static_cast<unsigned long long>(ordered(work[i])) << 32) | kInitLow<R>
+                       : kEmptyKey<R>;
+  }
+}
+
+template <typename T, Reduce R, bool VECTOR>
+__global__ void __launch_bounds__(kThreads)
+    packed_atomic_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
+                         IndexStrides s, Shape sh, unsigned long long* __restrict__ keys) {
+  constexpr int VEC = vec_width<T, VECTOR>();
+  const int64_t kv_count = sh.K / VEC;
+  const int64_t total = sh.B * sh.E * kv_count;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k0 = (i % kv_count) * VEC;
+    const int64_t be = i / kv_count;
+    const int64_t e = be % sh.E;
+    const int64_t b = be / sh.E;
+    const int64_t n = index_at(index, s, b, e, k0);
+    if (n < 0 || n >= sh.N) continue;
+    T v[VEC];
+    if constexpr (VEC > 1) {
+      const Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(src + be * sh.K + k0);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) v[j] = x.v[j];
+    } else {
+      v[0] = src[be * sh.K + k0];
+    }
+    unsigned long long* dst = keys + (b * sh.N + n) * sh.K + k0;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const unsigned long long key = make_key<R>(ordered(to_acc(v[j])), e);
+      if constexpr (R == Reduce::kMax) {
+        atomicMax(dst + j, key);
+      } else {
+        atomicMin(dst + j, key);
+      }
+    }
+  }
+}
+
+template <typename A, Reduce R>
+__global__ void __launch_bounds__(kThreads)
+    packed_final_kernel(int64_t total, int64_t E, const unsigned long long* __restrict__ keys,
+                        A* __restrict__ work, int64_t* __restrict__ arg) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const unsigned long long key = keys[i];
+    if (key == kEmptyKey<R>) {
+      work[i] = A(0);
+      arg[i] = E;
+      continue;
+    }
+    const unsigned int low = static_cast<unsigned int>(key);
+    work[i] = unordered(static_cast<unsigned int>(key >> 32), A(0));
+    if (low == kInitLow<R>) {
+      arg[i] = E;
+    } else {
+      arg[i] = R == Reduce::kMax ? int64_t(0xfffffffeu - low) : int64_t(low) - 1;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    check_kernel(const int64_t* __restrict__ index, IndexStrides s, Shape sh, int64_t count_b,
+                 int64_t count_k, bool check_sorted, IndexError* error) {
+  const int64_t total = count_b * sh.E * count_k;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = i % count_k;
+    const int64_t be = i / count_k;
+    const int64_t e = be % sh.E;
+    const int64_t b = be / sh.E;
+    const int64_t n = index_at(index, s, b, e, k);
+    if (n < 0 || n >= sh.N) {
+      record(error, IndexErrorKind::kOutOfRange, n, i, sh.N);
+    } else if (check_sorted && e > 0 && index_at(index, s, b, e - 1, k) > n) {
+      record(error, IndexErrorKind::kNotSorted, n, i, sh.N);
+    }
+  }
+}
+
+unsigned int blocks(int64_t work_items) {
+  return ops_common::grid_size(work_items, kThreads, kMaxBlocks);
+}
+
+template <typename F>
+void with_reduce(Reduce reduce, F&& f) {
+  switch (reduce) {
+    case Reduce::kSum: f(std::integral_constant<Reduce, Reduce::kSum>{}); break;
+    case Reduce::kMean: f(std::integral_constant<Reduce, Reduce::kMean>{}); break;
+    case Reduce::kMax: f(std::integral_constant<Reduce, Reduce::kMax>{}); break;
+    case Reduce::kMin: f(std::integral_constant<Reduce, Reduce::kMin>{}); break;
+  }
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
+                           IndexStrides strides, const int64_t* perm, Shape shape, void* work,
+                           bool has_init, int64_t* arg, int64_t* count, int64_t count_b,
+                           int64_t count_k, bool vectorize, IndexError* error,
+                           cudaStream_t stream) {
+  using A = acc_t<T>;
+  with_reduce(reduce, [&](auto r) {
+    constexpr Reduce R = decltype(r)::value;
+    if (vectorize) {
+      constexpr int VEC = vec_width<T, true>();
+      segment_kernel<T, R, true><<<blocks(shape.B * shape.N * shape.K / VEC), kThreads, 0, stream>>>(
+          src, index, strides, perm, shape, static_cast<A*>(work), has_init, arg, count, count_b,
+          count_k, error);
+    } else {
+      segment_kernel<T, R, false><<<blocks(shape.B * shape.N * shape.K), kThreads, 0, stream>>>(
+          src, index, strides, perm, shape, static_cast<A*>(work), has_init, arg, count, count_b,
+          count_k, error);
+    }
+  });
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t atomic_sum(const T* src, const int64_t* index, IndexStrides strides, Shape shape,
+                       void* work, bool vectorize, cudaStream_t stream) {
+  using A = acc_t<T>;
+  if (vectorize) {
+    constexpr int VEC = vec_width<T, true>();
+    atomic_sum_kernel<T, true><<<blocks(shape.B * shape.E * shape.K / VEC), kThreads, 0, stream>>>(
+        src, index, strides, shape, static_cast<A*>(work));
+  } else {
+    atomic_sum_kernel<T, false><<<blocks(shape.B * shape.E * shape.K), kThreads, 0, stream>>>(
+        src, index, strides, shape, static_cast<A*>(work));
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t atomic_count(const int64_t* index, IndexStrides strides, Shape shape, int64_t count_b,
+                         int64_t count_k, int64_t* count, cudaStream_t stream) {
+  count_kernel<<<blocks(count_b * shape.E * count_k), kThreads, 0, stream>>>(
+      index, strides, shape, count_b, count_k, count);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
+                           IndexStrides strides, Shape shape, void* work, bool has_init,
+                           int64_t* arg, unsigned long long* keys, bool vectorize,
+                           cudaStream_t stream) {
+  using A = acc_t<T>;
+  const int64_t outputs = shape.B * shape.N * shape.K;
+  auto launch = [&](auto r, auto vector) {
+    constexpr Reduce R = decltype(r)::value;
+    constexpr bool VECTOR = decltype(vector)::value;
+    const unsigned int grid = blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>());
+    if constexpr (std::is_same_v<A, float>) {
+      if (arg == nullptr) {
+        float* w = static_cast<float*>(work);
+        value_init_kernel<R><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init);
+        value_atomic_kernel<T, R, VECTOR><<<grid, kThreads, 0, stream>>>(src, index, strides,
+                                                                         shape, w);
+        value_final_kernel<R><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init);
+        return;
+      }
+    }
+    packed_init_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
+        outputs, static_cast<const A*>(work), has_init, keys);
+    packed_atomic_kernel<T, R, VECTOR><<<grid, kThreads, 0, stream>>>(src, index, strides, shape,
+                                                                      keys);
+    packed_final_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
+        outputs, shape.E, keys, static_cast<A*>(work), arg);
+  };
+  auto run = [&](auto r) {
+    if (vectorize) {
+      launch(r, std::true_type{});
+    } else {
+      launch(r, std::false_type{});
+    }
+  };
+  if (reduce == Reduce::kMax) {
+    run(std::integral_constant<Reduce, Reduce::kMax>{});
+  } else {
+    run(std::integral_constant<Reduce, Reduce::kMin>{});
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t check_index(const int64_t* index, IndexStrides strides, Shape shape, int64_t count_b,
+                        int64_t count_k, bool check_sorted, IndexError* error,
+                        cudaStream_t stream) {
+  check_kernel<<<blocks(count_b * shape.E * count_k), kThreads, 0, stream>>>(
+      index, strides, shape, count_b, count_k, check_sorted, error);
+  return cudaGetLastError();
+}
+
+#define SCATTER_INSTANTIATE(T)                                                                 \
+  template cudaError_t segment_reduce<T>(Reduce, const T*, const int64_t*, IndexStrides,       \
+                                         const int64_t*, Shape, void*, bool, int64_t*,         \
+                                         int64_t*, int64_t, int64_t, bool, IndexError*,       \
+                                         cudaStream_t);                                        \
+  template cudaError_t atomic_sum<T>(const T*, const int64_t*, IndexStrides, Shape, void*,     \
+                                     bool, cudaStream_t);
+SCATTER_INSTANTIATE(float)
+SCATTER_INSTANTIATE(double)
+SCATTER_INSTANTIATE(__half)
+SCATTER_INSTANTIATE(__nv_bfloat16)
+SCATTER_INSTANTIATE(int)
+SCATTER_INSTANTIATE(int64_t)
+#undef SCATTER_INSTANTIATE
+
+#define SCATTER_INSTANTIATE_PACKED(T)                                                          \
+  template cudaError_t packed_extreme<T>(Reduce, const T*, const int64_t*, IndexStrides,       \
+                                         Shape, void*, bool, int64_t*, unsigned long long*,    \
+                                         bool, cudaStream_t);
+SCATTER_INSTANTIATE_PACKED(float)
+SCATTER_INSTANTIATE_PACKED(__half)
+SCATTER_INSTANTIATE_PACKED(__nv_bfloat16)
+SCATTER_INSTANTIATE_PACKED(int)
+#undef SCATTER_INSTANTIATE_PACKED
+
+}  // namespace scatter
