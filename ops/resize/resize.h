@@ -95,35 +95,42 @@ OPS_HOST_DEVICE T tap_weight(const Taps<T>& t, int i) {
 }
 
 // The output indices that read input index i form one range [first_reader, end_reader):
-// i0 and i1 never decrease with d, and d reads i exactly when i0 <= i <= i1. Found by
-// bisection on the same taps() the forward uses, so the backward gathers exactly the
-// pairs the forward read (no rounding-sensitive inverse formula).
-template <typename T>
-OPS_HOST_DEVICE int first_reader(const AxisMap<T>& axis, int i) {
-  int lo = 0, hi = axis.out_size;
-  while (lo < hi) {
-    const int mid = lo + (hi - lo) / 2;
-    if (taps(axis, mid).i1 >= i) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
+// i0 and i1 never decrease with d, and d reads i exactly when i0 <= i <= i1. Each bound is
+// the first d where a monotone predicate on taps(d) holds, found from the inverse of the
+// coordinate formula as a guess, then corrected by stepping with the same taps() the
+// forward uses, so the backward gathers exactly the pairs the forward read whatever the
+// rounding (a guess off by k costs k steps; it is off by at most one but where the
+// half-pixel clamp at 0 makes the formula flat).
+template <typename T, typename Pred>
+OPS_HOST_DEVICE int first_where(const AxisMap<T>& axis, T guess, Pred pred) {
+  int d;
+  if (!(guess > T(0))) {
+    d = 0;
+  } else if (!(guess < static_cast<T>(axis.out_size))) {
+    d = axis.out_size;
+  } else {
+    d = static_cast<int>(guess);
+    d += static_cast<T>(d) < guess ? 1 : 0;
   }
-  return lo;
+  while (d > 0 && pred(taps(axis, d - 1))) --d;
+  while (d < axis.out_size && !pred(taps(axis, d))) ++d;
+  return d;
 }
 
+// First d with i1 >= i, i.e. src >= i - 1.
+template <typename T>
+OPS_HOST_DEVICE int first_reader(const AxisMap<T>& axis, int i) {
+  if (i <= 0) return 0;
+  const T guess = (static_cast<T>(i - 1) + axis.shift) / axis.scale - axis.shift;
+  return first_where(axis, guess, [i](const Taps<T>& t) { return t.i1 >= i; });
+}
+
+// First d with i0 > i, i.e. src >= i + 1; none reads past the last pixel.
 template <typename T>
 OPS_HOST_DEVICE int end_reader(const AxisMap<T>& axis, int i) {
-  int lo = 0, hi = axis.out_size;
-  while (lo < hi) {
-    const int mid = lo + (hi - lo) / 2;
-    if (taps(axis, mid).i0 > i) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
-  return lo;
+  if (i >= axis.in_size - 1) return axis.out_size;
+  const T guess = (static_cast<T>(i + 1) + axis.shift) / axis.scale - axis.shift;
+  return first_where(axis, guess, [i](const Taps<T>& t) { return t.i0 > i; });
 }
 
 // Sizes of a resize whose tensors are dense in NCHW or NHWC order. An element is

@@ -1,8 +1,13 @@
 // resize: CUDA kernels, torch-free. Both passes are memory-bound; the design keeps the
-// DRAM traffic at one read of the source and one write of the result:
-// - one thread owns one (plane, x, channel) column of up to kRowsPerThread rows, so the
-//   column's taps and weights are computed once, and each row it reads is loaded once and
-//   reused by the next output rows (upscaling reads every source row 2+ times);
+// DRAM traffic at one read of the source and one write of the result, with enough loads
+// in flight to cover memory latency:
+// - one thread owns one (plane, x, channel) column of a few rows, so the column's taps and
+//   weights are computed once, and each source row it needs is loaded once (upscaling
+//   reads every source row 2+ times);
+// - it issues the loads of all those rows at once, then computes (a version that loaded
+//   row by row as the output rows needed them was latency-bound at 40% of copy bandwidth:
+//   experiments/RESULTS.md); the row-by-row loops remain as the fallback for ratios whose
+//   rows do not fit the staging buffers;
 // - neighbouring threads take neighbouring x (NCHW) or channels (NHWC), so every warp
 //   access is coalesced in either memory format;
 // - the backward gathers instead of scattering: each input pixel sums, in a fixed order,
@@ -13,6 +18,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "common/cuda_convert.cuh"
@@ -28,12 +34,8 @@ using ops_common::from_acc;
 using ops_common::to_acc;
 
 constexpr int kThreads = 256;
-constexpr int kRowsPerThread = 8;
 // Below this many threads a launch leaves SMs idle, so columns get fewer rows each.
 constexpr int64_t kMinThreads = int64_t{1} << 20;
-// Output columns that may read one input column kept in registers (2x upscaling needs 4,
-// 3x needs 7); more fall back to recomputing the weights per row.
-constexpr int kRegisterReaders = 8;
 
 struct Strides {
   int64_t in_row, in_plane, out_row, out_plane;
@@ -63,12 +65,41 @@ struct Column {
   }
 };
 
-template <typename T, typename index_t>
+// Forward, row by row: the fallback when a column's source rows exceed the stage.
+template <typename T, typename acc>
+__device__ __forceinline__ void forward_rows_streamed(const T* src, int64_t c0, int64_t c1, acc wx0,
+                                                      acc wx1, T* dst, const Strides& s,
+                                                      const AxisMap<acc>& rows, int y_begin, int y_end) {
+  auto source_row = [&](int y) {
+    const T* row = src + y * s.in_row;
+    return wx0 * to_acc(row[c0]) + wx1 * to_acc(row[c1]);
+  };
+  // The last two source rows read, interpolated along x: consecutive output rows share them.
+  int row_a = -1, row_b = -1;
+  acc value_a = 0, value_b = 0;
+  for (int y = y_begin; y < y_end; ++y) {
+    const Taps<acc> ty = taps(rows, y);
+    const acc top = ty.i0 == row_a ? value_a : ty.i0 == row_b ? value_b : source_row(ty.i0);
+    const acc bottom = ty.i1 == ty.i0 ? top : ty.i1 == row_b ? value_b : source_row(ty.i1);
+    dst[y * s.out_row] = from_acc<T>((acc(1) - ty.l1) * top + ty.l1 * bottom);
+    row_a = ty.i0;
+    value_a = top;
+    row_b = ty.i1;
+    value_b = bottom;
+  }
+}
+
+// kStage: source rows a thread loads before it computes. They are interpolated along x and
+// parked in shared memory, one slot per row in the thread's own column of the buffer
+// (stride blockDim.x: conflict-free, no barrier), because output rows index them at run time.
+template <typename T, typename index_t, int kStage>
 __global__ void __launch_bounds__(kThreads)
 forward_kernel(const T* __restrict__ input, T* __restrict__ output, Geometry g, Strides s,
                AxisMap<acc_t<T>> rows, AxisMap<acc_t<T>> cols, int rows_per_thread,
                index_t blocks, index_t total) {
   using acc = acc_t<T>;
+  extern __shared__ unsigned char shared_bytes[];
+  acc* stage = reinterpret_cast<acc*>(shared_bytes) + threadIdx.x;
   const index_t stride = static_cast<index_t>(gridDim.x) * blockDim.x;
   for (index_t t = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
     const Column<index_t> col(t, static_cast<index_t>(g.channels), static_cast<index_t>(g.out_w), blocks);
@@ -77,49 +108,64 @@ forward_kernel(const T* __restrict__ input, T* __restrict__ output, Geometry g, 
     const T* src = input + col.plane * s.in_plane + col.channel;
     const int64_t c0 = int64_t(tx.i0) * g.channels, c1 = int64_t(tx.i1) * g.channels;
     T* dst = output + col.plane * s.out_plane + int64_t(col.x) * g.channels + col.channel;
-    auto source_row = [&](int y) {
-      const T* row = src + y * s.in_row;
-      return wx0 * to_acc(row[c0]) + wx1 * to_acc(row[c1]);
-    };
-    // The last two source rows read, interpolated along x: consecutive output rows
-    // share them whenever the scale is below 2.
-    int row_a = -1, row_b = -1;
-    acc value_a = 0, value_b = 0;
     const int y_begin = col.block * rows_per_thread;
     const int y_end = min(y_begin + rows_per_thread, g.out_h);
+    const int first = taps(rows, y_begin).i0;
+    const int span = taps(rows, y_end - 1).i1 - first + 1;
+    if (span > kStage) {
+      forward_rows_streamed(src, c0, c1, wx0, wx1, dst, s, rows, y_begin, y_end);
+      continue;
+    }
+    T left[kStage], right[kStage];
+#pragma unroll
+    for (int k = 0; k < kStage; ++k) {
+      if (k < span) {
+        const T* row = src + (first + k) * s.in_row;
+        left[k] = row[c0];
+        right[k] = row[c1];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kStage; ++k) {
+      if (k < span) stage[k * blockDim.x] = wx0 * to_acc(left[k]) + wx1 * to_acc(right[k]);
+    }
     for (int y = y_begin; y < y_end; ++y) {
       const Taps<acc> ty = taps(rows, y);
-      const acc top = ty.i0 == row_a ? value_a : ty.i0 == row_b ? value_b : source_row(ty.i0);
-      const acc bottom = ty.i1 == ty.i0 ? top : ty.i1 == row_b ? value_b : source_row(ty.i1);
+      const acc top = stage[(ty.i0 - first) * blockDim.x];
+      const acc bottom = stage[(ty.i1 - first) * blockDim.x];
       dst[y * s.out_row] = from_acc<T>((acc(1) - ty.l1) * top + ty.l1 * bottom);
-      row_a = ty.i0;
-      value_a = top;
-      row_b = ty.i1;
-      value_b = bottom;
     }
   }
 }
 
-// Sums output rows d_begin..d_end-1 (row_sum(d): the row already reduced along x) into
-// input rows y_begin..y_end-1 and stores them. Output rows come in increasing order and
-// each reads input rows i0 <= i1 <= i0 + 1, so two accumulators suffice: row `current`
-// is complete, and stored, once a later output row reads past it. Rows nobody reads
-// (downscaling) are stored as 0.
-template <typename T, typename acc, typename RowSum>
-__device__ __forceinline__ void gather_rows(const RowSum& row_sum, const AxisMap<acc>& rows,
-                                            int d_begin, int d_end, int y_begin, int y_end,
-                                            T* dst, int64_t in_row) {
-  int current = y_begin - 1;
+// Sums output rows d_begin..d_end-1 (row_sum(j): output row d_begin + j already reduced
+// along x) into input rows y_begin..y_end-1 and stores them. Output rows come in increasing
+// order and each reads input rows i0 <= i1 <= i0 + 1, so two accumulators suffice: row
+// `current` is complete, and stored, once a later output row reads past it. Rows nobody
+// reads (downscaling) are stored as 0.
+template <typename T, typename acc>
+struct RowGather {
+  const AxisMap<acc>& rows;
+  T* dst;
+  int64_t in_row;
+  int y_begin;
+  int current;
   acc sum_current = 0, sum_next = 0;
-  auto advance_to = [&](int y) {
+
+  __device__ __forceinline__ RowGather(const AxisMap<acc>& r, T* d, int64_t row, int begin)
+      : rows(r), dst(d), in_row(row), y_begin(begin), current(begin - 1) {}
+
+  __device__ __forceinline__ void advance_to(int y) {
     while (current < y) {
       if (current >= y_begin) dst[current * in_row] = from_acc<T>(sum_current);
       sum_current = sum_next;
       sum_next = 0;
       ++current;
     }
-  };
-  auto add = [&](const Taps<acc>& t, acc value) {
+  }
+
+  __device__ __forceinline__ void add(int d, acc value) {
+    const Taps<acc> t = taps(rows, d);
     advance_to(t.i0);
     sum_current += (acc(1) - t.l1) * value;
     if (t.i1 == t.i0) {
@@ -127,19 +173,13 @@ __device__ __forceinline__ void gather_rows(const RowSum& row_sum, const AxisMap
     } else {
       sum_next += t.l1 * value;
     }
-  };
-  int d = d_begin;
-  // Two output rows per step: twice the loads in flight before the first is needed.
-  for (; d + 1 < d_end; d += 2) {
-    const acc v0 = row_sum(d), v1 = row_sum(d + 1);
-    add(taps(rows, d), v0);
-    add(taps(rows, d + 1), v1);
   }
-  if (d < d_end) add(taps(rows, d), row_sum(d));
-  advance_to(y_end);
-}
+};
 
-template <typename T, typename index_t>
+// kReaders: output columns that may read one input column (2x upscaling: 4); kStage: output
+// rows a thread loads before it sums. Threads whose column or rows exceed them (rounding at
+// odd ratios, large upscaling) take the loops with run-time bounds.
+template <typename T, typename index_t, int kReaders, int kStage>
 __global__ void __launch_bounds__(kThreads)
 backward_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_input, Geometry g,
                 Strides s, AxisMap<acc_t<T>> rows, AxisMap<acc_t<T>> cols, int rows_per_thread,
@@ -157,63 +197,137 @@ backward_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_input, G
     const int y_begin = col.block * rows_per_thread;
     const int y_end = min(y_begin + rows_per_thread, g.in_h);
     const int d_begin = first_reader(rows, y_begin);
-    const int d_end = end_reader(rows, y_end - 1);
-    if (x_count <= kRegisterReaders) {
-      acc w[kRegisterReaders];
+    const int span = end_reader(rows, y_end - 1) - d_begin;
+    RowGather<T, acc> gather(rows, dst, s.in_row, y_begin);
+    if (x_count <= kReaders && span <= kStage) {
+      acc w[kReaders];
 #pragma unroll
-      for (int k = 0; k < kRegisterReaders; ++k) {
+      for (int k = 0; k < kReaders; ++k) {
         w[k] = k < x_count ? tap_weight(taps(cols, x_begin + k), x) : acc(0);
       }
-      auto row_sum = [&](int d) {
-        const T* row = src + d * s.out_row;
-        acc sum = 0;
+      T loaded[kStage][kReaders];
 #pragma unroll
-        for (int k = 0; k < kRegisterReaders; ++k) {
-          if (k < x_count) sum += w[k] * to_acc(row[k * step]);
+      for (int j = 0; j < kStage; ++j) {
+#pragma unroll
+        for (int k = 0; k < kReaders; ++k) {
+          if (j < span && k < x_count) loaded[j][k] = src[(d_begin + j) * s.out_row + k * step];
         }
-        return sum;
-      };
-      gather_rows<T>(row_sum, rows, d_begin, d_end, y_begin, y_end, dst, s.in_row);
+      }
+#pragma unroll
+      for (int j = 0; j < kStage; ++j) {
+        if (j < span) {
+          acc sum = 0;
+#pragma unroll
+          for (int k = 0; k < kReaders; ++k) {
+            if (k < x_count) sum += w[k] * to_acc(loaded[j][k]);
+          }
+          gather.add(d_begin + j, sum);
+        }
+      }
     } else {
-      auto row_sum = [&](int d) {
-        const T* row = src + d * s.out_row;
+      for (int j = 0; j < span; ++j) {
+        const T* row = src + (d_begin + j) * s.out_row;
         acc sum = 0;
         for (int k = 0; k < x_count; ++k) {
           sum += tap_weight(taps(cols, x_begin + k), x) * to_acc(row[k * step]);
         }
-        return sum;
-      };
-      gather_rows<T>(row_sum, rows, d_begin, d_end, y_begin, y_end, dst, s.in_row);
+        gather.add(d_begin + j, sum);
+      }
     }
+    gather.advance_to(y_end);
   }
 }
 
-// Rows per thread: kRowsPerThread, halved while that leaves fewer than kMinThreads.
-inline int rows_per_thread(int64_t columns, int height) {
-  int rows = kRowsPerThread;
+// Rows per thread: the most (up to 8) whose rows to load, span(rows), fit the stage,
+// halved while that leaves fewer than kMinThreads threads.
+template <typename Span>
+int rows_per_thread(int64_t columns, int height, int stage, Span span) {
+  int rows = 8;
+  while (rows > 1 && span(rows) > stage) rows /= 2;
   while (rows > 1 && columns * ((height + rows - 1) / rows) < kMinThreads) rows /= 2;
   return rows;
 }
 
-template <typename Kernel32, typename Kernel64, typename T, typename acc>
-cudaError_t launch(Kernel32 kernel32, Kernel64 kernel64, const T* from, T* to, const Geometry& g,
-                   const AxisMap<acc>& rows, const AxisMap<acc>& cols, int width, int height,
-                   cudaStream_t stream) {
-  const int64_t columns = g.planes * g.channels * width;
-  if (columns == 0 || height == 0) return cudaSuccess;
-  const int per_thread = rows_per_thread(columns, height);
-  const int64_t blocks = (height + per_thread - 1) / per_thread;
+struct LaunchShape {
+  unsigned int grid;
+  int rows_per_thread;
+  int64_t blocks, total;
+};
+
+inline LaunchShape launch_shape(int64_t columns, int height, int rows) {
+  const int64_t blocks = (height + rows - 1) / rows;
   const int64_t total = columns * blocks;
-  const unsigned int grid = ops_common::grid_size(total, kThreads);
+  return {ops_common::grid_size(total, kThreads), rows, blocks, total};
+}
+
+template <int kStage, typename T, typename acc>
+cudaError_t forward_with_stage(const T* input, T* output, const Geometry& g, const AxisMap<acc>& rows,
+                               const AxisMap<acc>& cols, cudaStream_t stream) {
+  const int64_t columns = g.planes * g.channels * g.out_w;
+  // Output rows y..y+r-1 read source rows floor(src(y))..floor(src(y+r-1))+1.
+  const double scale = rows.scale;
+  const int per_thread = rows_per_thread(columns, g.out_h, kStage, [scale](int r) {
+    return std::ceil((r - 1) * scale) + 2;
+  });
+  const LaunchShape l = launch_shape(columns, g.out_h, per_thread);
+  const size_t shared = sizeof(acc) * kStage * kThreads;
   const Strides s = strides_of(g);
-  if (total <= int64_t{INT32_MAX}) {  // t + stride stays below 2^32
-    kernel32<<<grid, kThreads, 0, stream>>>(from, to, g, s, rows, cols, per_thread,
-                                            static_cast<uint32_t>(blocks), static_cast<uint32_t>(total));
+  if (l.total <= int64_t{INT32_MAX}) {  // t + stride stays below 2^32
+    forward_kernel<T, uint32_t, kStage><<<l.grid, kThreads, shared, stream>>>(
+        input, output, g, s, rows, cols, l.rows_per_thread, uint32_t(l.blocks), uint32_t(l.total));
   } else {
-    kernel64<<<grid, kThreads, 0, stream>>>(from, to, g, s, rows, cols, per_thread,
-                                            static_cast<uint64_t>(blocks), static_cast<uint64_t>(total));
+    forward_kernel<T, uint64_t, kStage><<<l.grid, kThreads, shared, stream>>>(
+        input, output, g, s, rows, cols, l.rows_per_thread, uint64_t(l.blocks), uint64_t(l.total));
   }
   return cudaGetLastError();
+}
+
+template <typename T, typename acc>
+cudaError_t forward(const T* input, T* output, const Geometry& g, const AxisMap<acc>& rows,
+                    const AxisMap<acc>& cols, cudaStream_t stream) {
+  if (g.planes * g.channels == 0) return cudaSuccess;
+  // Upscaling: 8 output rows read at most 8 source rows; downscaling needs a larger stage.
+  if (rows.scale <= acc(0.7)) return forward_with_stage<8>(input, output, g, rows, cols, stream);
+  return forward_with_stage<16>(input, output, g, rows, cols, stream);
+}
+
+template <int kReaders, int kStage, typename T, typename acc>
+cudaError_t backward_with(const T* grad_output, T* grad_input, const Geometry& g,
+                          const AxisMap<acc>& rows, const AxisMap<acc>& cols, cudaStream_t stream) {
+  const int64_t columns = g.planes * g.channels * g.in_w;
+  // Input rows y..y+r-1 are read by the output rows whose src lies in [y - 1, y + r).
+  const double scale = rows.scale;
+  const int per_thread = rows_per_thread(columns, g.in_h, kStage, [scale](int r) {
+    return scale > 0 ? std::ceil((r + 1) / scale) + 1 : 1e9;
+  });
+  const LaunchShape l = launch_shape(columns, g.in_h, per_thread);
+  const Strides s = strides_of(g);
+  if (l.total <= int64_t{INT32_MAX}) {
+    backward_kernel<T, uint32_t, kReaders, kStage><<<l.grid, kThreads, 0, stream>>>(
+        grad_output, grad_input, g, s, rows, cols, l.rows_per_thread, uint32_t(l.blocks), uint32_t(l.total));
+  } else {
+    backward_kernel<T, uint64_t, kReaders, kStage><<<l.grid, kThreads, 0, stream>>>(
+        grad_output, grad_input, g, s, rows, cols, l.rows_per_thread, uint64_t(l.blocks), uint64_t(l.total));
+  }
+  return cudaGetLastError();
+}
+
+template <typename T, typename acc>
+cudaError_t backward(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
+                     const AxisMap<acc>& cols, cudaStream_t stream) {
+  if (g.planes * g.channels == 0) return cudaSuccess;
+  // An input column is read by the output columns whose src lies in [x - 1, x + 1):
+  // about 2 / scale of them (4 at 2x upscaling, 1 or 2 when downscaling).
+  const bool narrow = cols.scale >= acc(0.5);
+  // Input rows: one stage of 6 output rows covers 8 input rows when downscaling, 12 covers
+  // 4 input rows at 2x upscaling.
+  const bool shallow = rows.scale >= acc(1);
+  if (narrow) {
+    return shallow ? backward_with<4, 6>(grad_output, grad_input, g, rows, cols, stream)
+                   : backward_with<4, 12>(grad_output, grad_input, g, rows, cols, stream);
+  }
+  return shallow ? backward_with<8, 6>(grad_output, grad_input, g, rows, cols, stream)
+                 : backward_with<8, 12>(grad_output, grad_input, g, rows, cols, stream);
 }
 
 }  // namespace
@@ -222,14 +336,12 @@ cudaError_t launch(Kernel32 kernel32, Kernel64 kernel64, const T* from, T* to, c
   cudaError_t launch_forward(const T* input, T* output, const Geometry& geometry,              \
                              const AxisMap<ACC>& rows, const AxisMap<ACC>& cols,               \
                              cudaStream_t stream) {                                            \
-    return launch(forward_kernel<T, uint32_t>, forward_kernel<T, uint64_t>, input, output,     \
-                  geometry, rows, cols, geometry.out_w, geometry.out_h, stream);               \
+    return forward(input, output, geometry, rows, cols, stream);                               \
   }                                                                                            \
   cudaError_t launch_backward(const T* grad_output, T* grad_input, const Geometry& geometry,    \
                               const AxisMap<ACC>& rows, const AxisMap<ACC>& cols,              \
                               cudaStream_t stream) {                                           \
-    return launch(backward_kernel<T, uint32_t>, backward_kernel<T, uint64_t>, grad_output,     \
-                  grad_input, geometry, rows, cols, geometry.in_w, geometry.in_h, stream);     \
+    return backward(grad_output, grad_input, geometry, rows, cols, stream);                    \
   }
 
 RESIZE_DEFINE_LAUNCHERS(float, float)
