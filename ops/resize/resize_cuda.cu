@@ -92,7 +92,7 @@ __device__ __forceinline__ void forward_rows_streamed(const T* src, int64_t c0, 
 // kStage: source rows a thread loads before it computes. They are interpolated along x and
 // parked in shared memory, one slot per row in the thread's own column of the buffer
 // (stride blockDim.x: conflict-free, no barrier), because output rows index them at run time.
-template <typename T, typename index_t, int kStage>
+template <typename T, typename index_t, int kStage, bool kStaged>
 __global__ void __launch_bounds__(kThreads)
 forward_kernel(const T* __restrict__ input, T* __restrict__ output, Geometry g, Strides s,
                AxisMap<acc_t<T>> rows, AxisMap<acc_t<T>> cols, int rows_per_thread,
@@ -110,8 +110,8 @@ forward_kernel(const T* __restrict__ input, T* __restrict__ output, Geometry g, 
     T* dst = output + col.plane * s.out_plane + int64_t(col.x) * g.channels + col.channel;
     const int y_begin = col.block * rows_per_thread;
     const int y_end = min(y_begin + rows_per_thread, g.out_h);
-    const int first = taps(rows, y_begin).i0;
-    const int span = taps(rows, y_end - 1).i1 - first + 1;
+    const int first = kStaged ? taps(rows, y_begin).i0 : 0;
+    const int span = kStaged ? taps(rows, y_end - 1).i1 - first + 1 : kStage + 1;
     if (span > kStage) {
       forward_rows_streamed(src, c0, c1, wx0, wx1, dst, s, rows, y_begin, y_end);
       continue;
@@ -179,7 +179,7 @@ struct RowGather {
 // kReaders: output columns that may read one input column (2x upscaling: 4); kStage: output
 // rows a thread loads before it sums. Threads whose column or rows exceed them (rounding at
 // odd ratios, large upscaling) take the loops with run-time bounds.
-template <typename T, typename index_t, int kReaders, int kStage>
+template <typename T, typename index_t, int kReaders, int kStage, bool kStaged>
 __global__ void __launch_bounds__(kThreads)
 backward_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_input, Geometry g,
                 Strides s, AxisMap<acc_t<T>> rows, AxisMap<acc_t<T>> cols, int rows_per_thread,
@@ -199,30 +199,50 @@ backward_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_input, G
     const int d_begin = first_reader(rows, y_begin);
     const int span = end_reader(rows, y_end - 1) - d_begin;
     RowGather<T, acc> gather(rows, dst, s.in_row, y_begin);
-    if (x_count <= kReaders && span <= kStage) {
+    if (x_count <= kReaders) {
       acc w[kReaders];
 #pragma unroll
       for (int k = 0; k < kReaders; ++k) {
         w[k] = k < x_count ? tap_weight(taps(cols, x_begin + k), x) : acc(0);
       }
-      T loaded[kStage][kReaders];
-#pragma unroll
-      for (int j = 0; j < kStage; ++j) {
+      auto row_sum = [&](int j) {
+        const T* row = src + (d_begin + j) * s.out_row;
+        acc sum = 0;
 #pragma unroll
         for (int k = 0; k < kReaders; ++k) {
-          if (j < span && k < x_count) loaded[j][k] = src[(d_begin + j) * s.out_row + k * step];
+          if (k < x_count) sum += w[k] * to_acc(row[k * step]);
         }
-      }
+        return sum;
+      };
+      if (kStaged && span <= kStage) {
+        T loaded[kStage][kReaders];
 #pragma unroll
-      for (int j = 0; j < kStage; ++j) {
-        if (j < span) {
-          acc sum = 0;
+        for (int j = 0; j < kStage; ++j) {
 #pragma unroll
           for (int k = 0; k < kReaders; ++k) {
-            if (k < x_count) sum += w[k] * to_acc(loaded[j][k]);
+            if (j < span && k < x_count) loaded[j][k] = src[(d_begin + j) * s.out_row + k * step];
           }
-          gather.add(d_begin + j, sum);
         }
+#pragma unroll
+        for (int j = 0; j < kStage; ++j) {
+          if (j < span) {
+            acc sum = 0;
+#pragma unroll
+            for (int k = 0; k < kReaders; ++k) {
+              if (k < x_count) sum += w[k] * to_acc(loaded[j][k]);
+            }
+            gather.add(d_begin + j, sum);
+          }
+        }
+      } else {
+        // Two output rows per step: twice the loads in flight before the first is needed.
+        int j = 0;
+        for (; j + 1 < span; j += 2) {
+          const acc v0 = row_sum(j), v1 = row_sum(j + 1);
+          gather.add(d_begin + j, v0);
+          gather.add(d_begin + j + 1, v1);
+        }
+        if (j < span) gather.add(d_begin + j, row_sum(j));
       }
     } else {
       for (int j = 0; j < span; ++j) {
@@ -260,23 +280,23 @@ inline LaunchShape launch_shape(int64_t columns, int height, int rows) {
   return {ops_common::grid_size(total, kThreads), rows, blocks, total};
 }
 
-template <int kStage, typename T, typename acc>
+template <int kStage, bool kStaged, typename T, typename acc>
 cudaError_t forward_with_stage(const T* input, T* output, const Geometry& g, const AxisMap<acc>& rows,
                                const AxisMap<acc>& cols, cudaStream_t stream) {
   const int64_t columns = g.planes * g.channels * g.out_w;
   // Output rows y..y+r-1 read source rows floor(src(y))..floor(src(y+r-1))+1.
   const double scale = rows.scale;
   const int per_thread = rows_per_thread(columns, g.out_h, kStage, [scale](int r) {
-    return std::ceil((r - 1) * scale) + 2;
+    return kStaged ? std::ceil((r - 1) * scale) + 2 : 0.0;
   });
   const LaunchShape l = launch_shape(columns, g.out_h, per_thread);
-  const size_t shared = sizeof(acc) * kStage * kThreads;
+  const size_t shared = kStaged ? sizeof(acc) * kStage * kThreads : 0;
   const Strides s = strides_of(g);
   if (l.total <= int64_t{INT32_MAX}) {  // t + stride stays below 2^32
-    forward_kernel<T, uint32_t, kStage><<<l.grid, kThreads, shared, stream>>>(
+    forward_kernel<T, uint32_t, kStage, kStaged><<<l.grid, kThreads, shared, stream>>>(
         input, output, g, s, rows, cols, l.rows_per_thread, uint32_t(l.blocks), uint32_t(l.total));
   } else {
-    forward_kernel<T, uint64_t, kStage><<<l.grid, kThreads, shared, stream>>>(
+    forward_kernel<T, uint64_t, kStage, kStaged><<<l.grid, kThreads, shared, stream>>>(
         input, output, g, s, rows, cols, l.rows_per_thread, uint64_t(l.blocks), uint64_t(l.total));
   }
   return cudaGetLastError();
@@ -286,27 +306,30 @@ template <typename T, typename acc>
 cudaError_t forward(const T* input, T* output, const Geometry& g, const AxisMap<acc>& rows,
                     const AxisMap<acc>& cols, cudaStream_t stream) {
   if (g.planes * g.channels == 0) return cudaSuccess;
-  // Upscaling: 8 output rows read at most 8 source rows; downscaling needs a larger stage.
-  if (rows.scale <= acc(0.7)) return forward_with_stage<8>(input, output, g, rows, cols, stream);
-  return forward_with_stage<16>(input, output, g, rows, cols, stream);
+  // Staging pays when downscaling (each output row needs fresh source rows; measured 1.4x
+  // faster at 7:3 on an H200); when upscaling, consecutive output rows reuse the last
+  // source rows, and the streamed loop, with fewer instructions, was faster
+  // (experiments/RESULTS.md).
+  if (rows.scale < acc(1)) return forward_with_stage<1, false>(input, output, g, rows, cols, stream);
+  return forward_with_stage<16, true>(input, output, g, rows, cols, stream);
 }
 
-template <int kReaders, int kStage, typename T, typename acc>
+template <int kReaders, int kStage, bool kStaged, typename T, typename acc>
 cudaError_t backward_with(const T* grad_output, T* grad_input, const Geometry& g,
                           const AxisMap<acc>& rows, const AxisMap<acc>& cols, cudaStream_t stream) {
   const int64_t columns = g.planes * g.channels * g.in_w;
   // Input rows y..y+r-1 are read by the output rows whose src lies in [y - 1, y + r).
   const double scale = rows.scale;
   const int per_thread = rows_per_thread(columns, g.in_h, kStage, [scale](int r) {
-    return scale > 0 ? std::ceil((r + 1) / scale) + 1 : 1e9;
+    return !kStaged ? 0.0 : scale > 0 ? std::ceil((r + 1) / scale) + 1 : 1e9;
   });
   const LaunchShape l = launch_shape(columns, g.in_h, per_thread);
   const Strides s = strides_of(g);
   if (l.total <= int64_t{INT32_MAX}) {
-    backward_kernel<T, uint32_t, kReaders, kStage><<<l.grid, kThreads, 0, stream>>>(
+    backward_kernel<T, uint32_t, kReaders, kStage, kStaged><<<l.grid, kThreads, 0, stream>>>(
         grad_output, grad_input, g, s, rows, cols, l.rows_per_thread, uint32_t(l.blocks), uint32_t(l.total));
   } else {
-    backward_kernel<T, uint64_t, kReaders, kStage><<<l.grid, kThreads, 0, stream>>>(
+    backward_kernel<T, uint64_t, kReaders, kStage, kStaged><<<l.grid, kThreads, 0, stream>>>(
         grad_output, grad_input, g, s, rows, cols, l.rows_per_thread, uint64_t(l.blocks), uint64_t(l.total));
   }
   return cudaGetLastError();
@@ -316,18 +339,15 @@ template <typename T, typename acc>
 cudaError_t backward(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
                      const AxisMap<acc>& cols, cudaStream_t stream) {
   if (g.planes * g.channels == 0) return cudaSuccess;
-  // An input column is read by the output columns whose src lies in [x - 1, x + 1):
-  // about 2 / scale of them (4 at 2x upscaling, 1 or 2 when downscaling).
-  const bool narrow = cols.scale >= acc(0.5);
-  // Input rows: one stage of 6 output rows covers 8 input rows when downscaling, 12 covers
-  // 4 input rows at 2x upscaling.
-  const bool shallow = rows.scale >= acc(1);
-  if (narrow) {
-    return shallow ? backward_with<4, 6>(grad_output, grad_input, g, rows, cols, stream)
-                   : backward_with<4, 12>(grad_output, grad_input, g, rows, cols, stream);
+  // An input column is read by the output columns whose src lies in [x - 1, x + 1): about
+  // 2 / scale of them, 1 or 2 when downscaling. There a stage of 6 output rows covers 8
+  // input rows, all loaded at once (1.3x faster than row pairs at 2x on an H200). When
+  // upscaling, staging every row took too many registers: row pairs with the column's
+  // weights in registers (8 readers: up to 3x) were faster (experiments/RESULTS.md).
+  if (rows.scale >= acc(1) && cols.scale >= acc(1)) {
+    return backward_with<4, 6, true>(grad_output, grad_input, g, rows, cols, stream);
   }
-  return shallow ? backward_with<8, 6>(grad_output, grad_input, g, rows, cols, stream)
-                 : backward_with<8, 12>(grad_output, grad_input, g, rows, cols, stream);
+  return backward_with<8, 1, false>(grad_output, grad_input, g, rows, cols, stream);
 }
 
 }  // namespace
