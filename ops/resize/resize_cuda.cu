@@ -1,13 +1,9 @@
 // resize: CUDA kernels, torch-free. Both passes are memory-bound; the design keeps the
-// DRAM traffic at one read of the source and one write of the result, with enough loads
-// in flight to cover memory latency:
-// - one thread owns one (plane, x, channel) column of a few rows, so the column's taps and
-//   weights are computed once, and each source row it needs is loaded once (upscaling
-//   reads every source row 2+ times);
-// - it issues the loads of all those rows at once, then computes (a version that loaded
-//   row by row as the output rows needed them was latency-bound at 40% of copy bandwidth:
-//   experiments/RESULTS.md); the row-by-row loops remain as the fallback for ratios whose
-//   rows do not fit the staging buffers;
+// DRAM traffic at one read of the source and one write of the result:
+// - one thread owns one (plane, x, channel) column of up to 8 rows, so the column's taps
+//   and weights are computed once and each source row it needs is loaded once: when
+//   upscaling, consecutive output rows reuse the last two source rows; when downscaling,
+//   all of a column's source rows are loaded at once, then computed;
 // - neighbouring threads take neighbouring x (NCHW) or channels (NHWC), so every warp
 //   access is coalesced in either memory format;
 // - the backward gathers instead of scattering: each input pixel sums, in a fixed order,
@@ -306,10 +302,10 @@ template <typename T, typename acc>
 cudaError_t forward(const T* input, T* output, const Geometry& g, const AxisMap<acc>& rows,
                     const AxisMap<acc>& cols, cudaStream_t stream) {
   if (g.planes * g.channels == 0) return cudaSuccess;
-  // Staging pays when downscaling (each output row needs fresh source rows; measured 1.4x
-  // faster at 7:3 on an H200); when upscaling, consecutive output rows reuse the last
-  // source rows, and the streamed loop, with fewer instructions, was faster
-  // (experiments/RESULTS.md).
+  // Staging pays when downscaling (each output row needs fresh source rows: 1.37x faster
+  // for 7:3 NCHW on an H200, on par for channels_last); when upscaling, consecutive output
+  // rows reuse the last source rows, and the streamed loop, with fewer instructions and
+  // registers, was faster (experiments/RESULTS.md).
   if (rows.scale < acc(1)) return forward_with_stage<1, false>(input, output, g, rows, cols, stream);
   return forward_with_stage<16, true>(input, output, g, rows, cols, stream);
 }
@@ -341,8 +337,8 @@ cudaError_t backward(const T* grad_output, T* grad_input, const Geometry& g, con
   if (g.planes * g.channels == 0) return cudaSuccess;
   // An input column is read by the output columns whose src lies in [x - 1, x + 1): about
   // 2 / scale of them, 1 or 2 when downscaling. There a stage of 6 output rows covers 8
-  // input rows, all loaded at once (1.3x faster than row pairs at 2x on an H200). When
-  // upscaling, staging every row took too many registers: row pairs with the column's
+  // input rows, all loaded at once. When upscaling, staging every row took too many
+  // registers (95-158, a quarter of the threads resident): row pairs with the column's
   // weights in registers (8 readers: up to 3x) were faster (experiments/RESULTS.md).
   if (rows.scale >= acc(1) && cols.scale >= acc(1)) {
     return backward_with<4, 6, true>(grad_output, grad_input, g, rows, cols, stream);
