@@ -121,7 +121,7 @@ def resolve_coordinate_mode(coordinate_mode: Optional[str] = None, convention: O
     if convention not in CONVENTIONS:
         raise ValueError(f"resize_bilinear: convention must be one of {tuple(CONVENTIONS)}, "
                          f"got {convention!r}")
-    return CONVENTIONS[convention][bool(align_corners)]
+    return CONVENTIONS[convention][1 if align_corners else 0]
 
 
 def _pair(name: str, value, kind, kind_name: str) -> list:
