@@ -1,0 +1,117 @@
+"""Plain NumPy reference for the resize op, written from the formulas, for clarity.
+
+Per axis, output index d reads input coordinate src (``source_coordinates``), then the
+taps i0 = floor(src) and i1 = min(i0 + 1, in - 1) with weights 1 - l and l, l = src - i0.
+A resize is therefore two small matrices: out = A_h @ x @ A_w^T, and its backward
+grad_in = A_h^T @ grad @ A_w. Tests and notebooks compare the op against it; importing
+this module builds nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+COORDINATE_MODES = ("half_pixel", "align_corners", "asymmetric")
+
+# Agreement expected with the reference, per dtype. Coordinates are computed as the op
+# does (float32 for float32 and 16-bit data, float64 for float64), so the difference is the
+# rounding of four products and sums: 16-bit results are computed in float, rounded once.
+TOLERANCES = {
+    torch.float64: dict(atol=1e-12, rtol=1e-10),
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.float16: dict(atol=1e-3, rtol=1e-3),
+    torch.bfloat16: dict(atol=8e-3, rtol=8e-3),
+}
+
+
+def coordinate_dtype(dtype: torch.dtype):
+    return np.float64 if dtype == torch.float64 else np.float32
+
+
+def axis_scale(in_size: int, out_size: int, mode: str, scale_factor=None, dtype=np.float64):
+    """Input pixels per output pixel, by F.interpolate's rule: align_corners ignores a scale
+    factor; otherwise 1 / scale_factor when one is given, else in / out."""
+    if mode == "align_corners":
+        return dtype(in_size - 1) / dtype(out_size - 1) if out_size > 1 else dtype(0)
+    if scale_factor is not None:
+        return dtype(1.0 / scale_factor)
+    return dtype(in_size) / dtype(out_size)
+
+
+def source_coordinates(in_size: int, out_size: int, mode: str, scale_factor=None, dtype=np.float64):
+    """src for every output index, rounded once to ``dtype`` (the op's accumulation type):
+    with a float32 scale, (d + 0.5) * scale - 0.5 and d * scale are exact in float64."""
+    if mode not in COORDINATE_MODES:
+        raise ValueError(f"unknown coordinate mode {mode!r}")
+    d = np.arange(out_size, dtype=np.float64)
+    scale = np.float64(axis_scale(in_size, out_size, mode, scale_factor, dtype))
+    if mode == "half_pixel":
+        return np.maximum(((d + 0.5) * scale - 0.5).astype(dtype), 0)
+    return (d * scale).astype(dtype)
+
+
+def interpolation_matrix(in_size: int, out_size: int, mode: str, scale_factor=None, dtype=np.float64):
+    """A (out_size, in_size) float64 matrix: row d holds the two tap weights of output d."""
+    a = np.zeros((out_size, in_size))
+    for d, src in enumerate(source_coordinates(in_size, out_size, mode, scale_factor, dtype)):
+        i0 = min(int(np.floor(src)), in_size - 1)
+        i1 = min(i0 + 1, in_size - 1)
+        lam = min(float(src - dtype(i0)), 1.0)
+        a[d, i0] += 1 - lam
+        a[d, i1] += lam
+    return a
+
+
+def _matrices(in_hw, out_hw, mode, scale_factors, dtype):
+    sf = scale_factors if scale_factors is not None else (None, None)
+    cdt = coordinate_dtype(dtype)
+    return (interpolation_matrix(in_hw[0], out_hw[0], mode, sf[0], cdt),
+            interpolation_matrix(in_hw[1], out_hw[1], mode, sf[1], cdt))
+
+
+def resize_reference(x: torch.Tensor, output_size, mode: str = "half_pixel", scale_factors=None) -> torch.Tensor:
+    """Bilinear resize of an (N, C, H, W) tensor, in float64 (on the CPU)."""
+    a_h, a_w = _matrices(x.shape[2:], output_size, mode, scale_factors, x.dtype)
+    out = np.einsum("oh,nchw,pw->ncop", a_h, x.detach().double().cpu().numpy(), a_w)
+    return torch.from_numpy(out)
+
+
+def resize_backward_reference(grad: torch.Tensor, input_size, mode: str = "half_pixel",
+                              scale_factors=None) -> torch.Tensor:
+    """Gradient of the input given the output's: the transposed matrices, in float64."""
+    a_h, a_w = _matrices(input_size[2:], grad.shape[2:], mode, scale_factors, grad.dtype)
+    out = np.einsum("oh,ncop,pw->nchw", a_h, grad.detach().double().cpu().numpy(), a_w)
+    return torch.from_numpy(out)
+
+
+def example_inputs(device="cpu", dtype=torch.float32, shape=(2, 3, 9, 11)) -> torch.Tensor:
+    """Fresh random input (N, C, H, W)."""
+    return torch.randn(shape, device=device).to(dtype).requires_grad_()
+
+
+def _row(check: str, got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> dict:
+    tol = TOLERANCES[dtype]
+    err = (got.detach().double().cpu() - want).abs().max().item() if want.numel() else 0.0
+    limit = tol["atol"] + tol["rtol"] * (want.abs().max().item() if want.numel() else 0.0)
+    return {"op": "resize", "check": check, "max_abs_err": err, "tol": limit, "ok": err <= limit}
+
+
+def selfcheck(op, device="cpu") -> list[dict]:
+    """Forward and backward of ``op`` (the handle from ``jit_loader.load("resize")``, its
+    Python module, or any function with resize_bilinear's signature) against the reference
+    in every coordinate mode, upscaling and downscaling, float32 and float64. One row per check."""
+    fn = getattr(op, "resize_bilinear", op)
+    rows = []
+    for dtype in (torch.float32, torch.float64):
+        for mode in COORDINATE_MODES:
+            for size in ((17, 25), (4, 6)):
+                x = example_inputs(device, dtype)
+                y = fn(x, size=size, coordinate_mode=mode)
+                grad = torch.randn_like(y)
+                y.backward(grad)
+                name = f"{mode} {x.shape[2]}x{x.shape[3]}->{size[0]}x{size[1]} {str(dtype).removeprefix('torch.')}"
+                rows.append(_row(f"forward {name}", y, resize_reference(x, size, mode), dtype))
+                rows.append(_row(f"backward {name}", x.grad,
+                                 resize_backward_reference(grad, x.shape, mode), dtype))
+    return rows
