@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine (plain python3 with torch, no venv): CUDA tests, checks and
 # benchmarks, each stage's output kept under $OUT.
-# Stages: env build tests loadertests demo bench variants loader
+# Stages: env build tests loadertests alltests demo bench suite opbench variants loader
 #   bash experiments/gpu_run.sh env build tests       # default: all stages
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +35,17 @@ for stage in "${stages[@]}"; do
             done ;;
     variants) python3 -m experiments.pointwise_variants --json "$OUT/pointwise_variants.json" 2>&1 \
               | tee "$OUT/pointwise_variants.txt" | grep -v "^W1" | tail -62 || status=1 ;;
+    alltests) python3 -m pytest -q -rs -p no:cacheprovider -n "${PYTEST_WORKERS:-12}" 2>&1 \
+              | tee "$OUT/pytest_all.txt" | tail -30 || status=1 ;;
+    suite)  python3 -m experiments.bench --out "$OUT/suite" 2>&1 | tr '\r' '\n' | grep -v "^bench: " \
+              | tee "$OUT/suite.txt" | tail -40 || status=1
+            python3 -m experiments.bench --render "$OUT/suite/bench.json" --results > "$OUT/suite/results_section.md" ;;
+    opbench) for b in bench_resize bench_scatter; do
+              python3 -m experiments.$b --json "$OUT/$b.json" 2>&1 | tee "$OUT/$b.txt" | grep -v "^W1" | tail -60 || status=1
+            done
+            python3 -m experiments.bench_detection 2>&1 | tee "$OUT/bench_detection.txt" | tail -20 || status=1
+            python3 -m experiments.detection_postprocess 2>&1 | tee "$OUT/detection_postprocess.txt" | tail -8 || status=1
+            python3 -m experiments.gnn_scatter 2>&1 | tr '\r' '\n' | grep -v "it/s" | tee "$OUT/gnn_scatter.txt" | tail -8 || status=1 ;;
     loader) python3 -m experiments.bench_loader --json "$OUT/bench_loader.json" 2>&1 | tee "$OUT/bench_loader.txt" || status=1 ;;
     *) echo "unknown stage $stage"; status=1 ;;
   esac
