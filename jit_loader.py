@@ -1201,6 +1201,9 @@ def load_library(name_or_path: str | os.PathLike, *, verbose: bool | None = None
     library in this process is current.
     """
     op_dir = _resolve_op_dir(name_or_path)
+    from jit_tools import prebuilt  # JIT_LOADER_PREBUILT: an ahead-of-time build instead
+    if prebuilt.selected(op_dir):
+        return prebuilt.load(op_dir)
     options = _options(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths, cuda_arch)
     with _LOCK:
         state = _state_for(op_dir, options)
@@ -1234,6 +1237,9 @@ def load(name_or_path: str | os.PathLike, *, verbose: bool | None = None,
     what changed; the returned :class:`Op` always resolves to the newest build.
     """
     op_dir = _resolve_op_dir(name_or_path)
+    from jit_tools import prebuilt
+    if prebuilt.selected(op_dir):
+        return prebuilt.load(op_dir, surface=True)
     options = _options(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths, cuda_arch)
     with _LOCK:
         state = _state_for(op_dir, options)
