@@ -26,7 +26,7 @@ runner_pid=$!
 start=$(date +%s)
 build_pids=()
 for op in sigmoid gelu lltm; do
-  OPS=$op WITH_CUDA=1 AOT_BUILD_DIR="build/$op" timeout 170 \
+  OPS=$op WITH_CUDA=1 AOT_BUILD_DIR="build/$op" timeout 120 \
     python3 deploy/setup.py build_ext --inplace > "$OUT/aot_$op.log" 2>&1 &
   build_pids+=($!)
 done
@@ -38,10 +38,10 @@ echo "AOT build of the three ops with CUDA: $(( $(date +%s) - start )) s"
 cat ops/*/_C.json
 
 # Op tests against the prebuilt libraries, while the model is exported.
-JIT_LOADER_PREBUILT=1 timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider \
+JIT_LOADER_PREBUILT=1 timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider \
   tests/test_sigmoid.py tests/test_gelu.py tests/test_lltm.py > "$OUT/op_tests_prebuilt.log" 2>&1 &
 tests_pid=$!
-JIT_LOADER_PREBUILT=1 timeout 150 python3 -m deploy.export_model --out "$OUT/model" --device cuda \
+JIT_LOADER_PREBUILT=1 timeout 120 python3 -m deploy.export_model --out "$OUT/model" --device cuda \
   2>&1 | tail -8
 wait $runner_pid; echo "runner build rc=$?"; tail -2 "$OUT/runner_build.log"
 libs=()
