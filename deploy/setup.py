@@ -81,10 +81,18 @@ class BuildOps(cpp_extension.BuildExtension):
 
     def build_extension(self, ext):
         super().build_extension(ext)
-        library = Path(self.get_ext_fullpath(ext.name))
-        op_dir = OPS_DIR / ext.name.split(".")[1]
-        (library.parent / prebuilt.MANIFEST).write_text(
-            json.dumps(prebuilt.manifest(op_dir, WITH_CUDA), indent=1) + "\n")
+        _write_manifest(ext, Path(self.get_ext_fullpath(ext.name)).parent)
+
+    def copy_extensions_to_source(self):
+        super().copy_extensions_to_source()  # --inplace: the libraries go beside the sources
+        for ext in self.extensions:
+            _write_manifest(ext, OPS_DIR / ext.name.split(".")[1])
+
+
+def _write_manifest(ext, folder: Path) -> None:
+    op_dir = OPS_DIR / ext.name.split(".")[1]
+    (folder / prebuilt.MANIFEST).write_text(
+        json.dumps(prebuilt.manifest(op_dir, WITH_CUDA), indent=1) + "\n")
 
 
 WITH_CUDA = _with_cuda()
