@@ -109,6 +109,9 @@ int main(int argc, char** argv) {
       saved.push_back(cpu);
     }
     if (positional.size() == 3) write_file(positional[2], torch::pickle_save(saved));
+  } catch (const c10::Error& e) {
+    std::cerr << "ops_runner: " << e.what_without_backtrace() << "\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "ops_runner: " << e.what() << "\n";
     return 1;
