@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -60,18 +61,20 @@ def export(out: Path, device: str = "cpu", steps: int = 3, torchscript: bool = T
     out.mkdir(parents=True, exist_ok=True)
     model = OpsModel().to(device).eval()
     inputs = example_inputs(steps, device=device)
+    written = {"inputs": str(out / "inputs.pt"), "expected": str(out / "expected.pt")}
     with torch.no_grad():
         expected = model(*inputs)
-        program = torch.export.export(model, inputs)
-        written = {"pt2": torch._inductor.aoti_compile_and_package(
-            program, package_path=str(out / "model.pt2"))}
+        torch.save([t.cpu() for t in inputs], written["inputs"])
+        torch.save([t.cpu() for t in expected], written["expected"])
         if torchscript:
             ts = _torchscript(model, inputs, out / "model.ts")
             if ts is not None:
                 written["ts"] = ts
-    torch.save([t.cpu() for t in inputs], out / "inputs.pt")
-    torch.save([t.cpu() for t in expected], out / "expected.pt")
-    written.update(inputs=str(out / "inputs.pt"), expected=str(out / "expected.pt"))
+        started = time.perf_counter()
+        program = torch.export.export(model, inputs)
+        written["pt2"] = torch._inductor.aoti_compile_and_package(
+            program, package_path=str(out / "model.pt2"))
+        print(f"export + AOTInductor compile: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return written
 
 

@@ -38,11 +38,13 @@ echo "AOT build of the three ops with CUDA: $(( $(date +%s) - start )) s"
 cat ops/*/_C.json
 
 # Op tests against the prebuilt libraries, while the model is exported.
-JIT_LOADER_PREBUILT=1 timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider \
+JIT_LOADER_PREBUILT=1 timeout 170 python3 -m pytest -q -n 6 -p no:cacheprovider \
   tests/test_sigmoid.py tests/test_gelu.py tests/test_lltm.py > "$OUT/op_tests_prebuilt.log" 2>&1 &
 tests_pid=$!
-JIT_LOADER_PREBUILT=1 timeout 120 python3 -m deploy.export_model --out "$OUT/model" --device cuda \
-  2>&1 | tail -8
+start=$(date +%s)
+JIT_LOADER_PREBUILT=1 timeout 170 python3 -W ignore -m deploy.export_model --out "$OUT/model" \
+  --device cuda > "$OUT/export.log" 2>&1
+echo "export rc=$? in $(( $(date +%s) - start )) s"; tail -6 "$OUT/export.log"
 wait $runner_pid; echo "runner build rc=$?"; tail -2 "$OUT/runner_build.log"
 libs=()
 for op in gelu lltm sigmoid; do libs+=(--ops "$(ls ops/$op/_C*.so)"); done
@@ -55,5 +57,5 @@ for model in model.pt2 model.ts; do
 done
 wait $tests_pid; echo "op tests (JIT_LOADER_PREBUILT=1) rc=$?"
 tail -6 "$OUT/op_tests_prebuilt.log"
-rm -f "$OUT"/model/*.pt2 "$OUT"/model/*.ts
+ls -la "$OUT/model"; rm -f "$OUT"/model/*.pt2 "$OUT"/model/*.ts
 date -u

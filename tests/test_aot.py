@@ -25,6 +25,8 @@ from jit_tools import prebuilt
 ROOT = Path(jit_loader.REPO_ROOT)
 OP = "sigmoid"
 
+pytestmark = pytest.mark.slow
+
 
 def _env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", prebuilt.ENV)}

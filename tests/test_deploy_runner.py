@@ -23,7 +23,8 @@ from jit_tools import prebuilt
 ROOT = Path(jit_loader.REPO_ROOT)
 OPS = ("gelu", "lltm", "sigmoid")
 
-pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")]
 
 
 def _env(**extra) -> dict:
