@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
 
     std::vector<at::Tensor> outputs = run_model(positional[0], inputs, device);
 
-    c10::List<at::Tensor> saved;
+    std::vector<c10::IValue> saved;  // a tuple: torch.load(weights_only=True) reads it
     for (size_t i = 0; i < outputs.size(); ++i) {
       at::Tensor cpu = outputs[i].to(at::kCPU);
       std::cout << "output " << i << ": " << outputs[i].device() << " " << cpu.scalar_type()
@@ -108,7 +108,9 @@ int main(int argc, char** argv) {
                 << cpu.flatten().slice(0, 0, 6) << "\n";
       saved.push_back(cpu);
     }
-    if (positional.size() == 3) write_file(positional[2], torch::pickle_save(saved));
+    if (positional.size() == 3) {
+      write_file(positional[2], torch::pickle_save(c10::ivalue::Tuple::create(std::move(saved))));
+    }
   } catch (const c10::Error& e) {
     std::cerr << "ops_runner: " << e.what_without_backtrace() << "\n";
     return 1;
