@@ -63,9 +63,23 @@ def _op_dirs() -> list[Path]:
     return [p for p in found if not wanted or p.name in wanted]
 
 
+def _pip_cuda_includes() -> list[str]:
+    """Headers of the CUDA libraries pip installed with torch, for a toolkit that has
+    nvcc but not the library headers ATen's CUDA headers include (as the JIT loader)."""
+    home = cpp_extension.CUDA_HOME
+    if home and (Path(home) / "include" / "cusparse.h").is_file():
+        return []
+    for base in map(Path, sys.path):
+        found = sorted(str(p) for p in (base / "nvidia").glob("*/include") if p.is_dir())
+        if found:
+            return [flag for inc in found for flag in ("-isystem", inc)]
+    return []
+
+
 def _extension(op_dir: Path, with_cuda: bool):
     kind = cpp_extension.CUDAExtension if with_cuda else cpp_extension.CppExtension
-    args = {"cxx": CXX_FLAGS, "nvcc": NVCC_FLAGS} if with_cuda else {"cxx": CXX_FLAGS}
+    extra = _pip_cuda_includes() if with_cuda else []
+    args = {"cxx": CXX_FLAGS + extra, "nvcc": NVCC_FLAGS + extra} if with_cuda else {"cxx": CXX_FLAGS}
     return kind(
         name=f"ops.{op_dir.name}.{prebuilt.LIBRARY_STEM}",
         sources=[str(p) for p in prebuilt.sources(op_dir, with_cuda)],
