@@ -49,7 +49,9 @@ from typing import Sequence
 
 from jit_tools import dropin as _dropin
 from jit_tools import pipeline as _pipeline
+from jit_tools import prebuilt as _prebuilt
 from jit_tools import registry as _registry
+from jit_tools import sources as _sources
 from jit_tools.errors import BuildError, CacheError, JitLoaderError, OpNotFoundError
 from jit_tools.handle import ExtensionModule, Op
 from jit_tools.key import DEFAULT_CFLAGS, DEFAULT_CUDA_CFLAGS, DEFAULT_LDFLAGS
@@ -124,7 +126,10 @@ def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] |
                             "(the torch.utils.cpp_extension form)")
         if name_or_path is None:
             raise TypeError("load: give an op folder name or path, or name= and sources=")
-        return Op(_pipeline.load(name_or_path, verbose, **flags))
+        op_dir = _sources.resolve_op_dir(name_or_path)
+        if _prebuilt.selected(op_dir):  # JIT_LOADER_PREBUILT: an ahead-of-time build instead
+            return _prebuilt.load(op_dir, surface=True)
+        return Op(_pipeline.load(op_dir, verbose, **flags))
     if name is not None and name_or_path is not None:
         raise TypeError("load: give the name once (first argument or name=)")
     name = name if name is not None else os.fspath(name_or_path)
@@ -160,8 +165,11 @@ def load_library(name_or_path: str | os.PathLike, *, verbose: bool | None = None
     An op's Python surface calls this at import time; it returns at once when the
     library in this process is current.
     """
+    op_dir = _sources.resolve_op_dir(name_or_path)
+    if _prebuilt.selected(op_dir):  # JIT_LOADER_PREBUILT: an ahead-of-time build instead
+        return _prebuilt.load(op_dir)
     return Op(_pipeline.load_library(
-        name_or_path, verbose, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+        op_dir, verbose, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
         extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, cuda_arch=cuda_arch))
 
 

@@ -1,0 +1,119 @@
+"""Deployment without Python: a model on our ops (LLTM, GELU, sigmoid) exported with
+torch.export + AOTInductor (and traced to TorchScript, the legacy path), run by the C++
+runner (deploy/runner) with the ahead-of-time op libraries; its outputs must match the
+eager Python model's.
+
+CPU only here (ops built without CUDA); deploy/gpu_check.sh runs the same on CUDA inputs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import jit_loader
+from jit_tools import prebuilt
+
+ROOT = Path(jit_loader.REPO_ROOT)
+OPS = ("gelu", "lltm", "sigmoid")
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")]
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != prebuilt.ENV}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def op_libraries(tmp_path_factory) -> list[Path]:
+    """The three ops built ahead of time for CPU into a folder of their own."""
+    out = tmp_path_factory.mktemp("aot")
+    subprocess.run([sys.executable, str(ROOT / "deploy" / "setup.py"), "-q", "build_ext",
+                    "--build-lib", str(out / "lib")], check=True,
+                   env=_env(OPS=" ".join(OPS), WITH_CUDA="0", AOT_BUILD_DIR=str(out / "build"),
+                            MAX_JOBS=os.environ.get("MAX_JOBS", "1")))
+    libraries = [prebuilt.library_path(out / "lib" / "ops" / op) for op in OPS]
+    assert all(libraries), libraries
+    return libraries
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory) -> Path:
+    build = tmp_path_factory.mktemp("runner")
+    configure = ["cmake", "-S", str(ROOT / "deploy" / "runner"), "-B", str(build),
+                 f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", "-DCMAKE_BUILD_TYPE=Release"]
+    if torch.version.cuda and Path("/usr/local/cuda").is_dir():
+        configure.append("-DCUDA_TOOLKIT_ROOT_DIR=/usr/local/cuda")  # torch's CMake config asks
+    for command in (configure, ["cmake", "--build", str(build), "-j", os.environ.get("MAX_JOBS", "1")]):
+        result = subprocess.run(command, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return build / "ops_runner"
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> dict:
+    from deploy import export_model
+    return export_model.export(tmp_path_factory.mktemp("model"), device="cpu")
+
+
+def _run(runner: Path, libraries: list[Path], model: str, inputs: str, outputs: Path):
+    command = [str(runner)]
+    for library in libraries:
+        command += ["--ops", str(library)]
+    return subprocess.run([*command, model, inputs, str(outputs)], capture_output=True, text=True,
+                          timeout=120)
+
+
+def _assert_matches(expected_path: str, actual_path: Path):
+    expected, actual = torch.load(expected_path), torch.load(actual_path)
+    assert len(actual) == len(expected) == 2
+    for a, e in zip(actual, expected):
+        assert a.shape == e.shape and a.dtype == e.dtype
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+
+
+def test_aoti_package_runs_in_cpp_and_matches_python(runner, op_libraries, exported, tmp_path):
+    result = _run(runner, op_libraries, exported["pt2"], exported["inputs"], tmp_path / "out.pt")
+    assert result.returncode == 0, result.stderr
+    assert "output 0: cpu Float shape [4, 64]" in result.stdout, result.stdout
+    assert "output 1: cpu Float shape [4, 64]" in result.stdout, result.stdout
+    _assert_matches(exported["expected"], tmp_path / "out.pt")
+
+
+def test_aoti_package_matches_python_in_python(exported):
+    """The same package loaded back in Python: the reference the C++ run is held to."""
+    inputs = torch.load(exported["inputs"])
+    outputs = torch._inductor.aoti_load_package(exported["pt2"])(*inputs)
+    for a, e in zip(outputs, torch.load(exported["expected"])):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+
+
+def test_torchscript_runs_in_cpp_and_matches_python(runner, op_libraries, exported, tmp_path):
+    if "ts" not in exported:
+        pytest.skip("this torch has no TorchScript tracing")
+    result = _run(runner, op_libraries, exported["ts"], exported["inputs"], tmp_path / "out.pt")
+    assert result.returncode == 0, result.stderr
+    _assert_matches(exported["expected"], tmp_path / "out.pt")
+
+
+def test_runner_without_op_libraries_names_the_missing_op(runner, exported, tmp_path):
+    result = _run(runner, [], exported["pt2"], exported["inputs"], tmp_path / "out.pt")
+    assert result.returncode != 0
+    assert any(f"{ns}::" in result.stderr for ns in OPS), result.stderr
+
+
+def test_runner_reports_an_unloadable_library(runner, exported, tmp_path):
+    bogus = tmp_path / "not_a_library.so"
+    bogus.write_text("not ELF")
+    result = _run(runner, [bogus], exported["pt2"], exported["inputs"], tmp_path / "out.pt")
+    assert result.returncode == 1
+    assert f"cannot load op library {bogus}" in result.stderr
