@@ -303,7 +303,7 @@ DISPATCHER_REFUSALS = """
     jit_loader.load(op_dir)
     source.write_text(original
         .replace('m.def("scale(Tensor x) -> Tensor");', 'm.def("scale(Tensor x, float f=1.0) -> Tensor");')
-        .replace("at::Tensor scale_cpu(const at::Tensor& x) {", "at::Tensor scale_cpu(const at::Tensor& x, double f) {"))
+        .replace("at::Tensor scale_cpu(const at::Tensor& x) {{", "at::Tensor scale_cpu(const at::Tensor& x, double f) {{"))
     out["schema"] = first_line_of_reload()
     out["old_build_runs"] = torch.ops.toy_op.scale(torch.ones(2)).tolist()
 
