@@ -127,7 +127,8 @@ setup(
     packages=find_packages(str(ROOT), include=["ops", "ops.*", "jit_tools", "jit_tools.*"]),
     # The sources ship too: they document the ops, JIT_LOADER_PREBUILT=0 rebuilds them,
     # and the prebuilt manifest's digest is checked against them.
-    package_data={"": ["*.cpp", "*.cc", "*.cu", "*.h", "*.cuh"], "ops": ["common/*"]},
+    package_data={"": ["*.cpp", "*.cc", "*.cu", "*.h", "*.cuh"], "ops": ["common/*"],
+                  "jit_tools": ["csrc/*"]},
     ext_modules=[_extension(p, WITH_CUDA) for p in _op_dirs()],
     cmdclass={"build_ext": BuildOps.with_options(use_ninja=True)},
     options={"egg_info": {"egg_base": BUILD_DIR}, "build": {"build_base": BUILD_DIR}},

@@ -70,7 +70,7 @@ def register(lib, op_name: str = "", previous_schemas: dict[str, list[str]] | No
                 if any(f"{ns}::" in d for ns in namespaces)]
     if dangling:
         lib.jit_loader_unregister()
-        names = sorted(set(re.findall(r"operator: ([\w:.]+)", "\n".join(dangling)))) or dangling
+        names = sorted(set(re.findall(r"(?:operator|name): ([\w:.]+)", "\n".join(dangling)))) or dangling
         raise JitLoaderError(
             f"op {op_name!r} registers a kernel (m.impl) for {', '.join(names)}, which no m.def "
             f"declares: declare it in TORCH_LIBRARY or fix the name. Dispatcher report:\n"
