@@ -21,8 +21,11 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(PY) -m experiments.run_all
 
+# Test processes: one per core by default (the tests build real ops; builds are CPU-bound).
+PYTEST_WORKERS ?= auto
+
 test: $(VENV)/.installed
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(PYTEST_WORKERS)
 
 bench: $(VENV)/.installed
 	$(PY) -m experiments.bench
