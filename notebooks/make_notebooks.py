@@ -190,9 +190,11 @@ EDIT_AND_REBUILD = [
 
         scratch = Path(tempfile.mkdtemp(prefix="jit_edit_")) / "sigmoid"
         shutil.copytree(ROOT / "ops" / "sigmoid", scratch,
-                        ignore=shutil.ignore_patterns("*.cu", "__pycache__"))
+                        ignore=shutil.ignore_patterns("*.cu", "*_cuda.cpp", "__pycache__"))
         kernel_source = scratch / "sigmoid.cpp"
         original_source = kernel_source.read_text()
+        math_source = scratch / "sigmoid.h"  # the math the CPU and CUDA kernels share
+        original_math = math_source.read_text()
         print(sorted(p.name for p in scratch.iterdir()))
         """),
     md("""
@@ -208,7 +210,7 @@ EDIT_AND_REBUILD = [
     md("""
         ## Edit the kernel source
 
-        Make the forward kernel compute `sigmoid(2 x)`: one line of `sigmoid.cpp`.
+        Make the forward kernel compute `sigmoid(2 x)`: one line of its math, `sigmoid.h`.
         """),
     code("""
         def edit(path, old, new):
@@ -216,8 +218,8 @@ EDIT_AND_REBUILD = [
             assert old in text, f"{old!r} not found in {path}"
             path.write_text(text.replace(old, new))
 
-        edit(kernel_source, "const at::Tensor xc = x.contiguous();",
-             "const at::Tensor xc = (2 * x).contiguous();")
+        edit(math_source, "return ops_common::sigmoid<kFast>(x);",
+             "return ops_common::sigmoid<kFast>(T(2) * x);")
         """),
     md("""
         Re-run the same call. The extension sees the edit before the cell runs, rebuilds
@@ -255,7 +257,7 @@ EDIT_AND_REBUILD = [
         one-line reminder instead of a recompilation.
         """),
     code("""
-        edit(kernel_source, "ops_common::SigmoidForward{}", "ops_common::SigmoidFoward{}")
+        edit(kernel_source, "sigmoid_op::Forward>", "sigmoid_op::SigmoidFoward>")
         """),
     code("""
         print(op.sigmoid(x))
@@ -280,7 +282,7 @@ EDIT_AND_REBUILD = [
         compiled.
         """),
     code("""
-        edit(kernel_source, "ops_common::SigmoidFoward{}", "ops_common::SigmoidForward{}")
+        edit(kernel_source, "sigmoid_op::SigmoidFoward>", "sigmoid_op::Forward>")
         """),
     code("""
         print("max |op - sigmoid(2x)|:", (op.sigmoid(x) - torch.sigmoid(2 * x)).abs().max().item())
@@ -291,7 +293,8 @@ EDIT_AND_REBUILD = [
         """),
     code("""
         kernel_source.write_text(original_source)
-        print("restored", kernel_source)
+        math_source.write_text(original_math)
+        print("restored", kernel_source, math_source)
         """),
     code("""
         print("max |op - torch.sigmoid|:", (op.sigmoid(x) - torch.sigmoid(x)).abs().max().item())
