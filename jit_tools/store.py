@@ -132,7 +132,7 @@ def _wait_for_lock(fd: int, name: str, quiet: bool) -> None:
         waited = time.monotonic() - started
         pid, since = _holder(fd)
         building = (f"since {time.strftime('%H:%M:%S', time.localtime(since))}, "
-                    f"{time.time() - since:.0f} s ago" if since else "for an unknown time")
+                    f"{max(0.0, time.time() - since):.0f} s ago" if since else "for an unknown time")
         if timeout is not None and waited >= timeout:
             raise CacheError(
                 f"gave up after {waited:.0f} s waiting for process {pid}, which has been building "
