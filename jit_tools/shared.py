@@ -164,19 +164,20 @@ def _build_piece(folder: Path, make) -> Path | None:
     return folder if ok else None
 
 
-def _run(cmd: list[str], cwd: Path) -> tuple[bool, str]:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, errors="replace")
+def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[bool, str]:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, errors="replace",
+                          env=dict(os.environ, **(env or {})))
     return proc.returncode == 0, shlex.join(cmd) + "\n" + proc.stdout + proc.stderr
 
 
 def glue_object(root: Path, cxx: str, flags: list[str], post: str,
-                launcher: list[str]) -> Path | None:
+                launcher: list[str], env: dict | None = None) -> Path | None:
     """The glue compiled once for these flags: the path of its object file."""
     folder = root / "_shared" / f"glue-{_piece_key('glue', cxx, flags, post)}"
 
     def make(tmp: Path):
         return _run([*launcher, cxx, *flags, "-c", str(keys.GLUE_SOURCE), "-o",
-                     str(tmp / "jit_loader_glue.o"), *shlex.split(post)], tmp)
+                     str(tmp / "jit_loader_glue.o"), *shlex.split(post)], tmp, env)
 
     built = _build_piece(folder, make)
     return built / "jit_loader_glue.o" if built else None
@@ -216,7 +217,7 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
     if launch:
         env = ccache_env(root)
         (root / "_ccache").mkdir(parents=True, exist_ok=True)
-    glue = glue_object(root, cxx, flags, post, [launch] if launch else [])
+    glue = glue_object(root, cxx, flags, post, [launch] if launch else [], env)
     if glue is not None:
         glue_line = f"build jit_loader_glue.o: compile {keys.GLUE_SOURCE}\n"
         if glue_line in text:
