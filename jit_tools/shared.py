@@ -188,7 +188,7 @@ def precompiled_header(root: Path, cxx: str, flags: list[str], post: str) -> Pat
     header (its .gch beside it), or None where disabled or refused."""
     if _off("JIT_LOADER_PCH") or not is_gcc(cxx):
         return None
-    folder = root / "_shared" / f"pch-{_piece_key("pch" + PCH_TEXT, cxx, flags, post)}"
+    folder = root / "_shared" / f"pch-{_piece_key('pch' + PCH_TEXT, cxx, flags, post)}"
 
     def make(tmp: Path):
         (tmp / PCH_HEADER).write_text(PCH_TEXT)
