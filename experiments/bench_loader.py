@@ -147,6 +147,7 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
 
     def add(op, what, value):
         samples.setdefault((op, what), []).append(value)
+        print(f"  {op}: {what}: {value:.3f} s", file=sys.stderr, flush=True)  # progress
 
     env_off = {**base_env, "JIT_LOADER_PCH": "0", "JIT_LOADER_CCACHE": "0"}
     for r in range(repeats):
