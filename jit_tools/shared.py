@@ -148,6 +148,7 @@ def _build_piece(folder: Path, make) -> Path | None:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         started = time.perf_counter()
+        logger.info("building the shared piece %s (once for every op of this toolchain)", folder.name)
         try:
             ok, log = make(tmp)
         except OSError as e:
