@@ -39,6 +39,13 @@ SHARED_KEEP_DAYS = 30
 FAILED = "FAILED"  # marker file: the compiler refused to build this piece
 
 
+def shared_dir(root: Path) -> Path:
+    """Where the pieces live: ``JIT_LOADER_SHARED_DIR`` (e.g. one folder for many
+    private caches, as a test session has), else ``<cache>/_shared``."""
+    env = os.environ.get("JIT_LOADER_SHARED_DIR", "").strip()
+    return Path(env) if env else root / "_shared"
+
+
 def _off(var: str) -> bool:
     return os.environ.get(var, "1").strip().lower() in ("0", "false", "no", "off")
 
@@ -174,7 +181,7 @@ def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[bool, str]
 def glue_object(root: Path, cxx: str, flags: list[str], post: str,
                 launcher: list[str], env: dict | None = None) -> Path | None:
     """The glue compiled once for these flags: the path of its object file."""
-    folder = root / "_shared" / f"glue-{_piece_key('glue', cxx, flags, post)}"
+    folder = shared_dir(root) / f"glue-{_piece_key('glue', cxx, flags, post)}"
 
     def make(tmp: Path):
         return _run([*launcher, cxx, *flags, "-c", str(keys.GLUE_SOURCE), "-o",
@@ -189,7 +196,7 @@ def precompiled_header(root: Path, cxx: str, flags: list[str], post: str) -> Pat
     header (its .gch beside it), or None where disabled or refused."""
     if _off("JIT_LOADER_PCH") or not is_gcc(cxx):
         return None
-    folder = root / "_shared" / f"pch-{_piece_key('pch' + PCH_TEXT, cxx, flags, post)}"
+    folder = shared_dir(root) / f"pch-{_piece_key('pch' + PCH_TEXT, cxx, flags, post)}"
 
     def make(tmp: Path):
         (tmp / PCH_HEADER).write_text(PCH_TEXT)
@@ -218,7 +225,13 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
     if launch:
         env = ccache_env(root)
         (root / "_ccache").mkdir(parents=True, exist_ok=True)
-    glue = glue_object(root, cxx, flags, post, [launch] if launch else [], env)
+    # The two pieces build side by side (each under its own lock) unless MAX_JOBS=1.
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as pool:
+        make_glue = lambda: glue_object(root, cxx, flags, post, [launch] if launch else [], env)
+        glue_job = pool.submit(make_glue) if toolchain.max_jobs() != "1" else None
+        pch = precompiled_header(root, cxx, flags, post)
+        glue = glue_job.result() if glue_job is not None else make_glue()
     if glue is not None:
         glue_line = f"build jit_loader_glue.o: compile {keys.GLUE_SOURCE}\n"
         if glue_line in text:
@@ -227,7 +240,6 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
                           lambda m: m.group(1) + " " + _ninja_escape(str(glue)), text,
                           flags=re.M)
             used["glue"] = True
-    pch = precompiled_header(root, cxx, flags, post)
     if pch is not None:
         # First on the line: a precompiled header must come before any other token.
         text = re.sub(r"^cflags = ", lambda m: "cflags = -include " + shlex.quote(str(pch))
@@ -244,7 +256,7 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
 def prune(root: Path, days: float = SHARED_KEEP_DAYS) -> list[Path]:
     """Remove shared pieces not used for ``days`` (their lock free); returns them."""
     removed = []
-    folder = root / "_shared"
+    folder = shared_dir(root)
     if not folder.is_dir():
         return removed
     cutoff = time.time() - days * 86400
