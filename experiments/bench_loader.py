@@ -186,7 +186,7 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
                 shutil.copytree(src, plain)
                 cold_off = run(WARM_ANY, {**env_off, "JIT_LOADER_CACHE": str(tmp / f"r{r}-plain-cache")},
                                str(plain))
-                add(op, "cold build, pieces off (PCH=0 CCACHE=0), glue cached", cold_off["seconds"])
+                add(op, "cold build, empty cache, PCH=0 CCACHE=0 (glue once)", cold_off["seconds"])
                 ext = tmp / f"r{r}-ext"
                 shutil.copytree(src, ext)
                 ext_build = tmp / f"r{r}-ext-build"
