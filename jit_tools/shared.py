@@ -61,12 +61,12 @@ def ccache() -> str | None:
 
 
 def ccache_env(cache_root: Path) -> dict:
-    """ccache's settings for a build: its store inside the loader's cache; hits across op
-    folders and work folders (paths under the cache and the source tree are not hashed
-    as such); the precompiled header accepted."""
+    """ccache's settings for a build: its store inside the loader's cache; the work
+    folder not hashed; the precompiled header accepted. No base_dir: ccache would hand
+    the compiler relative paths, and compiler errors must name the user's files by
+    their absolute paths (the first-error line and editors' jump-to-error use them)."""
     return {
         "CCACHE_DIR": str(cache_root / "_ccache"),
-        "CCACHE_BASEDIR": "/",
         "CCACHE_NOHASHDIR": "1",
         "CCACHE_SLOPPINESS": "pch_defines,time_macros,include_file_mtime,include_file_ctime",
         "CCACHE_MAXSIZE": os.environ.get("CCACHE_MAXSIZE", "5G"),
