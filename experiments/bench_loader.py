@@ -5,9 +5,16 @@ Prints, for tiny fixture ops built in a private cache:
     torch/library.h) vs torch/extension.h;
   * warm load of the cached op in a new process (after `import torch`);
   * the no-change check inside a live process (what every `load`/`reload` costs);
-  * rebuild after editing one .cu vs one .cpp of a two-unit op (CUDA part needs nvcc).
+  * rebuild after editing one .cu vs one .cpp of a two-unit op (CUDA part needs nvcc);
+  * with --ops: for the tiny op and each bundled op, cold build without the shared
+    build pieces (glue object, precompiled header, compiler cache all empty) and with
+    them present, rebuild after editing the .cu, after editing the .cpp (the .cu edit
+    reverted first), the revert, warm load in a new process; and the tiny op through
+    torch.utils.cpp_extension.load (cold and after an edit) as the baseline. Scenarios
+    are interleaved and repeated (--repeats); the table shows medians.
 
-Usage: python -m experiments.bench_loader [--json PATH] [--no-cuda]
+Usage: python -m experiments.bench_loader [--json PATH] [--no-cuda] [--ops toy,sigmoid,...]
+       [--repeats N] [--shared-only]
 """
 
 from __future__ import annotations
@@ -70,7 +77,139 @@ EDIT_ONE_UNIT = """
 """
 
 
-def run(code: str, env: dict) -> dict:
+EDIT_CYCLE = """
+    import json, sys, time, torch, jit_loader
+    from pathlib import Path
+    op_dir, edits = Path(sys.argv[1]), json.loads(sys.argv[2])
+    out = {}
+    t = time.perf_counter()
+    op = jit_loader.load_library(op_dir)
+    out["cold"] = time.perf_counter() - t
+    out["cold compiled"] = op.build.compiled
+    out["shared"] = json.loads((Path(op.library).parent / "manifest.json").read_text()).get("shared")
+    for i, name in enumerate(edits):
+        f = op_dir / name
+        original = f.read_text()
+        # A change of code (a comment would be a preprocessed-mode compiler-cache hit).
+        f.write_text(original + f"\\nint jit_bench_edit_{i}() {{ return {i}; }}\\n")
+        t = time.perf_counter()
+        op.reload()
+        out["edit " + name] = time.perf_counter() - t
+        f.write_text(original)
+        t = time.perf_counter()
+        op.reload()
+        out["revert " + name] = time.perf_counter() - t
+        out["revert compiled " + name] = op.build.compiled
+    print(json.dumps(out))
+"""
+
+WARM_ANY = """
+    import json, sys, time, torch, jit_loader
+    t = time.perf_counter()
+    op = jit_loader.load_library(sys.argv[1])
+    print(json.dumps({"seconds": time.perf_counter() - t, "compiled": op.build.compiled}))
+"""
+
+CPP_EXTENSION = """
+    import json, sys, time, torch
+    from torch.utils.cpp_extension import load
+    src, build_dir = sys.argv[1], sys.argv[2]
+    t = time.perf_counter()
+    load("toy_op_ext", [src], extra_include_paths=[str(__import__("os").path.dirname(src))],
+         extra_cflags=["-O3"], is_python_module=False, build_directory=build_dir, verbose=False)
+    print(json.dumps({"seconds": time.perf_counter() - t}))
+"""
+
+
+def run(code: str, env: dict, *args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"measurement failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _median(values):
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+
+def _op_folder(op: str) -> Path:
+    return FIXTURES / "toy_op" if op == "toy" else ROOT / "ops" / op
+
+
+def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, with_cuda: bool) -> list[dict]:
+    """Cold build without and with the shared pieces, edit/revert rebuilds and warm load,
+    per op; the tiny op through cpp_extension.load. Interleaved: each repeat runs every
+    scenario once, so a load change on the machine spreads over all of them."""
+    samples: dict[tuple[str, str], list[float]] = {}
+
+    def add(op, what, value):
+        samples.setdefault((op, what), []).append(value)
+        print(f"  {op}: {what}: {value:.3f} s", file=sys.stderr, flush=True)  # progress
+
+    env_off = {**base_env, "JIT_LOADER_PCH": "0", "JIT_LOADER_CCACHE": "0"}
+    for r in range(repeats):
+        for op in ops:
+            src = _op_folder(op)
+            name = src.name
+            # without: an empty cache (its first build makes the pieces).
+            bare_dir = tmp / f"r{r}-{op}-bare" / name
+            shutil.copytree(src, bare_dir)
+            bare_cache = tmp / f"r{r}-{op}-bare-cache"
+            cold = run(WARM_ANY, {**base_env, "JIT_LOADER_CACHE": str(bare_cache)}, str(bare_dir))
+            assert cold["compiled"]
+            add(op, "cold build, shared pieces absent", cold["seconds"])
+            # with: a new cache holding only the pieces (glue, header); compiler cache empty.
+            cache = tmp / f"r{r}-{op}-cache"
+            cache.mkdir()
+            shutil.copytree(bare_cache / "_shared", cache / "_shared")
+            op_dir = tmp / f"r{r}-{op}" / name
+            shutil.copytree(src, op_dir)
+            edits = []
+            if with_cuda:
+                edits += sorted(p.name for p in op_dir.glob("*.cu"))
+            edits += sorted(p.name for p in op_dir.glob("*.cpp"))[:1]
+            out = run(EDIT_CYCLE, {**base_env, "JIT_LOADER_CACHE": str(cache)}, str(op_dir), json.dumps(edits))
+            assert out["cold compiled"]
+            add(op, "cold build, shared pieces present", out["cold"])
+            for e in edits:
+                kind = ".cu" if e.endswith(".cu") else ".cpp"
+                add(op, f"rebuild after editing the {kind}", out["edit " + e])
+                add(op, f"revert of the {kind} edit", out["revert " + e])
+            warm = run(WARM_ANY, {**base_env, "JIT_LOADER_CACHE": str(cache)}, str(op_dir))
+            assert not warm["compiled"]
+            add(op, "warm load in a new process", warm["seconds"])
+            if op == "toy":
+                plain = tmp / f"r{r}-plain" / name
+                shutil.copytree(src, plain)
+                cold_off = run(WARM_ANY, {**env_off, "JIT_LOADER_CACHE": str(tmp / f"r{r}-plain-cache")},
+                               str(plain))
+                add(op, "cold build, empty cache, PCH=0 CCACHE=0 (glue once)", cold_off["seconds"])
+                ext = tmp / f"r{r}-ext"
+                shutil.copytree(src, ext)
+                ext_build = tmp / f"r{r}-ext-build"
+                ext_build.mkdir()
+                add(op, "cpp_extension.load: cold build", run(CPP_EXTENSION, base_env, str(ext / "toy_op.cpp"),
+                                                              str(ext_build))["seconds"])
+                f = ext / "toy_op.cpp"
+                f.write_text(f.read_text() + "\nint jit_bench_edit_0() { return 0; }\n")
+                add(op, "cpp_extension.load: rebuild after editing the .cpp",
+                    run(CPP_EXTENSION, base_env, str(f), str(ext_build))["seconds"])
+    rows = []
+    for (op, what), values in samples.items():
+        rows.append({"op": op, "measurement": what, "median": _median(values), "min": min(values),
+                     "n": len(values), "unit": "s"})
+    by = {(row["op"], row["measurement"]): row["median"] for row in rows}
+    if ("toy", "cpp_extension.load: cold build") in by:
+        rows.append({"op": "toy", "measurement": "cpp_extension cold / loader cold (pieces present)",
+                     "median": by[("toy", "cpp_extension.load: cold build")]
+                     / by[("toy", "cold build, shared pieces present")], "min": None, "n": None, "unit": "x"})
+        rows.append({"op": "toy", "measurement": "cpp_extension edit / loader .cpp edit",
+                     "median": by[("toy", "cpp_extension.load: rebuild after editing the .cpp")]
+                     / by[("toy", "rebuild after editing the .cpp")], "min": None, "n": None, "unit": "x"})
+    return rows
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     if proc.returncode != 0:
@@ -92,6 +231,10 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--no-cuda", action="store_true", help="skip the .cu/.cpp rebuild row")
     parser.add_argument("--repeats", type=int, default=5, help="new-process warm loads to time")
+    parser.add_argument("--ops", default="", help="comma list of ops for the shared-pieces table "
+                        "(toy = the tiny fixture op, or bundled op names; 'all' = toy and every bundled op)")
+    parser.add_argument("--shared-repeats", type=int, default=2, help="repeats of the shared-pieces table")
+    parser.add_argument("--shared-only", action="store_true", help="only the shared-pieces table")
     args = parser.parse_args(argv)
 
     import jit_loader
@@ -105,6 +248,15 @@ def main(argv=None) -> int:
         extension_h_variant(heavy)
         base_env = dict(os.environ, PYTHONPATH=str(ROOT))
         base_env.pop("JIT_LOADER_VERBOSE", None)
+        with_cuda = not args.no_cuda and jit_loader._why_no_cuda() is None
+        if args.ops:
+            ops = args.ops.split(",") if args.ops != "all" else ["toy", *jit_loader.available_ops()]
+            shared_rows = shared_pieces_rows(ops, args.shared_repeats, base_env, tmp, with_cuda)
+            print(format_table(shared_rows, ["op", "measurement", "median", "min", "n", "unit"]), flush=True)
+            if args.json:
+                save_json(args.json + ".shared.json", shared_rows, benchmark="loader-shared-pieces")
+            if args.shared_only:
+                return 0
 
         cold_lean = run(COLD_BUILD.format(path=str(lean)), {**base_env, "JIT_LOADER_CACHE": str(tmp / "c1")})
         cold_heavy = run(COLD_BUILD.format(path=str(heavy)), {**base_env, "JIT_LOADER_CACHE": str(tmp / "c2")})

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from jit_tools import _torch_private, key as keys, sources as src, toolchain
+from jit_tools import _torch_private, key as keys, shared, sources as src, toolchain
 from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
 from jit_tools.store import CacheStore
 
@@ -128,7 +128,7 @@ def _ninja_preexec() -> None:
 
 
 def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
-              local_dirs: Sequence[Path], cache_root: Path) -> str:
+              local_dirs: Sequence[Path], cache_root: Path, extra_env: dict | None = None) -> str:
     """Run Ninja in ``work``; progress bar from its [k/n] lines; returns the log path.
 
     Ninja and its compilers inherit the build lock's descriptor, so the flock stays
@@ -138,7 +138,7 @@ def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
     log_path = work / "build.log"
     jobs = toolchain.max_jobs()
     cmd = [toolchain.ninja(), "-v", "-j", jobs]
-    env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
+    env = dict(os.environ, NINJA_STATUS="[%f/%t] ", **(extra_env or {}))
     bar = None
     if not verbose:
         import warnings
@@ -305,11 +305,13 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
     try:
         work.mkdir(parents=True, exist_ok=True)
         write_ninja_file(name, config, sources, work)
+        extra_env = shared.apply(work, name, [op_dir], store.root)
+        used = extra_env.pop("used")
         if hashes is not None:
             invalidate_stale_objects(work, hashes)
             mtimes = _mtimes(hashes)
         log_path = run_ninja(name, work, verbose, lock_fd, keys.include_dirs(op_dir, opts),
-                             store.root)
+                             store.root, extra_env)
         if hashes is not None:
             # A file written during the build (even back to its old content, which the
             # compiler may not have seen) leaves its objects suspect.
@@ -327,6 +329,7 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
             "config": config,
             "created": time.time(),
             "build_seconds": round(time.perf_counter() - started, 3),
+            "shared": used,
         })
     except OSError as e:
         explained = store.cache_error(e, f"building op {name!r}")

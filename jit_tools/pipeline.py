@@ -13,7 +13,7 @@ import re
 import time
 from pathlib import Path
 
-from jit_tools import build as builder, key as keys, registry, sources, store as stores, surface, toolchain
+from jit_tools import build as builder, key as keys, registry, shared, sources, store as stores, surface, toolchain
 from jit_tools.errors import (BuildError, CacheError, CorruptBuild, JitLoaderError, OpNotFoundError,
                                SourcesChanged)
 from jit_tools.log import logger
@@ -124,6 +124,7 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                         compiled = True
                         with contextlib.suppress(OSError):
                             store.prune(state.name, key)
+                            shared.prune(store.root)
             except SourcesChanged as e:
                 # Publish only what the key names: take the sources as they are now.
                 changed_retries += 1

@@ -1,9 +1,18 @@
-"""Shared pytest configuration: device parametrisation and the CUDA marker."""
+"""Shared pytest configuration: device parametrisation, the CUDA marker, one folder of
+shared build pieces for every cache the tests create."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+from jit_tools import store
+
+# Tests build ops in many private caches; the pieces every op of one toolchain shares
+# (the glue object, the precompiled header set) are built once, in the main cache.
+os.environ.setdefault("JIT_LOADER_SHARED_DIR", str(store.cache_dir() / "_shared"))
 
 HAS_CUDA = torch.cuda.is_available()
 

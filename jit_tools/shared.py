@@ -1,0 +1,283 @@
+"""Build pieces shared by every op with the same toolchain: the loader's glue compiled
+once into an object file, a precompiled header of the lean header set (ATen/ATen.h +
+torch/library.h) for the ops' C++ units, and ccache in front of the compilers.
+
+They live in ``<cache>/_shared/`` (ccache's store in ``<cache>/_ccache/``). Each piece
+sits in a folder named by a hash of everything that decides its bytes: the compiler's
+identity, the exact flags the op's units use (less the op's name and own folder), the
+torch version and the glue's sources. It is built once, under a lock, into a temporary
+name and renamed into place; a piece unused for ``SHARED_KEEP_DAYS`` is pruned.
+
+None of them changes what an op computes, so none enters the op's cache key; a build
+that cannot use a piece (no ccache, a compiler that refuses the header) builds as
+before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from jit_tools import key as keys, toolchain
+from jit_tools.log import logger
+
+PCH_HEADER = "jit_loader_lean.h"
+PCH_TEXT = "// The lean header set the ops' C++ units use, precompiled once.\n" \
+           "#pragma once\n#include <ATen/ATen.h>\n#include <torch/library.h>\n"
+SHARED_KEEP_DAYS = 30
+FAILED = "FAILED"  # marker file: the compiler refused to build this piece
+
+
+def shared_dir(root: Path) -> Path:
+    """Where the pieces live: ``JIT_LOADER_SHARED_DIR`` (e.g. one folder for many
+    private caches, as a test session has), else ``<cache>/_shared``."""
+    env = os.environ.get("JIT_LOADER_SHARED_DIR", "").strip()
+    return Path(env) if env else root / "_shared"
+
+
+def _off(var: str) -> bool:
+    return os.environ.get(var, "1").strip().lower() in ("0", "false", "no", "off")
+
+
+def ccache() -> str | None:
+    """The ccache binary to compile through, or None (absent, or JIT_LOADER_CCACHE=0)."""
+    if _off("JIT_LOADER_CCACHE"):
+        return None
+    beside = os.path.join(os.path.dirname(sys.executable), "ccache")
+    if os.access(beside, os.X_OK):
+        return beside
+    return shutil.which("ccache")
+
+
+def ccache_env(cache_root: Path) -> dict:
+    """ccache's settings for a build: its store inside the loader's cache; the work
+    folder not hashed; the precompiled header accepted. No base_dir: ccache would hand
+    the compiler relative paths, and compiler errors must name the user's files by
+    their absolute paths (the first-error line and editors' jump-to-error use them)."""
+    return {
+        "CCACHE_DIR": str(cache_root / "_ccache"),
+        "CCACHE_NOHASHDIR": "1",
+        "CCACHE_SLOPPINESS": "pch_defines,time_macros,include_file_mtime,include_file_ctime",
+        "CCACHE_MAXSIZE": os.environ.get("CCACHE_MAXSIZE", "5G"),
+        "CCACHE_COMPILERCHECK": "mtime",
+    }
+
+
+_GCC: dict[str, bool] = {}
+
+
+def is_gcc(cxx: str) -> bool:
+    """True when the C++ compiler is GCC (its .gch precompiled headers)."""
+    ident = toolchain.file_identity(shutil.which(cxx)) or cxx
+    if ident not in _GCC:
+        try:
+            out = subprocess.run([cxx, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        _GCC[ident] = "Free Software Foundation" in out and "clang" not in out.lower()
+    return _GCC[ident]
+
+
+def _ninja_vars(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^(\w+) = ?(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def common_flags(cflags: str, name: str, private_dirs) -> list[str]:
+    """The op's C++ flags less what is the op's own: its name define and the -I of its
+    own folders (the glue and the header set include neither), and the registry
+    header's -include (the header set is precompiled without it)."""
+    private = {f"-I{d}" for d in private_dirs}
+    tokens = shlex.split(cflags)
+    out, skip = [], False
+    for i, tok in enumerate(tokens):
+        if skip:
+            skip = False
+            continue
+        if tok.startswith("-DTORCH_EXTENSION_NAME=") or tok in private:
+            continue
+        if tok == "-include" and i + 1 < len(tokens) and tokens[i + 1] == str(keys.REGISTRY_HEADER):
+            skip = True
+            continue
+        out.append(tok)
+    return out
+
+
+def _piece_key(kind: str, cxx: str, flags: list[str], post: str) -> str:
+    ident = toolchain.file_identity(shutil.which(cxx)) or cxx
+    text = "\0".join([kind, ident, *flags, post, torch.__version__,
+                      str(getattr(torch.version, "git_version", "")), keys.SUPPORT_HASH])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _build_piece(folder: Path, make) -> Path | None:
+    """``folder`` complete (built by ``make(tmp_folder)`` under a lock if missing); None
+    when building it failed before (marker) or now."""
+    if (folder / "ok").exists():
+        with contextlib.suppress(OSError):
+            os.utime(folder / "ok")
+        return folder
+    if (folder / FAILED).exists():
+        return None
+    with _lock(folder.parent / f"{folder.name}.lock"):
+        if (folder / "ok").exists():
+            return folder
+        if (folder / FAILED).exists():
+            return None
+        tmp = folder.parent / f".tmp-{folder.name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        started = time.perf_counter()
+        logger.info("building the shared piece %s (once for every op of this toolchain)", folder.name)
+        try:
+            ok, log = make(tmp)
+        except OSError as e:
+            ok, log = False, str(e)
+        (tmp / "build.log").write_text(log)
+        if ok:
+            (tmp / "ok").write_text(f"{time.perf_counter() - started:.2f}\n")
+        else:
+            (tmp / FAILED).write_text(log[-4000:])
+            logger.info("shared build piece %s could not be built; building without it:\n%s",
+                        folder.name, log[-2000:])
+        shutil.rmtree(folder, ignore_errors=True)
+        os.rename(tmp, folder)
+    return folder if ok else None
+
+
+def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[bool, str]:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, errors="replace",
+                          env=dict(os.environ, **(env or {})))
+    return proc.returncode == 0, shlex.join(cmd) + "\n" + proc.stdout + proc.stderr
+
+
+def glue_object(root: Path, cxx: str, flags: list[str], post: str,
+                launcher: list[str], env: dict | None = None) -> Path | None:
+    """The glue compiled once for these flags: the path of its object file."""
+    folder = shared_dir(root) / f"glue-{_piece_key('glue', cxx, flags, post)}"
+
+    def make(tmp: Path):
+        return _run([*launcher, cxx, *flags, "-c", str(keys.GLUE_SOURCE), "-o",
+                     str(tmp / "jit_loader_glue.o"), *shlex.split(post)], tmp, env)
+
+    built = _build_piece(folder, make)
+    return built / "jit_loader_glue.o" if built else None
+
+
+def precompiled_header(root: Path, cxx: str, flags: list[str], post: str) -> Path | None:
+    """The lean header set precompiled with exactly the units' flags: the path of the
+    header (its .gch beside it), or None where disabled or refused."""
+    if _off("JIT_LOADER_PCH") or not is_gcc(cxx):
+        return None
+    folder = shared_dir(root) / f"pch-{_piece_key('pch' + PCH_TEXT, cxx, flags, post)}"
+
+    def make(tmp: Path):
+        (tmp / PCH_HEADER).write_text(PCH_TEXT)
+        return _run([cxx, *flags, "-x", "c++-header", PCH_HEADER, "-o", PCH_HEADER + ".gch",
+                     *shlex.split(post)], tmp)
+
+    built = _build_piece(folder, make)
+    return built / PCH_HEADER if built else None
+
+
+def _ninja_escape(path: str) -> str:
+    return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
+    """Rewrite the op's build.ninja to use the shared pieces; returns the environment
+    additions for Ninja (ccache settings) and what was used, under "used"."""
+    path = work / "build.ninja"
+    text = path.read_text()
+    v = _ninja_vars(text)
+    cxx, post = v.get("cxx", "c++"), v.get("post_cflags", "")
+    flags = common_flags(v.get("cflags", ""), name, private_dirs)
+    launch = ccache()
+    used = {"ccache": launch is not None, "glue": False, "pch": False}
+    env: dict = {}
+    if launch:
+        env = ccache_env(root)
+        (root / "_ccache").mkdir(parents=True, exist_ok=True)
+    # The two pieces build side by side (each under its own lock) unless MAX_JOBS=1.
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as pool:
+        make_glue = lambda: glue_object(root, cxx, flags, post, [launch] if launch else [], env)
+        glue_job = pool.submit(make_glue) if toolchain.max_jobs() != "1" else None
+        pch = precompiled_header(root, cxx, flags, post)
+        glue = glue_job.result() if glue_job is not None else make_glue()
+    if glue is not None:
+        glue_line = f"build jit_loader_glue.o: compile {keys.GLUE_SOURCE}\n"
+        if glue_line in text:
+            text = text.replace(glue_line, "")
+            text = re.sub(r"^(build \S+\.so: link .*?) jit_loader_glue\.o",
+                          lambda m: m.group(1) + " " + _ninja_escape(str(glue)), text,
+                          flags=re.M)
+            used["glue"] = True
+    if pch is not None:
+        # First on the line: a precompiled header must come before any other token.
+        text = re.sub(r"^cflags = ", lambda m: "cflags = -include " + shlex.quote(str(pch))
+                      + " -Winvalid-pch ", text, count=1, flags=re.M)
+        used["pch"] = True
+    if launch:
+        text = re.sub(r"^cxx = ", lambda m: f"cxx = {shlex.quote(launch)} ", text, count=1, flags=re.M)
+        text = re.sub(r"^nvcc = ", lambda m: f"nvcc = {shlex.quote(launch)} ", text, count=1, flags=re.M)
+    path.write_text(text)
+    env["used"] = used
+    return env
+
+
+def prune(root: Path, days: float = SHARED_KEEP_DAYS) -> list[Path]:
+    """Remove shared pieces not used for ``days`` (their lock free); returns them."""
+    removed = []
+    folder = shared_dir(root)
+    if not folder.is_dir():
+        return removed
+    cutoff = time.time() - days * 86400
+    for piece in folder.iterdir():
+        if not piece.is_dir():
+            continue
+        stamp = piece / ("ok" if (piece / "ok").exists() else FAILED)
+        try:
+            if stamp.stat().st_mtime >= cutoff:
+                continue
+        except OSError:
+            if piece.name.startswith(".tmp-") and piece.stat().st_mtime >= cutoff:
+                continue
+        lock = folder / f"{piece.name}.lock"
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue
+        finally:
+            os.close(fd)
+        shutil.rmtree(piece, ignore_errors=True)
+        removed.append(piece)
+    return removed

@@ -1,0 +1,131 @@
+"""The shared build pieces: the glue compiled once, the precompiled header set, ccache.
+
+Each scenario builds tiny fixture ops in new interpreters with a private cache, shared
+by the tests of this file so the pieces are built once.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jit_tools import shared
+from test_jit_loader import LOAD_AND_SCALE, copy_op, make_env, result_of, run_py, set_factor
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("shared_cache")
+
+
+def manifest_of(cache: Path, name: str, key: str) -> dict:
+    return json.loads((cache / name / "builds" / key / "manifest.json").read_text())
+
+
+def build_ninja(cache: Path, name: str, op_dir: Path) -> str:
+    for work in (cache / name).glob("work-*"):
+        text = (work / "build.ninja").read_text()
+        if f"-I{op_dir} " in text:
+            return text
+    raise AssertionError(f"no work folder of {op_dir} in {cache / name}")
+
+
+def pieces(cache: Path) -> dict[str, float]:
+    """Each shared piece's output file and its modification time."""
+    out = {}
+    for piece in shared.shared_dir(cache).iterdir():
+        for f in list(piece.glob("*.o")) + list(piece.glob("*.gch")):
+            out[str(f)] = f.stat().st_mtime_ns
+    return out
+
+
+def test_second_op_reuses_the_glue_and_precompiled_header(cache, tmp_path):
+    first = copy_op("toy_op", tmp_path / "a")
+    r1 = result_of(run_py(LOAD_AND_SCALE.format(path=str(first)), make_env(cache, JIT_LOADER_SHARED_DIR=None)))
+    assert r1["compiled"] and r1["y"] == [2.0, 2.0, 2.0]
+    used = manifest_of(cache, "toy_op", r1["key"])["shared"]
+    assert used["glue"] and used["pch"] == shared.is_gcc("c++")
+    before = pieces(cache)
+    assert any(p.endswith("jit_loader_glue.o") for p in before)
+
+    second = copy_op("toy_op", tmp_path / "b")
+    set_factor(second, 3.0)
+    r2 = result_of(run_py(LOAD_AND_SCALE.format(path=str(second)), make_env(cache, JIT_LOADER_SHARED_DIR=None)))
+    assert r2["compiled"] and r2["y"] == [3.0, 3.0, 3.0]
+    assert manifest_of(cache, "toy_op", r2["key"])["shared"] == used
+    assert pieces(cache) == before  # nothing of the shared pieces was built again
+    ninja = build_ninja(cache, "toy_op", second)
+    assert "build jit_loader_glue.o" not in ninja
+    glue = next(p for p in before if p.endswith("jit_loader_glue.o"))
+    assert glue.replace(":", "$:") in ninja
+    if used["pch"]:
+        assert "-Winvalid-pch" in ninja and shared.PCH_HEADER in ninja
+
+
+def test_switches_turn_pch_and_ccache_off(cache, tmp_path):
+    op_dir = copy_op("toy_op", tmp_path / "off")
+    set_factor(op_dir, 5.0)
+    env = make_env(cache, JIT_LOADER_PCH="0", JIT_LOADER_CCACHE="0", JIT_LOADER_SHARED_DIR=None)
+    r = result_of(run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env))
+    assert r["compiled"] and r["y"] == [5.0, 5.0, 5.0]
+    used = manifest_of(cache, "toy_op", r["key"])["shared"]
+    assert used["pch"] is False and used["ccache"] is False
+    ninja = build_ninja(cache, "toy_op", op_dir)
+    assert "ccache" not in ninja and shared.PCH_HEADER not in ninja
+    assert "-include" in ninja  # the registry header is still forced in
+
+
+REVERT_THEN_EDIT = """
+    import json, subprocess, sys, torch, jit_loader
+    from pathlib import Path
+    op_dir = Path({path!r})
+    ccache = [{ccache!r}]
+    helper, header = op_dir / "helper.cpp", op_dir / "toy_op.h"
+    op = jit_loader.load(op_dir)
+    original = helper.read_text()
+    helper.write_text(original.replace("return 1;", "return 2;"))
+    op.reload()
+    helper.write_text(original)  # revert: served from the cache
+    op.reload()
+    reverted_compiled = op.build.compiled
+    subprocess.run(ccache + ["-z"], check=True, capture_output=True)
+    header.write_text(header.read_text().replace("kFactor = 2.0;", "kFactor = 7.0;"))
+    op.reload()
+    stats = dict(line.split("\\t", 1) for line in subprocess.run(
+        ccache + ["--print-stats"], check=True, capture_output=True, text=True).stdout.splitlines())
+    y = torch.ops.toy_op.scale(torch.ones(2)).tolist()
+    print(json.dumps({{"reverted_compiled": reverted_compiled, "compiled": op.build.compiled,
+                      "miss": int(stats["cache_miss"]),
+                      "hit": int(stats["direct_cache_hit"]) + int(stats["preprocessed_cache_hit"]),
+                      "y": y}}))
+"""
+
+
+@pytest.mark.skipif(shared.ccache() is None, reason="ccache is not installed")
+def test_revert_then_edit_another_unit_compiles_only_that_unit(cache, tmp_path):
+    op_dir = copy_op("toy_op", tmp_path / "two")
+    (op_dir / "helper.cpp").write_text("int toy_op_helper() { return 1; }\n")
+    env = make_env(cache, JIT_LOADER_SHARED_DIR=None)
+    env["CCACHE_DIR"] = str(cache / "_ccache")
+    code = REVERT_THEN_EDIT.format(path=str(op_dir), ccache=shared.ccache())
+    r = result_of(run_py(code, env))
+    assert r["reverted_compiled"] is False
+    assert r["compiled"] and r["y"] == [7.0, 7.0]
+    # toy_op.cpp is compiled; helper.cpp, whose object the revert made stale, comes
+    # from the compiler cache.
+    assert r["miss"] == 1, r
+    assert r["hit"] >= 1, r
+
+
+def test_prune_removes_only_unused_pieces(tmp_path, monkeypatch):
+    monkeypatch.delenv("JIT_LOADER_SHARED_DIR", raising=False)
+    old, fresh = tmp_path / "_shared" / "glue-old", tmp_path / "_shared" / "pch-new"
+    for piece in (old, fresh):
+        piece.mkdir(parents=True)
+        (piece / "ok").write_text("1\n")
+    subprocess.run(["touch", "-d", "2000-01-01", str(old / "ok")], check=True)
+    assert shared.prune(tmp_path) == [old]
+    assert fresh.is_dir() and not old.exists()
