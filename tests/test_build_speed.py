@@ -16,6 +16,13 @@ from jit_tools import shared
 from test_jit_loader import LOAD_AND_SCALE, copy_op, make_env, result_of, run_py, set_factor
 
 
+@pytest.fixture(autouse=True)
+def pieces_in_the_cache(monkeypatch):
+    """These tests check the default layout, the pieces in ``<cache>/_shared`` (the
+    test session otherwise points every cache at one folder of pieces)."""
+    monkeypatch.delenv("JIT_LOADER_SHARED_DIR", raising=False)
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("shared_cache")
@@ -44,7 +51,7 @@ def pieces(cache: Path) -> dict[str, float]:
 
 def test_second_op_reuses_the_glue_and_precompiled_header(cache, tmp_path):
     first = copy_op("toy_op", tmp_path / "a")
-    r1 = result_of(run_py(LOAD_AND_SCALE.format(path=str(first)), make_env(cache, JIT_LOADER_SHARED_DIR=None)))
+    r1 = result_of(run_py(LOAD_AND_SCALE.format(path=str(first)), make_env(cache)))
     assert r1["compiled"] and r1["y"] == [2.0, 2.0, 2.0]
     used = manifest_of(cache, "toy_op", r1["key"])["shared"]
     assert used["glue"] and used["pch"] == shared.is_gcc("c++")
@@ -53,7 +60,7 @@ def test_second_op_reuses_the_glue_and_precompiled_header(cache, tmp_path):
 
     second = copy_op("toy_op", tmp_path / "b")
     set_factor(second, 3.0)
-    r2 = result_of(run_py(LOAD_AND_SCALE.format(path=str(second)), make_env(cache, JIT_LOADER_SHARED_DIR=None)))
+    r2 = result_of(run_py(LOAD_AND_SCALE.format(path=str(second)), make_env(cache)))
     assert r2["compiled"] and r2["y"] == [3.0, 3.0, 3.0]
     assert manifest_of(cache, "toy_op", r2["key"])["shared"] == used
     assert pieces(cache) == before  # nothing of the shared pieces was built again
@@ -68,7 +75,7 @@ def test_second_op_reuses_the_glue_and_precompiled_header(cache, tmp_path):
 def test_switches_turn_pch_and_ccache_off(cache, tmp_path):
     op_dir = copy_op("toy_op", tmp_path / "off")
     set_factor(op_dir, 5.0)
-    env = make_env(cache, JIT_LOADER_PCH="0", JIT_LOADER_CCACHE="0", JIT_LOADER_SHARED_DIR=None)
+    env = make_env(cache, JIT_LOADER_PCH="0", JIT_LOADER_CCACHE="0")
     r = result_of(run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env))
     assert r["compiled"] and r["y"] == [5.0, 5.0, 5.0]
     used = manifest_of(cache, "toy_op", r["key"])["shared"]
@@ -108,7 +115,7 @@ REVERT_THEN_EDIT = """
 def test_revert_then_edit_another_unit_compiles_only_that_unit(cache, tmp_path):
     op_dir = copy_op("toy_op", tmp_path / "two")
     (op_dir / "helper.cpp").write_text("int toy_op_helper() { return 1; }\n")
-    env = make_env(cache, JIT_LOADER_SHARED_DIR=None)
+    env = make_env(cache)
     env["CCACHE_DIR"] = str(cache / "_ccache")
     code = REVERT_THEN_EDIT.format(path=str(op_dir), ccache=shared.ccache())
     r = result_of(run_py(code, env))
@@ -120,8 +127,7 @@ def test_revert_then_edit_another_unit_compiles_only_that_unit(cache, tmp_path):
     assert r["hit"] >= 1, r
 
 
-def test_prune_removes_only_unused_pieces(tmp_path, monkeypatch):
-    monkeypatch.delenv("JIT_LOADER_SHARED_DIR", raising=False)
+def test_prune_removes_only_unused_pieces(tmp_path):
     old, fresh = tmp_path / "_shared" / "glue-old", tmp_path / "_shared" / "pch-new"
     for piece in (old, fresh):
         piece.mkdir(parents=True)
