@@ -9,9 +9,13 @@
 #            all-reduce (about 16 MB) is small next to a step's compute
 #   launch   batch 32, 32 steps of time, embed 32, state 128: the tutorial's cell size,
 #            bound by kernel launches
+#   large    batch 512, 32 steps of time, embed 512, state 2048: GEMMs of about 8 GFLOP a
+#            time step; the all-reduce (about 63 MB) is small next to the step (not run
+#            unless SIZES names it)
 #
 #   bash experiments/ddp_run.sh            # results and logs under $OUT (default /tmp/ddp_out)
 #   STEPS=60 TIMEOUT=240 CPU_RUNS=0 bash experiments/ddp_run.sh   # steps, seconds per run, no CPU runs
+#   SIZES="large compute" bash experiments/ddp_run.sh              # which GPU sizes (default: compute launch)
 #
 # With one GPU visible only the one-GPU runs happen. The environment passes unchanged to
 # every rank (torchrun forwards it); NCCL settings are whatever the machine sets.
@@ -26,6 +30,8 @@ TIMEOUT=${TIMEOUT:-240} # seconds per run
 
 COMPUTE="--batch-size 256 --seq-len 32 --embed 256 --state 1024"
 LAUNCH="--batch-size 32 --seq-len 32 --embed 32 --state 128"
+LARGE="--batch-size 512 --seq-len 32 --embed 512 --state 2048"
+SIZES=${SIZES:-compute launch}
 COMMON="--steps $STEPS --timing-warmup 10 --log-every 20 --no-progress"
 
 NGPU=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
@@ -55,8 +61,13 @@ if [ "$NGPU" -ge 1 ]; then
   gpus=(1); [ "$NGPU" -ge 2 ] && gpus=(2 1)
   for n in "${gpus[@]}"; do
     for backend in cuda reference; do
-      train "compute_${backend}_gpu$n" "$n" --backend "$backend" --device cuda $COMPUTE
-      train "launch_${backend}_gpu$n" "$n" --backend "$backend" --device cuda $LAUNCH
+      for size in $SIZES; do
+        case $size in
+          compute) args=$COMPUTE ;; launch) args=$LAUNCH ;; large) args=$LARGE ;;
+          *) echo "unknown size $size (compute, launch, large)"; status=1; continue ;;
+        esac
+        train "${size}_${backend}_gpu$n" "$n" --backend "$backend" --device cuda $args
+      done
     done
   done
   [ "$NGPU" -lt 2 ] && echo "only $NGPU GPU visible: no two-GPU runs"
