@@ -1,4 +1,4 @@
-"""The loader contract (DESIGN.md), each point proven with real builds of tiny ops.
+"""The loader contract (README and ARCHITECTURE.md), each point proven with real builds of tiny ops.
 
 Every scenario runs in fresh Python processes against a private cache, because the
 contract is about processes: what a new one finds on disk, what a killed one leaves
