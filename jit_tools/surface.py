@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import importlib.util
 import sys
 from pathlib import Path
@@ -13,10 +14,23 @@ from jit_tools.state import OpState
 
 def module_name(op_dir: Path, name: str) -> str:
     """``ops.<op>.<op>`` for a bundled op (so it is the module ``import ops.<op>`` gives),
-    else a private name unique to the folder."""
+    else ``<package>.<op>`` in a private package unique to the folder (see
+    :func:`_private_package`)."""
     if op_dir.parent == sources.OPS_DIR.resolve() and (sources.OPS_DIR / "__init__.py").is_file():
         return f"ops.{name}.{name}"
-    return f"_jit_ops_{name}_{hashlib.sha256(str(op_dir).encode()).hexdigest()[:8]}"
+    return f"_jit_ops_{name}_{hashlib.sha256(str(op_dir).encode()).hexdigest()[:8]}.{name}"
+
+
+def _private_package(name: str, op_dir: Path) -> None:
+    """Register the package of an op folder outside ``ops/`` so the surface's relative
+    imports (``from .reference import ...``) find the folder's other modules. The folder's
+    ``__init__.py`` is not run: it usually calls ``load``, which is what runs now."""
+    package = name.rpartition(".")[0]
+    if not package.startswith("_jit_ops_") or package in sys.modules:
+        return
+    spec = importlib.machinery.ModuleSpec(package, None, is_package=True)
+    spec.submodule_search_locations = [str(op_dir)]
+    sys.modules[package] = importlib.util.module_from_spec(spec)
 
 
 def import_surface(state: OpState) -> None:
@@ -29,6 +43,7 @@ def import_surface(state: OpState) -> None:
     registry.destroy_module_libraries(state.module)
     name = module_name(state.op_dir, state.name)
     state.module_name = name
+    _private_package(name, state.op_dir)
     existing = sys.modules.get(name)
     if existing is not None and state.module is None:
         state.module = existing  # imported directly before load(); it is current

@@ -152,9 +152,12 @@ IN_PROCESS_EDITS = """
         "def scaled_sum(x):\\n    return torch.ops.toy_op.scale(x).sum()\\n")
     op.reload()
     out["surface_v1"] = op.scaled_sum(ones).item()
+    # ... and, outside ops/, its relative imports find the folder's other modules.
+    (op_dir / "helpers.py").write_text("FACTOR = 10\\n")
     (op_dir / "toy_op.py").write_text(
-        "import torch\\nLIB = torch.library.Library('toy_op', 'FRAGMENT')\\n"
-        "def scaled_sum(x):\\n    return torch.ops.toy_op.scale(x).sum() * 10\\n")
+        "import torch\\nfrom .helpers import FACTOR\\n"
+        "LIB = torch.library.Library('toy_op', 'FRAGMENT')\\n"
+        "def scaled_sum(x):\\n    return torch.ops.toy_op.scale(x).sum() * FACTOR\\n")
     out["surface_reloaded"] = op.reload()
     out["surface_v2"] = op.scaled_sum(ones).item()
     out["builds"] = len(jit_loader.cached_builds("toy_op"))
