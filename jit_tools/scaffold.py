@@ -57,7 +57,7 @@ def validate_name(name: str) -> None:
                "underscores (it names a C++ namespace and a Python module)")
     elif "__" in name:
         why = "must not contain a double underscore (reserved in C++ identifiers)"
-    elif keyword.iskeyword(name) or keyword.issoftkeyword(name):
+    elif keyword.iskeyword(name):
         why = "is a Python keyword"
     elif name in CPP_KEYWORDS:
         why = "is a C++ keyword"
