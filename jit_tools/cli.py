@@ -796,7 +796,9 @@ def cmd_new(args) -> int:
         print(f"  {shown(path)}")
     print(f"\nbuild it:  python -m jit_loader build {shown(made.op_dir)}")
     print(f"test it:   python -m pytest {shown(made.test_file)}")
-    print(f"use it:    op = jit_loader.load({shown(made.op_dir)!r}); op.{args.name}(x)")
+    bundled = made.op_dir.parent == sources.OPS_DIR.resolve()  # load finds it by name
+    where = args.name if bundled else shown(made.op_dir)
+    print(f"use it:    op = jit_loader.load({where!r}); op.{args.name}(x)")
     return 0
 
 

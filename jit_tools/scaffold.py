@@ -114,8 +114,7 @@ def plan(name: str, directory: str | os.PathLike | None = None, cuda: bool = Fal
         op_dir_expr=(f'Path(__file__).resolve().parents[1] / "ops" / "{name}"' if in_repo_layout
                      else "Path(__file__).resolve().parent"),
         devices=(CUDA_DEVICES if cuda else 'DEVICES = ["cpu"]  # the op has no CUDA kernel'),
-        cuda_note=(f"; CUDA kernels in {name}_cuda.cu (torch-free) launched from {name}_cuda.cpp"
-                   if cuda else "; CPU only (python -m jit_loader new NAME --cuda adds a CUDA kernel)"),
+        devices_note=" on CPU and CUDA" if cuda else " on CPU",
     )
     templates = [
         (f"{name}.h", MATH_H), (f"{name}_host.h", HOST_H), (f"{name}.cpp", CPU_CPP),
@@ -440,11 +439,12 @@ def _forward_fake(x):
 
 @torch.library.register_fake("$name::backward", lib=LIB)
 def _backward_fake(grad, x):
-    _check_floating("$name.backward", "x", x)
+    op = "$name.backward"
+    _check_floating(op, "x", x)
     torch._check(grad.dtype == x.dtype,
-                 lambda: f"$name.backward: grad has dtype {grad.dtype} but x has dtype {x.dtype}")
+                 lambda: f"{op}: grad has dtype {grad.dtype} but x has dtype {x.dtype}")
     torch._check(grad.shape == x.shape,
-                 lambda: f"$name.backward: grad has shape {list(grad.shape)} but x has shape {list(x.shape)}")
+                 lambda: f"{op}: grad has shape {list(grad.shape)} but x has shape {list(x.shape)}")
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
@@ -539,7 +539,7 @@ def selfcheck(op, device="cpu") -> list[dict]:
 '''
 
 INIT_PY = '''\
-"""$name: forward and backward (from the saved input)$cuda_note.
+"""$name: y = x * |x| forward and its backward (from the saved input)$devices_note.
 
 Load with ``jit_loader.load(<this folder>)`` (or by name when it sits in ops/);
 ``reference.py`` holds the plain-PyTorch reference, importable without building anything.
@@ -688,9 +688,10 @@ def test_selfcheck(op, device):
 @pytest.mark.parametrize("dtype, dtype_name", [(torch.int64, "Long"), (torch.bool, "Bool")])
 def test_rejects_non_floating_input(op, device, dtype, dtype_name):
     x = torch.ones(4, device=device, dtype=dtype)
-    with pytest.raises(RuntimeError, match=f"$name.forward: x must be a floating-point tensor, got {dtype_name}"):
+    message = f"x must be a floating-point tensor, got {dtype_name}"
+    with pytest.raises(RuntimeError, match=f"$name.forward: {message}"):
         torch.ops.$name.forward(x)
-    with pytest.raises(RuntimeError, match=f"$name.backward: x must be a floating-point tensor, got {dtype_name}"):
+    with pytest.raises(RuntimeError, match=f"$name.backward: {message}"):
         torch.ops.$name.backward(x, x)
 
 
