@@ -89,6 +89,8 @@ def test_cpu_op_builds_and_its_tests_pass(cpu_op):
     assert names == ["__init__.py", "reference.py", "scaffold_cpu_op.cpp", "scaffold_cpu_op.h",
                      "scaffold_cpu_op.py", "scaffold_cpu_op_host.h"]
     assert (cpu_op.op_dir.parent.parent / "tests" / "test_scaffold_cpu_op.py").is_file()
+    math = (cpu_op.op_dir / "scaffold_cpu_op.h").read_text()
+    assert re.findall(r'#include [<"]([^>"]+)[>"]', math) == ["common/host_device.h"]  # torch-free
     assert "ok      scaffold_cpu_op  built in" in cpu_op.build.stdout
     assert cpu_op.tests.returncode == 0, cpu_op.output
     assert cpu_op.failed == 0 and cpu_op.passed >= 60, cpu_op.output
