@@ -4,6 +4,7 @@
     python -m jit_loader build  [OP ...] [--cuda-arch LIST] [-j N] [--verbose]
     python -m jit_loader clean  [OP ...] [--older-than DAYS] [--keep N] [--broken] [--dry-run]
     python -m jit_loader doctor
+    python -m jit_loader new    NAME [--cuda] [--dir PATH]
 
 Everything here goes through the loader's own pipeline (``op_key``, ``cached_builds``,
 ``build_in_use``, ``remove_build``, ``load_library``) and its cache store, so the command
@@ -28,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jit_tools import _torch_private, pipeline, sources, store as stores, toolchain
+from jit_tools import _torch_private, pipeline, scaffold, sources, store as stores, toolchain
 from jit_tools.errors import BuildError, JitLoaderError, OpNotFoundError
 from jit_tools.store import CacheStore
 
@@ -774,6 +775,34 @@ def cmd_doctor(args) -> int:
 
 
 # --------------------------------------------------------------------------------------
+# new
+# --------------------------------------------------------------------------------------
+
+
+def cmd_new(args) -> int:
+    try:
+        made = scaffold.create(args.name, args.dir, cuda=args.cuda)
+    except scaffold.ScaffoldError as e:
+        print(f"new: {e}", file=sys.stderr)
+        return 2
+    cwd = Path.cwd()
+
+    def shown(path: Path) -> str:
+        # "./x" rather than "x": a bare name would mean the bundled op of that name
+        return os.path.join(".", path.relative_to(cwd)) if path.is_relative_to(cwd) else str(path)
+
+    print(f"created op {args.name!r} in {shown(made.op_dir)}:")
+    for path in made.files:
+        print(f"  {shown(path)}")
+    print(f"\nbuild it:  python -m jit_loader build {shown(made.op_dir)}")
+    print(f"test it:   python -m pytest {shown(made.test_file)}")
+    bundled = made.op_dir.parent == sources.OPS_DIR.resolve()  # load finds it by name
+    where = args.name if bundled else shown(made.op_dir)
+    print(f"use it:    op = jit_loader.load({where!r}); op.{args.name}(x)")
+    return 0
+
+
+# --------------------------------------------------------------------------------------
 # Argument parsing
 # --------------------------------------------------------------------------------------
 
@@ -784,6 +813,7 @@ examples:
   python -m jit_loader build                   prebuild every op in ops/ (e.g. on a login node)
   python -m jit_loader build lltm --cuda-arch "8.0;9.0"
   python -m jit_loader clean --older-than 30   drop builds older than a month
+  python -m jit_loader new my_op --cuda        start a new op (CPU and CUDA kernels, tests)
 
 The cache lives in $JIT_LOADER_CACHE (default ~/.cache/jit_loader).
 """
@@ -864,6 +894,34 @@ def _parser() -> argparse.ArgumentParser:
                     "cache entries. One verdict per line (OK, WARN, ERROR) with the fix; the exit "
                     "status is 1 when any line is an ERROR.")
     p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser(
+        "new", help="scaffold a new op folder (schema, kernels, Python surface, reference, tests)",
+        description="Create the folder of a new op, NAME, that builds and passes its tests as "
+                    "generated: NAME.h (the math, torch-free, shared by CPU and CUDA), NAME.cpp "
+                    "(schema and CPU kernels), NAME_host.h (argument checks), NAME.py (Python "
+                    "surface: fake kernels, autograd, a function and an nn.Module), reference.py "
+                    "(plain-PyTorch reference, example_inputs, selfcheck, TOLERANCES), "
+                    "__init__.py and test_NAME.py; with --cuda also NAME_cuda.cu (torch-free "
+                    "kernels and launchers), NAME_cuda.h and NAME_cuda.cpp (the CUDA host side). "
+                    "The op computes y = x * |x| as a placeholder: replace the math in NAME.h "
+                    "and reference.py. Its dispatcher namespace is NAME (torch.ops.NAME.forward "
+                    "and .backward). When --dir is a folder named ops beside a tests folder (this "
+                    "repository's layout) the test file goes to tests/test_NAME.py; elsewhere it "
+                    "goes into the op folder with a conftest.py registering the cuda marker. "
+                    "Existing files are never overwritten.",
+        epilog="example: python -m jit_loader new my_op --cuda && python -m pytest tests/test_my_op.py")
+    p.add_argument("name", metavar="NAME",
+                   help="the op's name: a folder, a Python module, a C++ namespace and the "
+                        "torch.ops namespace at once (letters, digits, underscores)")
+    p.add_argument("--cuda", action="store_true",
+                   help="also generate the CUDA kernel (NAME_cuda.cu) and its host side (NAME_cuda.cpp); "
+                        "they are compiled only where nvcc and a CUDA build of torch are present")
+    p.add_argument("--dir", metavar="PATH",
+                   help="create the op folder in PATH (created if missing; default: ./ops when the "
+                        "current folder has one, else the current folder). The op loads from any "
+                        "folder: ops/common's headers are always on the include path")
+    p.set_defaults(func=cmd_new)
     return parser
 
 

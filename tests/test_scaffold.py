@@ -1,0 +1,184 @@
+"""``python -m jit_loader new``: the op folder it writes builds, and the tests it writes
+pass unchanged, for a CPU op and a CUDA op; it never overwrites and rejects bad names.
+
+The generated ops are built and tested as a user would: ``python -m jit_loader new`` and
+``build`` in subprocesses, then pytest on the generated test file in a subprocess from
+outside the repository (so neither the repository's conftest nor its pytest settings
+help). Each op is built once per run; the CUDA op's CUDA tests skip without a GPU and
+must run where one is visible (the ``cuda``-marked test checks that they did).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from jit_tools import cli, scaffold
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_CUDA = torch.cuda.is_available()
+
+
+def _env() -> dict:
+    """This process's environment (JIT_LOADER_CACHE, the arch list, MAX_JOBS included),
+    with the repository importable from any folder."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "JIT_LOADER_VERBOSE")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _run(args, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _count(word: str, summary: str) -> int:
+    m = re.search(rf"(\d+) {word}", summary)
+    return int(m.group(1)) if m else 0
+
+
+def _scaffold_build_and_test(base: Path, name: str, cuda: bool, dir_arg: Path,
+                             test_file: Path) -> SimpleNamespace:
+    """new, build, then pytest on the generated test file, each in a subprocess."""
+    new = _run(["-m", "jit_loader", "new", name, "--dir", dir_arg, *(["--cuda"] if cuda else [])],
+               cwd=base, timeout=120)
+    assert new.returncode == 0, new.stdout + new.stderr
+    op_dir = dir_arg / name
+    build = _run(["-m", "jit_loader", "build", op_dir], cwd=base, timeout=1200)
+    assert build.returncode == 0, build.stdout + build.stderr
+    assert f"  {os.path.join('.', test_file.relative_to(base))}\n" in new.stdout, new.stdout
+    tests = _run(["-m", "pytest", "-p", "no:cacheprovider", "--strict-markers", "-q", "-rs",
+                  test_file],
+                 cwd=base, timeout=900)
+    output = tests.stdout + tests.stderr
+    summary = output.strip().splitlines()[-1] if output.strip() else ""
+    return SimpleNamespace(op_dir=op_dir, new=new, build=build, tests=tests, output=output,
+                           passed=_count("passed", summary), skipped=_count("skipped", summary),
+                           failed=_count("failed", summary) + _count("error", summary))
+
+
+@pytest.fixture(scope="module")
+def cpu_op(tmp_path_factory):
+    """A CPU op scaffolded into a project laid out like this repository (ops/ and
+    tests/ side by side): its test file goes to tests/."""
+    base = tmp_path_factory.mktemp("cpu_project")
+    (base / "tests").mkdir()
+    return _scaffold_build_and_test(base, "scaffold_cpu_op", False, base / "ops",
+                                    base / "tests" / "test_scaffold_cpu_op.py")
+
+
+@pytest.fixture(scope="module")
+def cuda_op(tmp_path_factory):
+    """A CUDA op scaffolded into a folder of no project: its test file and a conftest
+    registering the cuda marker go into the op folder."""
+    base = tmp_path_factory.mktemp("cuda_anywhere")
+    op_dir = base / "my" / "ops_here" / "scaffold_cuda_op"
+    return _scaffold_build_and_test(base, "scaffold_cuda_op", True, op_dir.parent,
+                                    op_dir / "test_scaffold_cuda_op.py")
+
+
+def test_cpu_op_builds_and_its_tests_pass(cpu_op):
+    names = sorted(p.name for p in cpu_op.op_dir.iterdir())
+    assert names == ["__init__.py", "reference.py", "scaffold_cpu_op.cpp", "scaffold_cpu_op.h",
+                     "scaffold_cpu_op.py", "scaffold_cpu_op_host.h"]
+    assert (cpu_op.op_dir.parent.parent / "tests" / "test_scaffold_cpu_op.py").is_file()
+    math = (cpu_op.op_dir / "scaffold_cpu_op.h").read_text()
+    assert re.findall(r'#include [<"]([^>"]+)[>"]', math) == ["common/host_device.h"]  # torch-free
+    assert "ok      scaffold_cpu_op  built in" in cpu_op.build.stdout
+    assert cpu_op.tests.returncode == 0, cpu_op.output
+    assert cpu_op.failed == 0 and cpu_op.passed >= 60, cpu_op.output
+    assert cpu_op.skipped == 0, cpu_op.output  # a CPU-only op has no CUDA cases to skip
+
+
+def test_cuda_op_builds_and_its_tests_pass(cuda_op):
+    names = sorted(p.name for p in cuda_op.op_dir.iterdir() if p.name != "__pycache__")
+    assert names == ["__init__.py", "conftest.py", "reference.py", "scaffold_cuda_op.cpp",
+                     "scaffold_cuda_op.h", "scaffold_cuda_op.py", "scaffold_cuda_op_cuda.cpp",
+                     "scaffold_cuda_op_cuda.cu", "scaffold_cuda_op_cuda.h", "scaffold_cuda_op_host.h",
+                     "test_scaffold_cuda_op.py"]
+    cu = (cuda_op.op_dir / "scaffold_cuda_op_cuda.cu").read_text()
+    includes = re.findall(r'#include [<"]([^>"]+)[>"]', cu)
+    assert not [h for h in includes if h.startswith(("ATen", "torch", "c10"))], includes
+    assert cuda_op.tests.returncode == 0, cuda_op.output
+    assert cuda_op.failed == 0 and cuda_op.passed >= 60, cuda_op.output
+    if not HAS_CUDA:
+        assert cuda_op.skipped > 0, cuda_op.output
+        assert "no CUDA GPU visible" in cuda_op.output
+
+
+@pytest.mark.cuda
+def test_cuda_op_runs_its_cuda_tests_on_the_gpu(cuda_op):
+    assert "CUDA arch" in cuda_op.build.stdout, cuda_op.build.stdout  # the CUDA sources were built
+    assert cuda_op.tests.returncode == 0, cuda_op.output
+    assert cuda_op.skipped == 0 and cuda_op.failed == 0, cuda_op.output
+    assert cuda_op.passed >= 120, cuda_op.output  # every case ran on both devices
+
+
+def _new(*args: str) -> int:
+    return cli.main(["new", *args])
+
+
+def test_refuses_to_overwrite_an_existing_folder(tmp_path, capsys):
+    existing = tmp_path / "my_op"
+    existing.mkdir()
+    (existing / "my_op.cpp").write_text("// mine\n")
+    assert _new("my_op", "--dir", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert f"new: {existing} already exists; refusing to overwrite it" in err
+    assert [p.name for p in existing.iterdir()] == ["my_op.cpp"]
+    assert (existing / "my_op.cpp").read_text() == "// mine\n"
+
+
+def test_refuses_to_overwrite_an_existing_test_file(tmp_path, capsys):
+    (tmp_path / "tests").mkdir()
+    test_file = tmp_path / "tests" / "test_my_op.py"
+    test_file.write_text("# mine\n")
+    assert _new("my_op", "--cuda", "--dir", str(tmp_path / "ops")) == 2
+    assert f"new: {test_file} already exists; refusing to overwrite it" in capsys.readouterr().err
+    assert not (tmp_path / "ops" / "my_op").exists()
+    assert test_file.read_text() == "# mine\n"
+
+
+@pytest.mark.parametrize("name, why", [
+    ("9lives", "must start with a letter"),
+    ("my-op", "must start with a letter and hold only ASCII letters"),
+    ("café", "only ASCII letters"),
+    ("_private", "must start with a letter"),
+    ("", "must start with a letter"),
+    ("a__b", "double underscore"),
+    ("lambda", "Python keyword"),
+    ("namespace", "C++ keyword"),
+    ("aten", "is taken"),
+    ("common", "is taken"),
+    ("test_op", "must not start with 'test'"),
+])
+def test_rejects_bad_names(tmp_path, capsys, name, why):
+    assert _new(name, "--dir", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert f"new: invalid op name {name!r}: it " in err and why in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_default_dir_is_ops_when_present(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert scaffold.default_dir() == tmp_path
+    assert scaffold.plan("my_op").op_dir == tmp_path.resolve() / "my_op"
+    (tmp_path / "ops").mkdir()
+    assert scaffold.default_dir() == tmp_path / "ops"
+    made = scaffold.plan("my_op")
+    assert made.op_dir == tmp_path.resolve() / "ops" / "my_op"
+    assert made.test_file == made.op_dir / "test_my_op.py"  # no tests/ folder beside ops/
+    assert not (tmp_path / "ops" / "my_op").exists()  # plan writes nothing
+
+
+def test_module_class_name():
+    assert scaffold.class_name("my_op") == "MyOp"
+    assert scaffold.class_name("square") == "Square"
+    assert scaffold.class_name("X") == "XModule"  # never the function's own name
