@@ -218,9 +218,17 @@ def _suite_build(device, edges, features, nodes, order, reduce, backward=False):
             return fns
         leaf = src.detach().clone().requires_grad_()
         grad = torch.randn(nodes, features, device=device)
-        torch.testing.assert_close(torch.autograd.grad(mine(leaf), leaf, grad)[0],
-                                   torch.autograd.grad(theirs(leaf), leaf, grad)[0],
-                                   atol=1e-4, rtol=1e-4)
+        got = torch.autograd.grad(mine(leaf), leaf, grad)[0]
+        want = torch.autograd.grad(theirs(leaf), leaf, grad)[0]
+        if reduce == "max":
+            # A tied maximum (2M random floats give a few) takes the whole gradient at its
+            # first position here, as in torch_scatter; scatter_reduce splits it evenly.
+            # Compare where the maximum of (node, feature) is attained once.
+            is_max = src == theirs(src)[index]
+            hits = src.new_zeros(nodes, features).index_add_(0, index, is_max.to(src.dtype))
+            once = hits[index] <= 1
+            got, want = got[once], want[once]
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
         return {"ours": lambda: torch.autograd.grad(mine(leaf), leaf, grad),
                 name: lambda: torch.autograd.grad(theirs(leaf), leaf, grad)}
     return build
