@@ -34,8 +34,11 @@ where ``scale`` is ``"tiny"`` (CI: CPU, seconds), ``"quick"`` or ``"full"``. Eac
 random inputs, returns ``{"ours": fn, "<baseline>": fn, ...}``), the ideal ``bytes``
 moved per call (memory-bound ops: GB/s, copy ceiling, L2 flush) or ``flops``, and
 ``targets`` (baseline name -> ratio the op's issue asks for; ``benchutil.COPY`` for a
-fraction of the copy bandwidth). The suite imports every ``experiments/bench_*.py``
-that defines ``suite_cases``; nothing else changes.
+fraction of the copy bandwidth). A case with ``device="cpu"`` runs on the CPU whatever
+the suite's device (a CPU target reported by a GPU run). What cannot run on this machine
+(say its baseline's package is absent) is returned as ``benchutil.Skipped(op, what,
+reason)``: listed among the warnings, not an error. The suite imports every
+``experiments/bench_*.py`` that defines ``suite_cases``; nothing else changes.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ import torch
 from tqdm import tqdm
 
 from experiments import benchutil
-from experiments.benchutil import COPY, Case
+from experiments.benchutil import COPY, Case, Skipped
 
 HERE = Path(__file__).resolve().parent
 SCALES = ("tiny", "quick", "full")
@@ -72,7 +75,9 @@ def suite_modules() -> list[str]:
 
 
 def collect_cases(device: str, scale: str, ops: list[str] | None,
-                  errors: list[str]) -> list[Case]:
+                  errors: list[str], skipped: list[Skipped] | None = None) -> list[Case]:
+    """The cases of every registered op (of ``ops`` when given); what an op cannot run
+    here (``benchutil.Skipped``, with its reason) goes into ``skipped``."""
     cases = []
     for name in suite_modules():
         try:
@@ -87,7 +92,14 @@ def collect_cases(device: str, scale: str, ops: list[str] | None,
         except Exception as e:
             errors.append(f"{name}.suite_cases: {type(e).__name__}: {e}")
             continue
-        cases += [c for c in found if not ops or c.op in ops]
+        for c in found:
+            if ops and c.op not in ops:
+                continue
+            if isinstance(c, Skipped):
+                if skipped is not None:
+                    skipped.append(c)
+            else:
+                cases.append(c)
     return cases
 
 
@@ -111,6 +123,9 @@ def _reason(case: Case, baseline: str, target: float, base_s: float, copy_s: flo
 
 def run_case(case: Case, device: str, scale: str, env: dict, warnings: list[str],
              progress: bool = False) -> list[dict]:
+    if case.device is not None and case.device != device:
+        device = case.device
+        env = dict(env, device=benchutil.device_name(device))
     fns = case.build()
     if case.check is not None:
         case.check(fns)
@@ -170,8 +185,11 @@ def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | N
     message = benchutil.load_warning()
     if message:
         warnings.append(message)
-    cases = collect_cases(device, scale, ops, errors)
-    errors += [f"no benchmark case for op {op!r}" for op in ops or [] if op not in {c.op for c in cases}]
+    skipped = []
+    cases = collect_cases(device, scale, ops, errors, skipped)
+    warnings += [s.message for s in skipped]
+    known = {c.op for c in cases} | {s.op for s in skipped}
+    errors += [f"no benchmark case for op {op!r}" for op in ops or [] if op not in known]
     ceiling = copy_ceiling(device, scale)
     records = []
     # The plain text bar (not tqdm.auto): Jupyter shows it too, without ipywidgets.

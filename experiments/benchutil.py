@@ -287,7 +287,9 @@ class Case:
     baseline name -> the ratio our first implementation must reach (ratio = baseline
     time / our time; for ``COPY`` it is our GB/s over the copy's at the same traffic).
     ``check(fns)``: raises if an implementation gives a wrong answer (run once, before
-    timing). ``host_bound``: also time by wall clock.
+    timing). ``host_bound``: also time by wall clock. ``device``: where this case runs
+    when it is not the suite's device (a CPU target reported by a GPU run); its records
+    name that device.
     """
 
     op: str
@@ -302,10 +304,25 @@ class Case:
     reasons: dict[str, str] = dataclasses.field(default_factory=dict)
     check: Callable[[dict], None] | None = None
     host_bound: bool = False
+    device: str | None = None
 
     @property
     def label(self) -> str:
         return f"{self.op} {self.pass_} {self.shape} {self.dtype}"
+
+
+@dataclasses.dataclass
+class Skipped:
+    """What an op's ``suite_cases`` cannot run on this machine, and why (e.g. its
+    baseline's package is not installed); the suite lists it among the warnings."""
+
+    op: str
+    what: str
+    reason: str
+
+    @property
+    def message(self) -> str:
+        return f"skipped: {self.op} {self.what}: {self.reason}"
 
 
 # Name of the baseline that is the device's copy speed for the case's own traffic.

@@ -10,6 +10,7 @@ missed. (Timings are never asserted.)
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -74,6 +75,100 @@ def test_json_records_have_the_documented_fields_and_agree(suite):
     targeted = {(r["op"], r["pass"], r["shape"], r["baseline"], r["target"])
                 for r in records if r["target"] is not None}
     assert targeted == {("lltm", "forward", "16x32x128", "reference eager", 1.3)}
+
+
+def _has_torchvision() -> bool:
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_resize_scatter_and_detection_run_with_finite_ratios(suite):
+    _, _, doc = suite
+    records = doc["records"]
+    ops = {"resize", "scatter"} | ({"nms", "roi_align"} if _has_torchvision() else set())
+    assert set(doc["ops"]) >= ops
+    for op in ops:
+        mine = [r for r in records if r["op"] == op]
+        assert mine, op
+        for r in mine:
+            assert math.isfinite(r["ratio"]) and r["ratio"] > 0, r
+            assert r["device"] == doc["environment"]["device"]
+    resize = [r for r in records if r["op"] == "resize"]
+    assert {r["baseline"] for r in resize} >= {"ATen", "ATen half_pixel", "ours half_pixel",
+                                                benchutil.COPY}
+    assert {r["pass"] for r in resize} == {"forward", "backward"}
+    assert {m for r in resize for m in ("half_pixel", "align_corners", "asymmetric")
+            if r["shape"].endswith(m)} == {"half_pixel", "align_corners", "asymmetric"}
+    assert all(r["gbps"] and r["copy_gbps"] for r in resize)
+    scatter = [r for r in records if r["op"] == "scatter"]
+    assert {r["baseline"] for r in scatter} >= {"scatter_add_", "index_add_",
+                                                 "scatter_reduce mean", "scatter_reduce max"}
+    assert {r["pass"] for r in scatter} == {"forward", "forward+backward"}
+    if not _has_torchvision():
+        assert any(w.startswith("skipped: nms") for w in doc["warnings"])
+        return
+    nms = [r for r in records if r["op"] == "nms"]
+    assert {r["baseline"] for r in nms} == {"torchvision"} and all(r["wall_us"] for r in nms)
+    roi = [r for r in records if r["op"] == "roi_align"]
+    assert {r["pass"] for r in roi} == {"forward", "backward"}
+
+
+def _targets(cases):
+    return {(c.op, c.pass_, c.shape, c.dtype, b, c.device): t for c in cases
+            for b, t in c.targets.items()}
+
+
+def test_suite_lists_the_issue_targets_of_resize_scatter_and_detection():
+    """The GPU cases at full scale carry the targets of issues 13, 14 and 15 as stated
+    (listing the cases builds nothing and needs no GPU)."""
+    errors, skipped = [], []
+    cases = bench.collect_cases("cuda", "full", ["resize", "scatter", "nms", "roi_align"],
+                                errors, skipped)
+    assert errors == []
+    targets = _targets(cases)
+    up = "2x up 8x64x128x128->256x256 nchw"
+    assert targets[("resize", "forward", f"{up} half_pixel", "float32", "ATen", None)] == 3.0
+    assert targets[("resize", "backward", f"{up} half_pixel", "float32", "ATen", None)] == 4.0
+    assert targets[("resize", "backward", f"{up} align_corners", "float32", "ATen", None)] == 4.0
+    assert targets[("resize", "forward", f"{up} asymmetric", "float32", "ours half_pixel", None)] == 0.97
+    assert targets[("resize", "backward", "7:3 down 8x64x224x224->96x96 channels_last half_pixel",
+                    "float32", "ATen", None)] == 2.0
+    assert targets[("resize", "forward", "2x down 8x64x256x256->128x128 nchw half_pixel",
+                    "bfloat16", "ATen", None)] == 2.0
+    assert not any(k[:3] == ("resize", "forward", f"{up} half_pixel") and k[3] == "bfloat16"
+                   for k in targets)  # the 2x upscale targets are fp32's
+    assert targets[("scatter", "forward", "sum 2Mx64->100k random", "float32", "scatter_add_", None)] == 1.0
+    assert targets[("scatter", "forward", "sum 2Mx64->100k sorted", "float32", "scatter_add_", None)] == 2.0
+    for order in ("random", "sorted"):
+        for reduce in ("mean", "max"):
+            assert targets[("scatter", "forward", f"{reduce} 2Mx64->100k {order}", "float32",
+                            f"scatter_reduce {reduce}", None)] == 1.5
+    if not _has_torchvision():
+        assert {s.op for s in skipped} == {"nms", "roi_align"} and not skipped[0].reason == ""
+        return
+    assert skipped == []
+    assert targets[("nms", "forward", "10000 boxes", "float32", "torchvision", None)] == 2.0
+    assert targets[("nms", "forward", "50000 boxes", "float32", "torchvision", None)] == 5.0
+    assert targets[("nms", "forward", "10000 boxes on cpu", "float32", "torchvision", "cpu")] == 2.0
+    roi = "2x256x200x272, 1000 mixed rois -> 7x7"
+    assert targets[("roi_align", "forward", roi, "float32", "torchvision", None)] == 1.0
+    assert targets[("roi_align", "backward", roi, "float32", "torchvision", None)] == 1.5
+    assert len([k for k in targets if k[0] in ("nms", "roi_align")]) == 3 + 4
+
+
+def test_detection_without_torchvision_is_skipped_with_the_reason(monkeypatch):
+    from experiments import bench_detection
+
+    monkeypatch.setattr(bench_detection, "torchvision", None)
+    doc = bench.run_suite("cpu", "tiny", ["nms", "roi_align"], progress=False)
+    assert doc["errors"] == [] and doc["records"] == [] and doc["cases"] == 0
+    skipped = [w for w in doc["warnings"] if w.startswith("skipped: ")]
+    assert len(skipped) == len(bench_detection.SUITE_NMS["tiny"]) + 4
+    assert all("torchvision is not importable" in w for w in skipped)
+    assert any(w.startswith("skipped: roi_align backward mixed rois") for w in skipped)
 
 
 def _check_png(path: Path):
