@@ -508,7 +508,7 @@ BENCHMARKS = [
     md("""
         ## Achieved bandwidth
 
-        The memory-bound ops (sigmoid, GELU) move a known number of bytes per call: here
+        The memory-bound ops (sigmoid, GELU, resize, scatter) move a known number of bytes per call: here
         their GB/s, next to `clone()` moving the same bytes and to the copy ceiling (a
         large `clone()`), all from this run. Small sizes cannot reach the ceiling: a
         launch costs microseconds whatever the size.
