@@ -27,6 +27,7 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -119,10 +120,21 @@ bool run_typed(const Problem& p, at::Tensor& work, at::Tensor& arg, at::Tensor& 
   const bool sorted = p.index_sorted.value_or(false) || broadcast_dim;
   IndexError* error = p.check_in_run ? error_record(p.index.device().index()) : nullptr;
 
+  const char* variant_env = std::getenv("SCATTER_VARIANT");
+  const int variant = variant_env ? std::atoi(variant_env) : 3;
+  const bool use_rowptr = (variant & 1) != 0;
+  const bool precheck = (variant & 2) != 0;
+  const bool vector_extreme = (variant & 4) == 0;
   auto segment = [&](const int64_t* idx, const int64_t* perm) {
+    at::Tensor rowptr;
+    if (use_rowptr && p.strides.k == 0) {
+      rowptr = at::empty({p.shape.B, p.shape.N + 1}, p.index.options());
+    }
     OPS_CHECK_LAUNCH(segment_reduce<T>(p.reduce, src, idx, p.strides, perm, p.shape,
                                        work.data_ptr(), p.has_out, arg_ptr, count_ptr, p.count_b,
-                                       p.count_k, vectorize, error, stream));
+                                       p.count_k, vectorize, error,
+                                       rowptr.defined() ? rowptr.mutable_data_ptr<int64_t>() : nullptr,
+                                       stream));
     return true;
   };
   if (sorted) return segment(index, nullptr);
@@ -145,7 +157,7 @@ bool run_typed(const Problem& p, at::Tensor& work, at::Tensor& arg, at::Tensor& 
           values_only ? nullptr : arg_ptr,
           values_only ? nullptr
                       : reinterpret_cast<unsigned long long*>(keys.mutable_data_ptr<int64_t>()),
-          vectorize, stream));
+          vectorize && vector_extreme, precheck, stream));
     }
     return true;
   }

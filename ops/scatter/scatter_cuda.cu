@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads)
                    IndexStrides s, const int64_t* __restrict__ perm, Shape sh,
                    acc_t<T>* __restrict__ work, bool has_init, int64_t* __restrict__ arg,
                    int64_t* __restrict__ count, int64_t count_b, int64_t count_k,
-                   IndexError* error) {
+                   IndexError* error, const int64_t* __restrict__ rowptr) {
   using A = acc_t<T>;
   constexpr int VEC = vec_width<T, VECTOR>();
   const int64_t kv_count = sh.K / VEC;
@@ -91,9 +91,17 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t bn = i / kv_count;
     const int64_t n = bn % sh.N;
     const int64_t b = bn / sh.N;
-    const int64_t start = lower_bound(index, s, b, k0, sh.E, n);
-    const int64_t end = lower_bound(index, s, b, k0, sh.E, n + 1);
-    if (error) {
+    int64_t start, end;
+    if (rowptr) {
+      // Clamped: a broken sortedness promise leaves entries unwritten, never a wild read.
+      const int64_t* rp = rowptr + b * (sh.N + 1) + n;
+      start = min(max(rp[0], int64_t(0)), sh.E);
+      end = min(max(rp[1], start), sh.E);
+    } else {
+      start = lower_bound(index, s, b, k0, sh.E, n);
+      end = lower_bound(index, s, b, k0, sh.E, n + 1);
+    }
+    if (error && !rowptr) {
       // The bounds check comes free here: the searches of n = 0 and n = N - 1 leave any
       // entry below 0 or past N outside every segment. (Binary search is monotone in the
       // value on any array, so the segments always tile [start of 0, end of N - 1].)
@@ -117,7 +125,7 @@ __global__ void __launch_bounds__(kThreads)
       a[j] = sh.E;
     }
     const T* src_b = src + b * sh.E * sh.K + k0;
-    const bool verify = error != nullptr && perm == nullptr;
+    const bool verify = error != nullptr && perm == nullptr && rowptr == nullptr;
     bool misplaced = false;
 #pragma unroll 4
     for (int64_t p = start; p < end; ++p) {
@@ -164,6 +172,34 @@ __global__ void __launch_bounds__(kThreads)
         if (arg) arg[bn * sh.K + k0 + j] = a[j];
       }
     }
+  }
+}
+
+// Segment starts of an index sorted along e and broadcast over K: rowptr[b, n] is the first
+// position whose index is >= n (rowptr[b, N] = E), so the segment kernel reads two numbers
+// instead of two binary searches. Entries outside [0, N) fall outside every segment. With
+// error set it checks bounds and sortedness on the way.
+__global__ void __launch_bounds__(kThreads)
+    rowptr_kernel(const int64_t* __restrict__ index, IndexStrides s, Shape sh,
+                  int64_t* __restrict__ rowptr, IndexError* error) {
+  const int64_t total = sh.B * (sh.E + 1);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = i % (sh.E + 1);
+    const int64_t b = i / (sh.E + 1);
+    const int64_t prev_raw = e > 0 ? index_at(index, s, b, e - 1, 0) : int64_t(-1);
+    const int64_t cur_raw = e < sh.E ? index_at(index, s, b, e, 0) : sh.N;
+    if (error && e < sh.E) {
+      if (cur_raw < 0 || cur_raw >= sh.N) {
+        record(error, IndexErrorKind::kOutOfRange, cur_raw, b * sh.E + e, sh.N);
+      } else if (e > 0 && prev_raw > cur_raw) {
+        record(error, IndexErrorKind::kNotSorted, cur_raw, b * sh.E + e, sh.N);
+      }
+    }
+    const int64_t prev = min(max(prev_raw, int64_t(-1)), sh.N);
+    const int64_t cur = min(max(cur_raw, int64_t(-1)), sh.N);
+    int64_t* rp = rowptr + b * (sh.N + 1);
+    for (int64_t n = prev + 1; n <= cur; ++n) rp[n] = e;
   }
 }
 
@@ -286,7 +322,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // One thread per VEC features of an (b, e) row where the index is broadcast over K (one
 // index load, one 16-byte src load, VEC atomics), else per element.
-template <typename T, Reduce R, bool VECTOR>
+template <typename T, Reduce R, bool VECTOR, bool PRECHECK>
 __global__ void __launch_bounds__(kThreads)
     value_atomic_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
                         IndexStrides s, Shape sh, float* __restrict__ work) {
@@ -313,10 +349,14 @@ __global__ void __launch_bounds__(kThreads)
     unsigned int* dst = keys + (b * sh.N + n) * sh.K + k0;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
+      const unsigned int key = ordered(to_acc(v[j]));
+      // A plain read (from L2) first: once a group's extreme is in place most candidates
+      // lose, and a read is cheaper than an atomic. A stale read only lets one through.
+      if (PRECHECK && !better<R>(key, __ldcg(dst + j))) continue;
       if constexpr (R == Reduce::kMax) {
-        atomicMax(dst + j, ordered(to_acc(v[j])));
+        atomicMax(dst + j, key);
       } else {
-        atomicMin(dst + j, ordered(to_acc(v[j])));
+        atomicMin(dst + j, key);
       }
     }
   }
@@ -344,7 +384,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T, Reduce R, bool VECTOR>
+template <typename T, Reduce R, bool VECTOR, bool PRECHECK>
 __global__ void __launch_bounds__(kThreads)
     packed_atomic_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
                          IndexStrides s, Shape sh, unsigned long long* __restrict__ keys) {
@@ -371,6 +411,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       const unsigned long long key = make_key<R>(ordered(to_acc(v[j])), e);
+      if (PRECHECK && !better<R>(key, __ldcg(dst + j))) continue;
       if constexpr (R == Reduce::kMax) {
         atomicMax(dst + j, key);
       } else {
@@ -442,19 +483,23 @@ cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, const int64_t* perm, Shape shape, void* work,
                            bool has_init, int64_t* arg, int64_t* count, int64_t count_b,
                            int64_t count_k, bool vectorize, IndexError* error,
-                           cudaStream_t stream) {
+                           int64_t* rowptr, cudaStream_t stream) {
   using A = acc_t<T>;
+  if (rowptr) {
+    rowptr_kernel<<<blocks(shape.B * (shape.E + 1)), kThreads, 0, stream>>>(index, strides, shape,
+                                                                            rowptr, error);
+  }
   with_reduce(reduce, [&](auto r) {
     constexpr Reduce R = decltype(r)::value;
     if (vectorize) {
       constexpr int VEC = vec_width<T, true>();
       segment_kernel<T, R, true><<<blocks(shape.B * shape.N * shape.K / VEC), kThreads, 0, stream>>>(
           src, index, strides, perm, shape, static_cast<A*>(work), has_init, arg, count, count_b,
-          count_k, error);
+          count_k, error, rowptr);
     } else {
       segment_kernel<T, R, false><<<blocks(shape.B * shape.N * shape.K), kThreads, 0, stream>>>(
           src, index, strides, perm, shape, static_cast<A*>(work), has_init, arg, count, count_b,
-          count_k, error);
+          count_k, error, rowptr);
     }
   });
   return cudaGetLastError();
@@ -486,35 +531,40 @@ template <typename T>
 cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, Shape shape, void* work, bool has_init,
                            int64_t* arg, unsigned long long* keys, bool vectorize,
-                           cudaStream_t stream) {
+                           bool precheck, cudaStream_t stream) {
   using A = acc_t<T>;
   const int64_t outputs = shape.B * shape.N * shape.K;
-  auto launch = [&](auto r, auto vector) {
+  auto launch = [&](auto r, auto vector, auto pre) {
     constexpr Reduce R = decltype(r)::value;
     constexpr bool VECTOR = decltype(vector)::value;
+    constexpr bool PRECHECK = decltype(pre)::value;
     const unsigned int grid = blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>());
     if constexpr (std::is_same_v<A, float>) {
       if (arg == nullptr) {
         float* w = static_cast<float*>(work);
         value_init_kernel<R><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init);
-        value_atomic_kernel<T, R, VECTOR><<<grid, kThreads, 0, stream>>>(src, index, strides,
-                                                                         shape, w);
+        value_atomic_kernel<T, R, VECTOR, PRECHECK><<<grid, kThreads, 0, stream>>>(
+            src, index, strides, shape, w);
         value_final_kernel<R><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init);
         return;
       }
     }
     packed_init_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
         outputs, static_cast<const A*>(work), has_init, keys);
-    packed_atomic_kernel<T, R, VECTOR><<<grid, kThreads, 0, stream>>>(src, index, strides, shape,
-                                                                      keys);
+    packed_atomic_kernel<T, R, VECTOR, PRECHECK><<<grid, kThreads, 0, stream>>>(
+        src, index, strides, shape, keys);
     packed_final_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
         outputs, shape.E, keys, static_cast<A*>(work), arg);
   };
   auto run = [&](auto r) {
-    if (vectorize) {
-      launch(r, std::true_type{});
+    if (vectorize && precheck) {
+      launch(r, std::true_type{}, std::true_type{});
+    } else if (vectorize) {
+      launch(r, std::true_type{}, std::false_type{});
+    } else if (precheck) {
+      launch(r, std::false_type{}, std::true_type{});
     } else {
-      launch(r, std::false_type{});
+      launch(r, std::false_type{}, std::false_type{});
     }
   };
   if (reduce == Reduce::kMax) {
@@ -537,7 +587,7 @@ cudaError_t check_index(const int64_t* index, IndexStrides strides, Shape shape,
   template cudaError_t segment_reduce<T>(Reduce, const T*, const int64_t*, IndexStrides,       \
                                          const int64_t*, Shape, void*, bool, int64_t*,         \
                                          int64_t*, int64_t, int64_t, bool, IndexError*,       \
-                                         cudaStream_t);                                        \
+                                         int64_t*, cudaStream_t);                              \
   template cudaError_t atomic_sum<T>(const T*, const int64_t*, IndexStrides, Shape, void*,     \
                                      bool, cudaStream_t);
 SCATTER_INSTANTIATE(float)
@@ -551,7 +601,7 @@ SCATTER_INSTANTIATE(int64_t)
 #define SCATTER_INSTANTIATE_PACKED(T)                                                          \
   template cudaError_t packed_extreme<T>(Reduce, const T*, const int64_t*, IndexStrides,       \
                                          Shape, void*, bool, int64_t*, unsigned long long*,    \
-                                         bool, cudaStream_t);
+                                         bool, bool, cudaStream_t);
 SCATTER_INSTANTIATE_PACKED(float)
 SCATTER_INSTANTIATE_PACKED(__half)
 SCATTER_INSTANTIATE_PACKED(__nv_bfloat16)
