@@ -7,9 +7,11 @@
 //
 // ROIAlign: the forward reads each sample's four neighbours for a chunk of channels per
 // thread, so the sampling geometry is computed once per chunk instead of once per channel.
-// The backward is a gather: a warp owns 32 pixels of one row for a chunk of channels and
-// sums, roi by roi in index order, what each roi's bins took from those pixels. Every
-// gradient element is written once, without atomics, and the result is deterministic.
+// The backward is a gather, so every gradient element is written once, without atomics,
+// and the result is deterministic: a block owns a tile of pixels and a group of channels,
+// lists the rois that reach the tile, and sums them in index order with the tile's
+// separable weights in shared memory (a per-pixel variant remains for outputs too large
+// for those weights).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -617,25 +619,27 @@ cudaError_t launch_roi_align_backward_tiles(const T* grad_t, const A* rois, int6
                                             int64_t batch, int64_t channels, int64_t height,
                                             int64_t width, int pooled_height, int pooled_width,
                                             A spatial_scale, int sampling_ratio, bool aligned,
-                                            T* grad_input, int variant, cudaStream_t stream) {
-  switch (variant) {
-    case 2:
-      return launch_tiles<T, 8, 2>(grad_t, rois, num_rois, batch, channels, height, width,
-                                   pooled_height, pooled_width, spatial_scale, sampling_ratio,
-                                   aligned, grad_input, stream);
-    case 3:
-      return launch_tiles<T, 16, 2>(grad_t, rois, num_rois, batch, channels, height, width,
-                                    pooled_height, pooled_width, spatial_scale, sampling_ratio,
-                                    aligned, grad_input, stream);
-    case 4:
-      return launch_tiles<T, 8, 8>(grad_t, rois, num_rois, batch, channels, height, width,
-                                   pooled_height, pooled_width, spatial_scale, sampling_ratio,
-                                   aligned, grad_input, stream);
-    default:
-      return launch_tiles<T, 8, 4>(grad_t, rois, num_rois, batch, channels, height, width,
-                                   pooled_height, pooled_width, spatial_scale, sampling_ratio,
-                                   aligned, grad_input, stream);
+                                            T* grad_input, cudaStream_t stream) {
+  // Wide channel groups amortise each roi's setup (listing, weights, barrier) over more
+  // work; narrower groups (wider tiles instead) keep the lanes busy when channels are few.
+  if (channels >= 192) {
+    return launch_tiles<T, 8, 8>(grad_t, rois, num_rois, batch, channels, height, width,
+                                 pooled_height, pooled_width, spatial_scale, sampling_ratio,
+                                 aligned, grad_input, stream);
   }
+  if (channels >= 96) {
+    return launch_tiles<T, 8, 4>(grad_t, rois, num_rois, batch, channels, height, width,
+                                 pooled_height, pooled_width, spatial_scale, sampling_ratio,
+                                 aligned, grad_input, stream);
+  }
+  if (channels >= 48) {
+    return launch_tiles<T, 16, 2>(grad_t, rois, num_rois, batch, channels, height, width,
+                                  pooled_height, pooled_width, spatial_scale, sampling_ratio,
+                                  aligned, grad_input, stream);
+  }
+  return launch_tiles<T, 16, 1>(grad_t, rois, num_rois, batch, channels, height, width,
+                                pooled_height, pooled_width, spatial_scale, sampling_ratio, aligned,
+                                grad_input, stream);
 }
 
 #define DETECTION_INSTANTIATE(T)                                                              \
@@ -649,7 +653,7 @@ cudaError_t launch_roi_align_backward_tiles(const T* grad_t, const A* rois, int6
       acc_t<T>, int, bool, T*, cudaStream_t);                                                 \
   template cudaError_t launch_roi_align_backward_tiles<T, acc_t<T>>(                          \
       const T*, const acc_t<T>*, int64_t, int64_t, int64_t, int64_t, int64_t, int, int,         \
-      acc_t<T>, int, bool, T*, int, cudaStream_t);
+      acc_t<T>, int, bool, T*, cudaStream_t);
 
 DETECTION_INSTANTIATE(float)
 DETECTION_INSTANTIATE(double)

@@ -44,7 +44,7 @@ cudaError_t launch_roi_align_backward_tiles(const T* grad_t, const A* rois, int6
                                             int64_t batch, int64_t channels, int64_t height,
                                             int64_t width, int pooled_height, int pooled_width,
                                             A spatial_scale, int sampling_ratio, bool aligned,
-                                            T* grad_input, int variant, cudaStream_t stream);
+                                            T* grad_input, cudaStream_t stream);
 
 inline bool roi_align_tiles_fit(int64_t pooled_height, int64_t pooled_width, size_t acc_bytes) {
   return 2 * (8 * pooled_height + 16 * pooled_width) * acc_bytes <= 48 * 1024;

@@ -2,13 +2,17 @@
 // current stream, and the bounds check that needs no host sync.
 //
 // Routes (kernels in scatter_cuda.cu):
-//   index known sorted along dim  -> segment reduction (no atomics, deterministic)
+//   index known sorted along dim  -> segment reduction (no atomics, deterministic); the
+//                                    segment bounds come from one pass over the index
+//                                    (rowptr) where the index is one per row
 //   sum/mean, any order           -> atomics; with deterministic=True (or torch's
 //                                    deterministic mode) a stable sort of the index, then
 //                                    the segment reduction through the permutation
 //   max/min, any order            -> values only (scatter(), nothing needs arg): one 32-bit
 //                                    atomic per element on order-preserving keys (float,
-//                                    half, bfloat16); with arg: packed 64-bit atomics (float,
+//                                    half, bfloat16), each skipped when a plain read of
+//                                    the current key shows it cannot win; with arg:
+//                                    packed 64-bit atomics (likewise; float,
 //                                    half, bfloat16, int32); else sort + segment (double,
 //                                    int64). All deterministic.
 // "Known sorted" means index_sorted=True, or detected while inferring dim_size (that
@@ -27,7 +31,6 @@
 #include <torch/library.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -120,14 +123,9 @@ bool run_typed(const Problem& p, at::Tensor& work, at::Tensor& arg, at::Tensor& 
   const bool sorted = p.index_sorted.value_or(false) || broadcast_dim;
   IndexError* error = p.check_in_run ? error_record(p.index.device().index()) : nullptr;
 
-  const char* variant_env = std::getenv("SCATTER_VARIANT");
-  const int variant = variant_env ? std::atoi(variant_env) : 3;
-  const bool use_rowptr = (variant & 1) != 0;
-  const bool precheck = (variant & 2) != 0;
-  const bool vector_extreme = (variant & 4) == 0;
   auto segment = [&](const int64_t* idx, const int64_t* perm) {
-    at::Tensor rowptr;
-    if (use_rowptr && p.strides.k == 0) {
+    at::Tensor rowptr;  // segment bounds in one pass over the index, where it is one per row
+    if (p.strides.k == 0) {
       rowptr = at::empty({p.shape.B, p.shape.N + 1}, p.index.options());
     }
     OPS_CHECK_LAUNCH(segment_reduce<T>(p.reduce, src, idx, p.strides, perm, p.shape,
@@ -157,7 +155,7 @@ bool run_typed(const Problem& p, at::Tensor& work, at::Tensor& arg, at::Tensor& 
           values_only ? nullptr : arg_ptr,
           values_only ? nullptr
                       : reinterpret_cast<unsigned long long*>(keys.mutable_data_ptr<int64_t>()),
-          vectorize && vector_extreme, precheck, stream));
+          vectorize, stream));
     }
     return true;
   }

@@ -1,12 +1,14 @@
 // CUDA kernels of the scatter reductions; torch-free (CUDA headers and the op's own only).
 // Three ways to the result, chosen by the host side (scatter_cuda.cpp):
 //   segment_kernel     index sorted along dim (or read through a stable sort permutation,
-//                      the deterministic route): each output element binary-searches its
-//                      segment and reduces it in order. No atomics, every output written once.
+//                      the deterministic route): each output element finds its segment
+//                      (rowptr_kernel's table where the index is one per row, else binary
+//                      search) and reduces it in order. No atomics, every output written once.
 //   atomic_sum_kernel  any order: one atomic add per element, 16 bytes at a time on sm_90
 //                      (float4 atomics), so a 64-feature row costs 16 atomics, not 64.
 //   value_*_kernel     max/min in any order, values only: one 32-bit atomicMax/atomicMin
-//                      per element on order-preserving keys held in the output itself.
+//                      per element on order-preserving keys held in the output itself,
+//                      skipped when a plain read of the key shows it cannot win (most do not).
 //   packed_*_kernel    max/min in any order with arg: value bits above position bits in
 //                      one 64-bit key, so one atomic per element yields value and arg
 //                      (ties to the first position, deterministic).
@@ -41,6 +43,40 @@ template <typename T, int N>
 struct alignas(sizeof(T) * N) Vec {
   T v[N];
 };
+
+// VEC keys read from L2 (not L1, which may hold a stale line), 16 bytes per load where
+// VEC allows; the pointer is then 16-byte aligned (K and k0 are multiples of VEC).
+template <int VEC>
+__device__ __forceinline__ void load_keys(const unsigned int* p, unsigned int (&out)[VEC]) {
+  if constexpr (VEC % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < VEC / 4; ++q) {
+      const uint4 u = __ldcg(reinterpret_cast<const uint4*>(p) + q);
+      out[4 * q] = u.x;
+      out[4 * q + 1] = u.y;
+      out[4 * q + 2] = u.z;
+      out[4 * q + 3] = u.w;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) out[j] = __ldcg(p + j);
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void load_keys(const unsigned long long* p,
+                                          unsigned long long (&out)[VEC]) {
+  if constexpr (VEC % 2 == 0) {
+#pragma unroll
+    for (int q = 0; q < VEC / 2; ++q) {
+      const ulonglong2 u = __ldcg(reinterpret_cast<const ulonglong2*>(p) + q);
+      out[2 * q] = u.x;
+      out[2 * q + 1] = u.y;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) out[j] = __ldcg(p + j);
+  }
+}
 
 // Elements per 16-byte load where the index is broadcast over K.
 template <typename T, bool VECTOR>
@@ -174,13 +210,31 @@ __global__ void __launch_bounds__(kThreads)
         count[((count_b > 1 ? b : 0) * sh.N + n) * count_k + (count_k > 1 ? k0 : 0)] = segment;
       }
     }
+    A result[VEC];
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       if constexpr (R == Reduce::kMean) {
-        w[j] = divide(acc[j], segment);
+        result[j] = divide(acc[j], segment);
       } else {
-        w[j] = acc[j];
+        result[j] = acc[j];
       }
+    }
+    // 16-byte stores where VEC allows (work is then 16-byte aligned at k0).
+    constexpr int kPer16 = int(16 / sizeof(A));
+    if constexpr (VEC > 1 && VEC % kPer16 == 0) {
+#pragma unroll
+      for (int q = 0; q < VEC / kPer16; ++q) {
+        Vec<A, kPer16> out;
+#pragma unroll
+        for (int j = 0; j < kPer16; ++j) out.v[j] = result[q * kPer16 + j];
+        reinterpret_cast<Vec<A, kPer16>*>(w)[q] = out;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) w[j] = result[j];
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
       if constexpr (R == Reduce::kMax || R == Reduce::kMin) {
         if (arg) arg[bn * sh.K + k0 + j] = a[j];
       }
@@ -334,7 +388,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // One thread per VEC features of an (b, e) row where the index is broadcast over K (one
 // index load, one 16-byte src load, VEC atomics), else per element.
-template <typename T, Reduce R, bool VECTOR, bool PRECHECK>
+template <typename T, Reduce R, bool VECTOR>
 __global__ void __launch_bounds__(kThreads)
     value_atomic_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
                         IndexStrides s, Shape sh, float* __restrict__ work) {
@@ -359,12 +413,14 @@ __global__ void __launch_bounds__(kThreads)
       v[0] = src[be * sh.K + k0];
     }
     unsigned int* dst = keys + (b * sh.N + n) * sh.K + k0;
+    // A plain read first: once a group's extreme is in place most candidates lose, and a
+    // read is cheaper than an atomic. A stale value only lets a candidate through.
+    unsigned int current[VEC];
+    load_keys<VEC>(dst, current);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       const unsigned int key = ordered(to_acc(v[j]));
-      // A plain read (from L2) first: once a group's extreme is in place most candidates
-      // lose, and a read is cheaper than an atomic. A stale read only lets one through.
-      if (PRECHECK && !better<R>(key, __ldcg(dst + j))) continue;
+      if (!better<R>(key, current[j])) continue;
       if constexpr (R == Reduce::kMax) {
         atomicMax(dst + j, key);
       } else {
@@ -396,7 +452,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T, Reduce R, bool VECTOR, bool PRECHECK>
+template <typename T, Reduce R, bool VECTOR>
 __global__ void __launch_bounds__(kThreads)
     packed_atomic_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
                          IndexStrides s, Shape sh, unsigned long long* __restrict__ keys) {
@@ -420,10 +476,12 @@ __global__ void __launch_bounds__(kThreads)
       v[0] = src[be * sh.K + k0];
     }
     unsigned long long* dst = keys + (b * sh.N + n) * sh.K + k0;
+    unsigned long long current[VEC];
+    load_keys<VEC>(dst, current);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       const unsigned long long key = make_key<R>(ordered(to_acc(v[j])), e);
-      if (PRECHECK && !better<R>(key, __ldcg(dst + j))) continue;
+      if (!better<R>(key, current[j])) continue;
       if constexpr (R == Reduce::kMax) {
         atomicMax(dst + j, key);
       } else {
@@ -542,19 +600,18 @@ template <typename T>
 cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, Shape shape, void* work, bool has_init,
                            int64_t* arg, unsigned long long* keys, bool vectorize,
-                           bool precheck, cudaStream_t stream) {
+                           cudaStream_t stream) {
   using A = acc_t<T>;
   const int64_t outputs = shape.B * shape.N * shape.K;
-  auto launch = [&](auto r, auto vector, auto pre) {
+  auto launch = [&](auto r, auto vector) {
     constexpr Reduce R = decltype(r)::value;
     constexpr bool VECTOR = decltype(vector)::value;
-    constexpr bool PRECHECK = decltype(pre)::value;
     const unsigned int grid = blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>());
     if constexpr (std::is_same_v<A, float>) {
       if (arg == nullptr) {
         float* w = static_cast<float*>(work);
         value_init_kernel<R><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init);
-        value_atomic_kernel<T, R, VECTOR, PRECHECK><<<grid, kThreads, 0, stream>>>(
+        value_atomic_kernel<T, R, VECTOR><<<grid, kThreads, 0, stream>>>(
             src, index, strides, shape, w);
         value_final_kernel<R><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init);
         return;
@@ -562,20 +619,16 @@ cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
     }
     packed_init_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
         outputs, static_cast<const A*>(work), has_init, keys);
-    packed_atomic_kernel<T, R, VECTOR, PRECHECK><<<grid, kThreads, 0, stream>>>(
+    packed_atomic_kernel<T, R, VECTOR><<<grid, kThreads, 0, stream>>>(
         src, index, strides, shape, keys);
     packed_final_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
         outputs, shape.E, keys, static_cast<A*>(work), arg);
   };
   auto run = [&](auto r) {
-    if (vectorize && precheck) {
-      launch(r, std::true_type{}, std::true_type{});
-    } else if (vectorize) {
-      launch(r, std::true_type{}, std::false_type{});
-    } else if (precheck) {
-      launch(r, std::false_type{}, std::true_type{});
+    if (vectorize) {
+      launch(r, std::true_type{});
     } else {
-      launch(r, std::false_type{}, std::false_type{});
+      launch(r, std::false_type{});
     }
   };
   if (reduce == Reduce::kMax) {
@@ -612,7 +665,7 @@ SCATTER_INSTANTIATE(int64_t)
 #define SCATTER_INSTANTIATE_PACKED(T)                                                          \
   template cudaError_t packed_extreme<T>(Reduce, const T*, const int64_t*, IndexStrides,       \
                                          Shape, void*, bool, int64_t*, unsigned long long*,    \
-                                         bool, bool, cudaStream_t);
+                                         bool, cudaStream_t);
 SCATTER_INSTANTIATE_PACKED(float)
 SCATTER_INSTANTIATE_PACKED(__half)
 SCATTER_INSTANTIATE_PACKED(__nv_bfloat16)

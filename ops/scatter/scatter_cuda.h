@@ -42,12 +42,12 @@ cudaError_t atomic_count(const int64_t* index, IndexStrides strides, Shape shape
 // position's, so ties go to the first position. For T whose A is float or int; needs
 // E < 2^32 - 2. keys is scratch [B, N, K]; work and arg receive the result. With arg null
 // and a float work buffer, values only: 32-bit keys in work itself (keys unused).
-// precheck: read the current key before each atomic and skip the atomic when it cannot win.
+// Each atomic is skipped when a plain read of the current key shows that it cannot win.
 template <typename T>
 cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, Shape shape, void* work, bool has_init,
                            int64_t* arg, unsigned long long* keys, bool vectorize,
-                           bool precheck, cudaStream_t stream);
+                           cudaStream_t stream);
 
 // Bounds check (and, if check_sorted, sortedness along e) of the index's own extent
 // [Bc, E, Kc] against dim_size N; the first failure goes to *error (host-mapped).
