@@ -205,6 +205,26 @@ def test_cuda_backward_is_deterministic(op):
     assert torch.equal(a, b)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("sampling_ratio", [-1, 2])
+@pytest.mark.parametrize("channels, output_size", [(160, 7), (5, (2, 9)), (3, (3, 400))])
+def test_cuda_backward_matches_cpu(op, channels, output_size, sampling_ratio, aligned):
+    """The CUDA backward's tiles (many per map, partial channel groups, channel counts that
+    do not fill a vector) and, for a large output, its fallback, against the CPU kernel.
+    In float64: a pixel here sums hundreds of terms, more than the float32 row of the
+    tolerance table (meant for single values) allows for rounding."""
+    x = torch.randn(2, channels, 37, 45, dtype=torch.float64)
+    rois = reference.random_rois(150, 2, 37, 45, spatial_scale=0.5, dtype=torch.float64)
+    out = op.roi_align(x, rois, output_size, 0.5, sampling_ratio, aligned)
+    grad = torch.randn_like(out)
+    ph, pw = out.shape[-2:]
+    want = torch.ops.detection.roi_align_backward(grad, rois, 0.5, ph, pw, *x.shape, sampling_ratio, aligned)
+    got = torch.ops.detection.roi_align_backward(grad.cuda(), rois.cuda(), 0.5, ph, pw, *x.shape,
+                                                 sampling_ratio, aligned)
+    assert_close(got, want, torch.float64)
+
+
 def test_bad_inputs(op, device):
     x = feature_map(device, torch.float32)
     rois = reference.random_rois(4, 2, 13, 17, device=device)

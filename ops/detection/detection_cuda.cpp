@@ -94,6 +94,16 @@ at::Tensor roi_align_backward_cuda(const at::Tensor& grad, const at::Tensor& roi
     using T = cuda_t<scalar_t>;
     using A = at::opmath_type<scalar_t>;
     const at::Tensor r = rois.to(c10::CppTypeToScalarType<A>::value).contiguous();
+    if (detection::roi_align_tiles_fit(pooled_height, pooled_width, sizeof(A))) {
+      // Channels innermost, so that a warp reads one bin's channels in one coalesced load.
+      const at::Tensor gt = g.permute({0, 2, 3, 1}).contiguous();
+      OPS_CHECK_LAUNCH((detection::launch_roi_align_backward_tiles<T, A>(
+          cuda_ptr<scalar_t>(gt), r.const_data_ptr<A>(), rois.size(0), batch, channels, height, width,
+          static_cast<int>(pooled_height), static_cast<int>(pooled_width), static_cast<A>(spatial_scale),
+          static_cast<int>(sampling_ratio), aligned, cuda_ptr<scalar_t>(grad_input),
+          ops_common::current_stream())));
+      return;
+    }
     OPS_CHECK_LAUNCH((detection::launch_roi_align_backward<T, A>(
         cuda_ptr<scalar_t>(g), r.const_data_ptr<A>(), rois.size(0), batch, channels, height, width,
         static_cast<int>(pooled_height), static_cast<int>(pooled_width), static_cast<A>(spatial_scale),

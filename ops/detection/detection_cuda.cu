@@ -7,9 +7,11 @@
 //
 // ROIAlign: the forward reads each sample's four neighbours for a chunk of channels per
 // thread, so the sampling geometry is computed once per chunk instead of once per channel.
-// The backward is a gather: a warp owns 32 pixels of one row for a chunk of channels and
-// sums, roi by roi in index order, what each roi's bins took from those pixels. Every
-// gradient element is written once, without atomics, and the result is deterministic.
+// The backward is a gather, so every gradient element is written once, without atomics,
+// and the result is deterministic: a block owns a tile of pixels and a group of channels,
+// lists the rois that reach the tile, and sums them in index order with the tile's
+// separable weights in shared memory (a per-pixel variant remains for outputs too large
+// for those weights).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -355,6 +357,171 @@ __global__ void roi_align_backward_kernel(const T* __restrict__ grad, const acc_
   }
 }
 
+// The bins of an axis whose span comes within two pixels of [p0, p1] (bin_range for a
+// run of pixels): every bin that can reach one of them, maybe a few more.
+template <typename A>
+__device__ __forceinline__ void bins_near(const RoiAxis<A>& ax, int p0, int p1, int pooled,
+                                          int& lo, int& hi) {
+  lo = 0;
+  hi = -1;
+  const A a = static_cast<A>(p0) - A(2), b = static_cast<A>(p1) + A(2);
+  if (ax.bin == A(0)) {
+    if (ax.start >= a && ax.start <= b) hi = pooled - 1;
+    return;
+  }
+  const A u0 = (a - ax.start) / ax.bin, u1 = (b - ax.start) / ax.bin;
+  A l = floor(u0 < u1 ? u0 : u1) - A(1);
+  A h = floor(u0 < u1 ? u1 : u0);
+  if (!(l <= h)) return;  // NaN
+  l = l > A(0) ? l : A(0);
+  h = h < static_cast<A>(pooled - 1) ? h : static_cast<A>(pooled - 1);
+  if (l > h) return;
+  lo = static_cast<int>(l);
+  hi = static_cast<int>(h);
+}
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+// Backward as a tiled gather. A block owns a tile of 8 rows x TW columns of one image and
+// 32 * CPT channels (lane l holds channels l * CPT .. l * CPT + CPT - 1): it lists the rois
+// of its image that reach the tile (in index order), and for each one puts the separable
+// weights of the tile's rows and columns against the roi's bins in shared memory (computed
+// once for all channels), then every warp adds the bins near its row: one coalesced load
+// of CPT channels of grad (transposed to (K, PH, PW, C)) per bin, TW x CPT FMAs. Each
+// gradient element is summed by one thread in a fixed order: no atomics, deterministic.
+constexpr int kTileRows = 8;
+
+template <typename T, int TW, int CPT, bool VEC>
+__global__ void __launch_bounds__(256)
+    roi_align_backward_tiles_kernel(const T* __restrict__ grad_t, const acc_t<T>* __restrict__ rois,
+                                    int64_t num_rois, int64_t batch, int64_t channels, int H, int W,
+                                    int pooled_height, int pooled_width, acc_t<T> spatial_scale,
+                                    int sampling_ratio, bool aligned, T* __restrict__ grad_input) {
+  using A = acc_t<T>;
+  constexpr int kThreads = 32 * kTileRows;
+  constexpr int CB = 32 * CPT;
+  extern __shared__ unsigned char smem_raw[];
+  const int PH = pooled_height, PW = pooled_width;
+  const int weights = kTileRows * PH + TW * PW;
+  A* const buffers = reinterpret_cast<A*>(smem_raw);  // two sets: [8][PH] rows, [TW][PW] cols
+  __shared__ int roi_list[kThreads];
+  __shared__ int warp_hits[kTileRows];
+  const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * 32 + lane;
+  const int h0 = blockIdx.y * kTileRows, w0 = blockIdx.x * TW;
+  const int h = h0 + warp;
+  const int w_last = min(w0 + TW, W) - 1;
+  const int h_last = min(h0 + kTileRows, H) - 1;
+  const int64_t chunks = (channels + CB - 1) / CB;
+  const int64_t bins = int64_t(PH) * PW;
+  int parity = 0;
+  for (int64_t z = blockIdx.z; z < batch * chunks; z += gridDim.z) {
+    const int64_t n = z / chunks;
+    const int64_t c_lane = (z % chunks) * CB + int64_t(lane) * CPT;
+    const bool lane_full = c_lane + CPT <= channels;
+    A acc[TW][CPT];
+#pragma unroll
+    for (int j = 0; j < TW; ++j)
+#pragma unroll
+      for (int k = 0; k < CPT; ++k) acc[j][k] = A(0);
+    for (int64_t r0 = 0; r0 < num_rois; r0 += kThreads) {
+      // List the rois of this batch of 256 that reach the tile, keeping their order.
+      bool hit = false;
+      const int64_t r = r0 + tid;
+      if (r < num_rois) {
+        const A* roi = rois + r * 5;
+        if (roi_batch(roi[0], batch) == n) {
+          const RoiAxis<A> ry = roi_axis(roi[2], roi[4], spatial_scale, PH, sampling_ratio, aligned);
+          const RoiAxis<A> rx = roi_axis(roi[1], roi[3], spatial_scale, PW, sampling_ratio, aligned);
+          int a, b, c, d;
+          bins_near(ry, h0, h_last, PH, a, b);
+          bins_near(rx, w0, w_last, PW, c, d);
+          hit = ry.grid > 0 && rx.grid > 0 && a <= b && c <= d;
+        }
+      }
+      const unsigned ballot = __ballot_sync(0xffffffffu, hit);
+      if (lane == 0) warp_hits[warp] = __popc(ballot);
+      __syncthreads();
+      int before = 0, count = 0;
+#pragma unroll
+      for (int i = 0; i < kTileRows; ++i) {
+        const int c = warp_hits[i];
+        before += i < warp ? c : 0;
+        count += c;
+      }
+      if (hit) roi_list[before + __popc(ballot & ((1u << lane) - 1))] = static_cast<int>(r - r0);
+      __syncthreads();
+      for (int i = 0; i < count; ++i) {
+        const int64_t rr = r0 + roi_list[i];
+        const A* roi = rois + rr * 5;
+        const RoiAxis<A> ry = roi_axis(roi[2], roi[4], spatial_scale, PH, sampling_ratio, aligned);
+        const RoiAxis<A> rx = roi_axis(roi[1], roi[3], spatial_scale, PW, sampling_ratio, aligned);
+        // Double-buffered weights: one barrier per roi. The buffer filled here was last read
+        // two rois ago, before the barrier every thread passed since.
+        A* const wy = buffers + parity * weights;
+        A* const wx = wy + kTileRows * PH;
+        parity ^= 1;
+        const A scale = A(1) / static_cast<A>(ry.grid * rx.grid);
+        for (int t = tid; t < weights; t += kThreads) {
+          if (t < kTileRows * PH) {
+            const int y = h0 + t / PH;
+            wy[t] = y < H ? bin_pixel_weight(ry, t % PH, y, H) * scale : A(0);
+          } else {
+            const int u = t - kTileRows * PH;
+            const int x = w0 + u / PW;
+            wx[u] = x < W ? bin_pixel_weight(rx, u % PW, x, W) : A(0);
+          }
+        }
+        __syncthreads();
+        if (h < H) {
+          int ph_lo, ph_hi, pw_lo, pw_hi;
+          bin_range(ry, h, PH, ph_lo, ph_hi);
+          bins_near(rx, w0, w_last, PW, pw_lo, pw_hi);
+          const T* g_roi = grad_t + rr * bins * channels + c_lane;
+          for (int ph = ph_lo; ph <= ph_hi; ++ph) {
+            const A a = wy[warp * PH + ph];
+            if (a == A(0)) continue;
+            for (int pw = pw_lo; pw <= pw_hi; ++pw) {
+              const T* gp = g_roi + (int64_t(ph) * PW + pw) * channels;
+              A v[CPT];
+              if (VEC && lane_full) {
+                const Pack<T, CPT> p = *reinterpret_cast<const Pack<T, CPT>*>(gp);
+#pragma unroll
+                for (int k = 0; k < CPT; ++k) v[k] = to_acc(p.v[k]);
+              } else {
+#pragma unroll
+                for (int k = 0; k < CPT; ++k) v[k] = c_lane + k < channels ? to_acc(gp[k]) : A(0);
+              }
+#pragma unroll
+              for (int j = 0; j < TW; ++j) {
+                const A b = a * wx[j * PW + pw];
+#pragma unroll
+                for (int k = 0; k < CPT; ++k) acc[j][k] += b * v[k];
+              }
+            }
+          }
+        }
+      }
+      __syncthreads();  // roi_list and warp_hits are rewritten by the next batch
+    }
+    if (h < H) {
+      const int64_t plane = int64_t(H) * W;
+      T* out = grad_input + (n * channels + c_lane) * plane + int64_t(h) * W + w0;
+#pragma unroll
+      for (int k = 0; k < CPT; ++k) {
+        if (c_lane + k < channels) {
+#pragma unroll
+          for (int j = 0; j < TW; ++j) {
+            if (w0 + j < W) out[k * plane + j] = from_acc<T>(acc[j][k]);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -419,6 +586,62 @@ cudaError_t launch_roi_align_backward(const T* grad_output, const A* rois, int64
   return cudaGetLastError();
 }
 
+template <typename T, int TW, int CPT>
+cudaError_t launch_tiles(const T* grad_t, const acc_t<T>* rois, int64_t num_rois, int64_t batch,
+                         int64_t channels, int64_t height, int64_t width, int pooled_height,
+                         int pooled_width, acc_t<T> spatial_scale, int sampling_ratio, bool aligned,
+                         T* grad_input, cudaStream_t stream) {
+  using A = acc_t<T>;
+  const int64_t chunks = (channels + 32 * CPT - 1) / (32 * CPT);
+  const int64_t planes = batch * chunks;
+  const dim3 block(32, kTileRows);
+  const dim3 grid(static_cast<unsigned>((width + TW - 1) / TW),
+                  static_cast<unsigned>((height + kTileRows - 1) / kTileRows),
+                  static_cast<unsigned>(planes < 65535 ? planes : 65535));
+  const size_t shared = 2 * size_t(kTileRows * pooled_height + TW * pooled_width) * sizeof(A);
+  const bool vec = channels % CPT == 0 &&
+                   reinterpret_cast<uintptr_t>(grad_t) % (sizeof(T) * CPT) == 0;
+  const int H = static_cast<int>(height), W = static_cast<int>(width);
+  if (vec) {
+    roi_align_backward_tiles_kernel<T, TW, CPT, true><<<grid, block, shared, stream>>>(
+        grad_t, rois, num_rois, batch, channels, H, W, pooled_height, pooled_width, spatial_scale,
+        sampling_ratio, aligned, grad_input);
+  } else {
+    roi_align_backward_tiles_kernel<T, TW, CPT, false><<<grid, block, shared, stream>>>(
+        grad_t, rois, num_rois, batch, channels, H, W, pooled_height, pooled_width, spatial_scale,
+        sampling_ratio, aligned, grad_input);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T, typename A>
+cudaError_t launch_roi_align_backward_tiles(const T* grad_t, const A* rois, int64_t num_rois,
+                                            int64_t batch, int64_t channels, int64_t height,
+                                            int64_t width, int pooled_height, int pooled_width,
+                                            A spatial_scale, int sampling_ratio, bool aligned,
+                                            T* grad_input, cudaStream_t stream) {
+  // Wide channel groups amortise each roi's setup (listing, weights, barrier) over more
+  // work; narrower groups (wider tiles instead) keep the lanes busy when channels are few.
+  if (channels >= 192) {
+    return launch_tiles<T, 8, 8>(grad_t, rois, num_rois, batch, channels, height, width,
+                                 pooled_height, pooled_width, spatial_scale, sampling_ratio,
+                                 aligned, grad_input, stream);
+  }
+  if (channels >= 96) {
+    return launch_tiles<T, 8, 4>(grad_t, rois, num_rois, batch, channels, height, width,
+                                 pooled_height, pooled_width, spatial_scale, sampling_ratio,
+                                 aligned, grad_input, stream);
+  }
+  if (channels >= 48) {
+    return launch_tiles<T, 16, 2>(grad_t, rois, num_rois, batch, channels, height, width,
+                                  pooled_height, pooled_width, spatial_scale, sampling_ratio,
+                                  aligned, grad_input, stream);
+  }
+  return launch_tiles<T, 16, 1>(grad_t, rois, num_rois, batch, channels, height, width,
+                                pooled_height, pooled_width, spatial_scale, sampling_ratio, aligned,
+                                grad_input, stream);
+}
+
 #define DETECTION_INSTANTIATE(T)                                                              \
   template cudaError_t launch_nms_mask<T>(const T*, const int64_t*, int64_t, float, uint64_t*, \
                                           cudaStream_t);                                      \
@@ -426,6 +649,9 @@ cudaError_t launch_roi_align_backward(const T* grad_output, const A* rois, int64
       const T*, const acc_t<T>*, int64_t, int64_t, int64_t, int64_t, int64_t, int, int,         \
       acc_t<T>, int, bool, T*, cudaStream_t);                                                 \
   template cudaError_t launch_roi_align_backward<T, acc_t<T>>(                                \
+      const T*, const acc_t<T>*, int64_t, int64_t, int64_t, int64_t, int64_t, int, int,         \
+      acc_t<T>, int, bool, T*, cudaStream_t);                                                 \
+  template cudaError_t launch_roi_align_backward_tiles<T, acc_t<T>>(                          \
       const T*, const acc_t<T>*, int64_t, int64_t, int64_t, int64_t, int64_t, int, int,         \
       acc_t<T>, int, bool, T*, cudaStream_t);
 

@@ -36,4 +36,18 @@ cudaError_t launch_roi_align_backward(const T* grad_output, const A* rois, int64
                                       A spatial_scale, int sampling_ratio, bool aligned,
                                       T* grad_input, cudaStream_t stream);
 
+// ROIAlign backward as a tiled gather from grad_t, the output gradient transposed to
+// (K, PH, PW, C): deterministic like launch_roi_align_backward, and faster where the
+// weights of one tile fit in shared memory (roi_align_tiles_fit).
+template <typename T, typename A>
+cudaError_t launch_roi_align_backward_tiles(const T* grad_t, const A* rois, int64_t num_rois,
+                                            int64_t batch, int64_t channels, int64_t height,
+                                            int64_t width, int pooled_height, int pooled_width,
+                                            A spatial_scale, int sampling_ratio, bool aligned,
+                                            T* grad_input, cudaStream_t stream);
+
+inline bool roi_align_tiles_fit(int64_t pooled_height, int64_t pooled_width, size_t acc_bytes) {
+  return 2 * (8 * pooled_height + 16 * pooled_width) * acc_bytes <= 48 * 1024;
+}
+
 }  // namespace detection

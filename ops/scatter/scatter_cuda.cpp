@@ -2,13 +2,17 @@
 // current stream, and the bounds check that needs no host sync.
 //
 // Routes (kernels in scatter_cuda.cu):
-//   index known sorted along dim  -> segment reduction (no atomics, deterministic)
+//   index known sorted along dim  -> segment reduction (no atomics, deterministic); the
+//                                    segment bounds come from one pass over the index
+//                                    (rowptr) where the index is one per row
 //   sum/mean, any order           -> atomics; with deterministic=True (or torch's
 //                                    deterministic mode) a stable sort of the index, then
 //                                    the segment reduction through the permutation
 //   max/min, any order            -> values only (scatter(), nothing needs arg): one 32-bit
 //                                    atomic per element on order-preserving keys (float,
-//                                    half, bfloat16); with arg: packed 64-bit atomics (float,
+//                                    half, bfloat16), each skipped when a plain read of
+//                                    the current key shows it cannot win; with arg:
+//                                    packed 64-bit atomics (likewise; float,
 //                                    half, bfloat16, int32); else sort + segment (double,
 //                                    int64). All deterministic.
 // "Known sorted" means index_sorted=True, or detected while inferring dim_size (that
@@ -120,9 +124,15 @@ bool run_typed(const Problem& p, at::Tensor& work, at::Tensor& arg, at::Tensor& 
   IndexError* error = p.check_in_run ? error_record(p.index.device().index()) : nullptr;
 
   auto segment = [&](const int64_t* idx, const int64_t* perm) {
+    at::Tensor rowptr;  // segment bounds in one pass over the index, where it is one per row
+    if (p.strides.k == 0) {
+      rowptr = at::empty({p.shape.B, p.shape.N + 1}, p.index.options());
+    }
     OPS_CHECK_LAUNCH(segment_reduce<T>(p.reduce, src, idx, p.strides, perm, p.shape,
                                        work.data_ptr(), p.has_out, arg_ptr, count_ptr, p.count_b,
-                                       p.count_k, vectorize, error, stream));
+                                       p.count_k, vectorize, error,
+                                       rowptr.defined() ? rowptr.mutable_data_ptr<int64_t>() : nullptr,
+                                       stream));
     return true;
   };
   if (sorted) return segment(index, nullptr);

@@ -1,12 +1,14 @@
 // CUDA kernels of the scatter reductions; torch-free (CUDA headers and the op's own only).
 // Three ways to the result, chosen by the host side (scatter_cuda.cpp):
 //   segment_kernel     index sorted along dim (or read through a stable sort permutation,
-//                      the deterministic route): each output element binary-searches its
-//                      segment and reduces it in order. No atomics, every output written once.
+//                      the deterministic route): each output element finds its segment
+//                      (rowptr_kernel's table where the index is one per row, else binary
+//                      search) and reduces it in order. No atomics, every output written once.
 //   atomic_sum_kernel  any order: one atomic add per element, 16 bytes at a time on sm_90
 //                      (float4 atomics), so a 64-feature row costs 16 atomics, not 64.
 //   value_*_kernel     max/min in any order, values only: one 32-bit atomicMax/atomicMin
-//                      per element on order-preserving keys held in the output itself.
+//                      per element on order-preserving keys held in the output itself,
+//                      skipped when a plain read of the key shows it cannot win (most do not).
 //   packed_*_kernel    max/min in any order with arg: value bits above position bits in
 //                      one 64-bit key, so one atomic per element yields value and arg
 //                      (ties to the first position, deterministic).
@@ -42,6 +44,40 @@ struct alignas(sizeof(T) * N) Vec {
   T v[N];
 };
 
+// VEC keys read from L2 (not L1, which may hold a stale line), 16 bytes per load where
+// VEC allows; the pointer is then 16-byte aligned (K and k0 are multiples of VEC).
+template <int VEC>
+__device__ __forceinline__ void load_keys(const unsigned int* p, unsigned int (&out)[VEC]) {
+  if constexpr (VEC % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < VEC / 4; ++q) {
+      const uint4 u = __ldcg(reinterpret_cast<const uint4*>(p) + q);
+      out[4 * q] = u.x;
+      out[4 * q + 1] = u.y;
+      out[4 * q + 2] = u.z;
+      out[4 * q + 3] = u.w;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) out[j] = __ldcg(p + j);
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void load_keys(const unsigned long long* p,
+                                          unsigned long long (&out)[VEC]) {
+  if constexpr (VEC % 2 == 0) {
+#pragma unroll
+    for (int q = 0; q < VEC / 2; ++q) {
+      const ulonglong2 u = __ldcg(reinterpret_cast<const ulonglong2*>(p) + q);
+      out[2 * q] = u.x;
+      out[2 * q + 1] = u.y;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) out[j] = __ldcg(p + j);
+  }
+}
+
 // Elements per 16-byte load where the index is broadcast over K.
 template <typename T, bool VECTOR>
 constexpr int vec_width() {
@@ -57,6 +93,19 @@ __device__ __forceinline__ A divide(A sum, int64_t count) {
     return q;
   } else {
     return sum / A(c);
+  }
+}
+
+// q = a / d, r = a % d for a >= 0, d > 0: in 32 bits when both fit (the usual case),
+// where a 64-bit division costs several times as many instructions.
+__device__ __forceinline__ void divmod(int64_t a, int64_t d, int64_t& q, int64_t& r) {
+  if (((a | d) >> 31) == 0) {
+    const unsigned int q32 = static_cast<unsigned int>(a) / static_cast<unsigned int>(d);
+    q = q32;
+    r = a - int64_t(q32) * d;
+  } else {
+    q = a / d;
+    r = a - q * d;
   }
 }
 
@@ -80,20 +129,28 @@ __global__ void __launch_bounds__(kThreads)
                    IndexStrides s, const int64_t* __restrict__ perm, Shape sh,
                    acc_t<T>* __restrict__ work, bool has_init, int64_t* __restrict__ arg,
                    int64_t* __restrict__ count, int64_t count_b, int64_t count_k,
-                   IndexError* error) {
+                   IndexError* error, const int64_t* __restrict__ rowptr) {
   using A = acc_t<T>;
   constexpr int VEC = vec_width<T, VECTOR>();
   const int64_t kv_count = sh.K / VEC;
   const int64_t total = sh.B * sh.N * kv_count;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t k0 = (i % kv_count) * VEC;
-    const int64_t bn = i / kv_count;
-    const int64_t n = bn % sh.N;
-    const int64_t b = bn / sh.N;
-    const int64_t start = lower_bound(index, s, b, k0, sh.E, n);
-    const int64_t end = lower_bound(index, s, b, k0, sh.E, n + 1);
-    if (error) {
+    int64_t k0, bn, n, b;
+    divmod(i, kv_count, bn, k0);
+    k0 *= VEC;
+    divmod(bn, sh.N, b, n);
+    int64_t start, end;
+    if (rowptr) {
+      // Clamped: a broken sortedness promise leaves entries unwritten, never a wild read.
+      const int64_t* rp = rowptr + b * (sh.N + 1) + n;
+      start = min(max(rp[0], int64_t(0)), sh.E);
+      end = min(max(rp[1], start), sh.E);
+    } else {
+      start = lower_bound(index, s, b, k0, sh.E, n);
+      end = lower_bound(index, s, b, k0, sh.E, n + 1);
+    }
+    if (error && !rowptr) {
       // The bounds check comes free here: the searches of n = 0 and n = N - 1 leave any
       // entry below 0 or past N outside every segment. (Binary search is monotone in the
       // value on any array, so the segments always tile [start of 0, end of N - 1].)
@@ -117,7 +174,7 @@ __global__ void __launch_bounds__(kThreads)
       a[j] = sh.E;
     }
     const T* src_b = src + b * sh.E * sh.K + k0;
-    const bool verify = error != nullptr && perm == nullptr;
+    const bool verify = error != nullptr && perm == nullptr && rowptr == nullptr;
     bool misplaced = false;
 #pragma unroll 4
     for (int64_t p = start; p < end; ++p) {
@@ -153,17 +210,63 @@ __global__ void __launch_bounds__(kThreads)
         count[((count_b > 1 ? b : 0) * sh.N + n) * count_k + (count_k > 1 ? k0 : 0)] = segment;
       }
     }
+    A result[VEC];
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       if constexpr (R == Reduce::kMean) {
-        w[j] = divide(acc[j], segment);
+        result[j] = divide(acc[j], segment);
       } else {
-        w[j] = acc[j];
+        result[j] = acc[j];
       }
+    }
+    // 16-byte stores where VEC allows (work is then 16-byte aligned at k0).
+    constexpr int kPer16 = int(16 / sizeof(A));
+    if constexpr (VEC > 1 && VEC % kPer16 == 0) {
+#pragma unroll
+      for (int q = 0; q < VEC / kPer16; ++q) {
+        Vec<A, kPer16> out;
+#pragma unroll
+        for (int j = 0; j < kPer16; ++j) out.v[j] = result[q * kPer16 + j];
+        reinterpret_cast<Vec<A, kPer16>*>(w)[q] = out;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) w[j] = result[j];
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
       if constexpr (R == Reduce::kMax || R == Reduce::kMin) {
         if (arg) arg[bn * sh.K + k0 + j] = a[j];
       }
     }
+  }
+}
+
+// Segment starts of an index sorted along e and broadcast over K: rowptr[b, n] is the first
+// position whose index is >= n (rowptr[b, N] = E), so the segment kernel reads two numbers
+// instead of two binary searches. Entries outside [0, N) fall outside every segment. With
+// error set it checks bounds and sortedness on the way.
+__global__ void __launch_bounds__(kThreads)
+    rowptr_kernel(const int64_t* __restrict__ index, IndexStrides s, Shape sh,
+                  int64_t* __restrict__ rowptr, IndexError* error) {
+  const int64_t total = sh.B * (sh.E + 1);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t e, b;
+    divmod(i, sh.E + 1, b, e);
+    const int64_t prev_raw = e > 0 ? index_at(index, s, b, e - 1, 0) : int64_t(-1);
+    const int64_t cur_raw = e < sh.E ? index_at(index, s, b, e, 0) : sh.N;
+    if (error && e < sh.E) {
+      if (cur_raw < 0 || cur_raw >= sh.N) {
+        record(error, IndexErrorKind::kOutOfRange, cur_raw, b * sh.E + e, sh.N);
+      } else if (e > 0 && prev_raw > cur_raw) {
+        record(error, IndexErrorKind::kNotSorted, cur_raw, b * sh.E + e, sh.N);
+      }
+    }
+    const int64_t prev = min(max(prev_raw, int64_t(-1)), sh.N);
+    const int64_t cur = min(max(cur_raw, int64_t(-1)), sh.N);
+    int64_t* rp = rowptr + b * (sh.N + 1);
+    for (int64_t n = prev + 1; n <= cur; ++n) rp[n] = e;
   }
 }
 
@@ -205,10 +308,10 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t total = sh.B * sh.E * kv_count;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t k0 = (i % kv_count) * VEC;
-    const int64_t be = i / kv_count;
-    const int64_t e = be % sh.E;
-    const int64_t b = be / sh.E;
+    int64_t k0, be, e, b;
+    divmod(i, kv_count, be, k0);
+    k0 *= VEC;
+    divmod(be, sh.E, b, e);
     const int64_t n = index_at(index, s, b, e, k0);
     if (n < 0 || n >= sh.N) continue;
     A v[VEC];
@@ -229,10 +332,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t total = count_b * sh.E * count_k;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t k = i % count_k;
-    const int64_t be = i / count_k;
-    const int64_t e = be % sh.E;
-    const int64_t b = be / sh.E;
+    int64_t k, be, e, b;
+    divmod(i, count_k, be, k);
+    divmod(be, sh.E, b, e);
     const int64_t n = index_at(index, s, b, e, k);
     if (n < 0 || n >= sh.N) continue;
     atomicAdd(reinterpret_cast<unsigned long long*>(count + (b * sh.N + n) * count_k + k), 1ull);
@@ -296,10 +398,10 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t total = sh.B * sh.E * kv_count;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t k0 = (i % kv_count) * VEC;
-    const int64_t be = i / kv_count;
-    const int64_t e = be % sh.E;
-    const int64_t b = be / sh.E;
+    int64_t k0, be, e, b;
+    divmod(i, kv_count, be, k0);
+    k0 *= VEC;
+    divmod(be, sh.E, b, e);
     const int64_t n = index_at(index, s, b, e, k0);
     if (n < 0 || n >= sh.N) continue;
     T v[VEC];
@@ -311,12 +413,18 @@ __global__ void __launch_bounds__(kThreads)
       v[0] = src[be * sh.K + k0];
     }
     unsigned int* dst = keys + (b * sh.N + n) * sh.K + k0;
+    // A plain read first: once a group's extreme is in place most candidates lose, and a
+    // read is cheaper than an atomic. A stale value only lets a candidate through.
+    unsigned int current[VEC];
+    load_keys<VEC>(dst, current);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
+      const unsigned int key = ordered(to_acc(v[j]));
+      if (!better<R>(key, current[j])) continue;
       if constexpr (R == Reduce::kMax) {
-        atomicMax(dst + j, ordered(to_acc(v[j])));
+        atomicMax(dst + j, key);
       } else {
-        atomicMin(dst + j, ordered(to_acc(v[j])));
+        atomicMin(dst + j, key);
       }
     }
   }
@@ -353,10 +461,10 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t total = sh.B * sh.E * kv_count;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t k0 = (i % kv_count) * VEC;
-    const int64_t be = i / kv_count;
-    const int64_t e = be % sh.E;
-    const int64_t b = be / sh.E;
+    int64_t k0, be, e, b;
+    divmod(i, kv_count, be, k0);
+    k0 *= VEC;
+    divmod(be, sh.E, b, e);
     const int64_t n = index_at(index, s, b, e, k0);
     if (n < 0 || n >= sh.N) continue;
     T v[VEC];
@@ -368,9 +476,12 @@ __global__ void __launch_bounds__(kThreads)
       v[0] = src[be * sh.K + k0];
     }
     unsigned long long* dst = keys + (b * sh.N + n) * sh.K + k0;
+    unsigned long long current[VEC];
+    load_keys<VEC>(dst, current);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       const unsigned long long key = make_key<R>(ordered(to_acc(v[j])), e);
+      if (!better<R>(key, current[j])) continue;
       if constexpr (R == Reduce::kMax) {
         atomicMax(dst + j, key);
       } else {
@@ -408,10 +519,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t total = count_b * sh.E * count_k;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t k = i % count_k;
-    const int64_t be = i / count_k;
-    const int64_t e = be % sh.E;
-    const int64_t b = be / sh.E;
+    int64_t k, be, e, b;
+    divmod(i, count_k, be, k);
+    divmod(be, sh.E, b, e);
     const int64_t n = index_at(index, s, b, e, k);
     if (n < 0 || n >= sh.N) {
       record(error, IndexErrorKind::kOutOfRange, n, i, sh.N);
@@ -442,19 +552,23 @@ cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, const int64_t* perm, Shape shape, void* work,
                            bool has_init, int64_t* arg, int64_t* count, int64_t count_b,
                            int64_t count_k, bool vectorize, IndexError* error,
-                           cudaStream_t stream) {
+                           int64_t* rowptr, cudaStream_t stream) {
   using A = acc_t<T>;
+  if (rowptr) {
+    rowptr_kernel<<<blocks(shape.B * (shape.E + 1)), kThreads, 0, stream>>>(index, strides, shape,
+                                                                            rowptr, error);
+  }
   with_reduce(reduce, [&](auto r) {
     constexpr Reduce R = decltype(r)::value;
     if (vectorize) {
       constexpr int VEC = vec_width<T, true>();
       segment_kernel<T, R, true><<<blocks(shape.B * shape.N * shape.K / VEC), kThreads, 0, stream>>>(
           src, index, strides, perm, shape, static_cast<A*>(work), has_init, arg, count, count_b,
-          count_k, error);
+          count_k, error, rowptr);
     } else {
       segment_kernel<T, R, false><<<blocks(shape.B * shape.N * shape.K), kThreads, 0, stream>>>(
           src, index, strides, perm, shape, static_cast<A*>(work), has_init, arg, count, count_b,
-          count_k, error);
+          count_k, error, rowptr);
     }
   });
   return cudaGetLastError();
@@ -497,16 +611,16 @@ cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
       if (arg == nullptr) {
         float* w = static_cast<float*>(work);
         value_init_kernel<R><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init);
-        value_atomic_kernel<T, R, VECTOR><<<grid, kThreads, 0, stream>>>(src, index, strides,
-                                                                         shape, w);
+        value_atomic_kernel<T, R, VECTOR><<<grid, kThreads, 0, stream>>>(
+            src, index, strides, shape, w);
         value_final_kernel<R><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init);
         return;
       }
     }
     packed_init_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
         outputs, static_cast<const A*>(work), has_init, keys);
-    packed_atomic_kernel<T, R, VECTOR><<<grid, kThreads, 0, stream>>>(src, index, strides, shape,
-                                                                      keys);
+    packed_atomic_kernel<T, R, VECTOR><<<grid, kThreads, 0, stream>>>(
+        src, index, strides, shape, keys);
     packed_final_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
         outputs, shape.E, keys, static_cast<A*>(work), arg);
   };
@@ -537,7 +651,7 @@ cudaError_t check_index(const int64_t* index, IndexStrides strides, Shape shape,
   template cudaError_t segment_reduce<T>(Reduce, const T*, const int64_t*, IndexStrides,       \
                                          const int64_t*, Shape, void*, bool, int64_t*,         \
                                          int64_t*, int64_t, int64_t, bool, IndexError*,       \
-                                         cudaStream_t);                                        \
+                                         int64_t*, cudaStream_t);                              \
   template cudaError_t atomic_sum<T>(const T*, const int64_t*, IndexStrides, Shape, void*,     \
                                      bool, cudaStream_t);
 SCATTER_INSTANTIATE(float)

@@ -19,12 +19,15 @@ namespace scatter {
 // sort permutation of an unsorted index. has_init: work holds out's values, which take
 // part. count (mean only, [Bc, N, Kc]) receives the segment lengths. error (optional):
 // bounds check, and check of a sortedness promise where perm is null, done on the way.
+// rowptr (optional, scratch [B, N + 1], only for an index broadcast over K, strides.k == 0):
+// the segment bounds are found once by a pass over the index instead of a binary search
+// per output element.
 template <typename T>
 cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, const int64_t* perm, Shape shape, void* work,
                            bool has_init, int64_t* arg, int64_t* count, int64_t count_b,
                            int64_t count_k, bool vectorize, IndexError* error,
-                           cudaStream_t stream);
+                           int64_t* rowptr, cudaStream_t stream);
 
 // work[b, index(b, e, k), k] += src[b, e, k] with atomics (vectorised where K allows).
 template <typename T>
@@ -39,6 +42,7 @@ cudaError_t atomic_count(const int64_t* index, IndexStrides strides, Shape shape
 // position's, so ties go to the first position. For T whose A is float or int; needs
 // E < 2^32 - 2. keys is scratch [B, N, K]; work and arg receive the result. With arg null
 // and a float work buffer, values only: 32-bit keys in work itself (keys unused).
+// Each atomic is skipped when a plain read of the current key shows that it cannot win.
 template <typename T>
 cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, Shape shape, void* work, bool has_init,
