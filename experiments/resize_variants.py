@@ -1,8 +1,9 @@
 """Resize kernel variants, timed against each other and ATen in one run (L2 flushed).
 
 The launchers read RESIZE_* environment variables while variants are being compared:
-RESIZE_FWD / RESIZE_BWD (0: column kernels, 1: tiles, 2: tiles only when upscaling rows),
-RESIZE_FWD_ROWS / RESIZE_BWD_ROWS (rows per tile), RESIZE_*_CAP (shared rows allowed).
+RESIZE_FWD (0: column kernels, 1: tiles, 2: tiles up to 2 source rows per output row),
+RESIZE_BWD (0: column kernels, 1: tiles, 3: NCHW row-order tiles, else tiles),
+RESIZE_*_ROWS / RESIZE_ROWS_MAX (rows per tile), RESIZE_*_CAP, RESIZE_*_MINB.
 
     python -m experiments.resize_variants
 """
@@ -30,22 +31,22 @@ CASES = [
 
 FWD = {
     "old": {"RESIZE_FWD": "0"},
-    "tile r16": {"RESIZE_FWD": "1", "RESIZE_FWD_ROWS": "16", "RESIZE_FWD_CAP": "96"},
-    "tile r32": {"RESIZE_FWD": "1", "RESIZE_FWD_ROWS": "32", "RESIZE_FWD_CAP": "96"},
-    "tile r64": {"RESIZE_FWD": "1", "RESIZE_FWD_ROWS": "64", "RESIZE_FWD_CAP": "96"},
-    "tile r32 minb8": {"RESIZE_FWD": "1", "RESIZE_FWD_ROWS": "32", "RESIZE_FWD_CAP": "96", "RESIZE_MINB": "8"},
-    "tile r64 minb8": {"RESIZE_FWD": "1", "RESIZE_FWD_ROWS": "64", "RESIZE_FWD_CAP": "96", "RESIZE_MINB": "8"},
+    "default": {},
+    "tile all": {"RESIZE_FWD": "1"},
+    "tile r128": {"RESIZE_FWD": "1", "RESIZE_FWD_ROWS": "128"},
+    "tile minb1": {"RESIZE_FWD": "1", "RESIZE_FWD_MINB": "1"},
+    "tile minb8": {"RESIZE_FWD": "1", "RESIZE_FWD_MINB": "8"},
 }
 BWD = {
     "old": {"RESIZE_BWD": "0"},
-    "tile r8": {"RESIZE_BWD": "1", "RESIZE_BWD_ROWS": "8", "RESIZE_BWD_CAP": "96"},
-    "tile r16": {"RESIZE_BWD": "1", "RESIZE_BWD_ROWS": "16", "RESIZE_BWD_CAP": "96"},
-    "tile r32": {"RESIZE_BWD": "1", "RESIZE_BWD_ROWS": "32", "RESIZE_BWD_CAP": "96"},
-    "tile r64": {"RESIZE_BWD": "1", "RESIZE_BWD_ROWS": "64", "RESIZE_BWD_CAP": "96"},
-    "tile r16 minb8": {"RESIZE_BWD": "1", "RESIZE_BWD_ROWS": "16", "RESIZE_BWD_CAP": "96", "RESIZE_MINB": "8"},
-    "tile r64 minb8": {"RESIZE_BWD": "1", "RESIZE_BWD_ROWS": "64", "RESIZE_BWD_CAP": "96", "RESIZE_MINB": "8"},
+    "default": {},
+    "tile": {"RESIZE_BWD": "1"},
+    "rows r8": {"RESIZE_BWD": "3", "RESIZE_ROWS_MAX": "8"},
+    "rows r16": {"RESIZE_BWD": "3", "RESIZE_ROWS_MAX": "16"},
+    "rows r32": {"RESIZE_BWD": "3", "RESIZE_ROWS_MAX": "32"},
 }
-KEYS = ["RESIZE_MINB", "RESIZE_FWD", "RESIZE_BWD", "RESIZE_FWD_ROWS", "RESIZE_BWD_ROWS", "RESIZE_FWD_CAP", "RESIZE_BWD_CAP"]
+KEYS = ["RESIZE_FWD", "RESIZE_BWD", "RESIZE_FWD_ROWS", "RESIZE_BWD_ROWS", "RESIZE_FWD_CAP", "RESIZE_BWD_CAP",
+        "RESIZE_FWD_MINB", "RESIZE_BWD_MINB", "RESIZE_ROWS_MAX", "RESIZE_MIN_LEN"]
 
 
 def with_env(env, fn):

@@ -464,6 +464,159 @@ backward_tile_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_inp
   }
 }
 
+// NCHW backward (one channel, rows contiguous in x): the same tile of input rows, the two
+// reductions in the other order, so that the wide reads of grad_output are contiguous
+// 16-byte loads rather than the 4 scattered ones per element of reducing along x first:
+// - A, along y: a task is 4 consecutive output columns (one aligned 16-byte load per
+//   output row) by 4 input rows; it walks the output rows that read those input rows in
+//   increasing order and keeps the 4 x 4 sums in registers (each output row adds to its
+//   two taps, i0 and i1, like RowGather), then parks them in shared memory;
+// - B, along x: one thread per input column sums its readers from shared memory.
+// The block has an extra warp because a tile's output columns (2 per input column at 2x,
+// plus the halo) make slightly more than 256 tasks.
+constexpr int kRowsThreads = 288;
+constexpr int kRowsGroup = 4;
+
+struct RowTiles {
+  int64_t count;
+  int tiles_x, tiles_y;
+  int rows;   // input rows per tile, a multiple of kRowsGroup
+  int width;  // shared columns per row: an upper bound of the tile's output column window
+  bool vector;
+};
+
+template <typename T, typename acc>
+__device__ __forceinline__ void load4(const T* row, int e, int len, bool vector, acc (&v)[4]) {
+  if (vector) {
+    const Pack4<T> p = *reinterpret_cast<const Pack4<T>*>(row + e);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = to_acc(p.v[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = e + k < len ? to_acc(row[e + k]) : acc(0);
+  }
+}
+
+template <typename T, typename acc, int kReaders>
+__global__ void __launch_bounds__(kRowsThreads)
+backward_rows_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_input, Geometry g,
+                     Strides s, AxisMap<acc> rows, AxisMap<acc> cols, RowTiles t) {
+  extern __shared__ __align__(32) unsigned char tile_bytes[];
+  acc* U = reinterpret_cast<acc*>(tile_bytes);
+  for (int64_t tile = blockIdx.x; tile < t.count; tile += gridDim.x) {
+    const int tx = static_cast<int>(tile % t.tiles_x);
+    const int64_t rest = tile / t.tiles_x;
+    const int ty = static_cast<int>(rest % t.tiles_y);
+    const int64_t plane = rest / t.tiles_y;
+    const int x0 = tx * kTileCols, x1 = min(x0 + kTileCols, g.in_w);
+    const int y0 = ty * t.rows, y1 = min(y0 + t.rows, g.in_h);
+    const int e0 = first_reader(cols, x0) & ~3;
+    const int e1 = end_reader(cols, x1 - 1);
+    const int groups = (e1 - e0 + 3) / 4;
+    const T* src = grad_output + plane * s.out_plane;
+    T* dst = grad_input + plane * s.in_plane;
+    if (e1 - e0 > t.width) {  // not planned for; correct, slow
+      for (int i = threadIdx.x; i < (y1 - y0) * kTileCols; i += blockDim.x) {
+        const int y = y0 + i / kTileCols, x = x0 + i % kTileCols;
+        if (x >= x1) continue;
+        const int xe = end_reader(cols, x), ye = end_reader(rows, y);
+        acc sum = 0;
+        for (int d = first_reader(rows, y); d < ye; ++d) {
+          acc row_sum = 0;
+          for (int e = first_reader(cols, x); e < xe; ++e) {
+            row_sum += tap_weight(taps(cols, e), x) * to_acc(src[int64_t(d) * s.out_row + e]);
+          }
+          sum += tap_weight(taps(rows, d), y) * row_sum;
+        }
+        dst[int64_t(y) * s.in_row + x] = from_acc<T>(sum);
+      }
+      continue;
+    }
+    const int row_groups = (y1 - y0 + kRowsGroup - 1) / kRowsGroup;
+    for (int task = threadIdx.x; task < row_groups * groups; task += blockDim.x) {
+      const int group = task / groups;
+      const int e = e0 + 4 * (task - group * groups);
+      const int ya = y0 + group * kRowsGroup;
+      const int yb = min(ya + kRowsGroup, y1);
+      const int d_end = end_reader(rows, yb - 1);
+      // As RowGather, 4 columns wide: `current` is complete once an output row's i0 passes it.
+      acc* u = U + (e - e0);
+      int current = ya - 1;
+      acc sum_current[4] = {0, 0, 0, 0}, sum_next[4] = {0, 0, 0, 0};
+      auto advance_to = [&](int y) {
+        while (current < y) {
+          if (current >= ya && current < yb) {
+            Pack4<acc> p;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) p.v[k] = sum_current[k];
+            *reinterpret_cast<Pack4<acc>*>(u + (current - y0) * t.width) = p;
+          }
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            sum_current[k] = sum_next[k];
+            sum_next[k] = 0;
+          }
+          ++current;
+        }
+      };
+      // The next row's load is issued before this row is summed: two in flight per thread.
+      int d = first_reader(rows, ya);
+      acc v[4] = {0, 0, 0, 0};
+      if (d < d_end) load4<T, acc>(src + int64_t(d) * s.out_row, e, g.out_w, t.vector, v);
+      for (; d < d_end; ++d) {
+        acc next[4] = {0, 0, 0, 0};
+        if (d + 1 < d_end) load4<T, acc>(src + int64_t(d + 1) * s.out_row, e, g.out_w, t.vector, next);
+        const Taps<acc> td = taps(rows, d);
+        advance_to(td.i0);
+        const acc w0 = acc(1) - td.l1, w1 = td.l1;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) sum_current[k] += w0 * v[k];
+        if (td.i1 == td.i0) {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) sum_current[k] += w1 * v[k];
+        } else {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) sum_next[k] += w1 * v[k];
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = next[k];
+      }
+      advance_to(yb);
+    }
+    __syncthreads();
+    if (threadIdx.x < 2 * kTileCols) {
+      const int x = x0 + threadIdx.x % kTileCols;
+      if (x < x1) {
+        const int x_begin = first_reader(cols, x);
+        const int x_count = end_reader(cols, x) - x_begin;
+        const acc* u = U + (x_begin - e0);
+        if (x_count <= kReaders) {
+          acc w[kReaders];
+#pragma unroll
+          for (int k = 0; k < kReaders; ++k) w[k] = k < x_count ? tap_weight(taps(cols, x_begin + k), x) : acc(0);
+          for (int y = y0 + threadIdx.x / kTileCols; y < y1; y += 2) {
+            const acc* ur = u + (y - y0) * t.width;
+            acc sum = 0;
+#pragma unroll
+            for (int k = 0; k < kReaders; ++k) {
+              if (k < x_count) sum += w[k] * ur[k];
+            }
+            dst[int64_t(y) * s.in_row + x] = from_acc<T>(sum);
+          }
+        } else {
+          for (int y = y0 + threadIdx.x / kTileCols; y < y1; y += 2) {
+            const acc* ur = u + (y - y0) * t.width;
+            acc sum = 0;
+            for (int k = 0; k < x_count; ++k) sum += tap_weight(taps(cols, x_begin + k), x) * ur[k];
+            dst[int64_t(y) * s.in_row + x] = from_acc<T>(sum);
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // Rows per tile: the most, up to max_rows, whose shared rows (bound(rows), an upper bound
 // of the span the kernel computes) stay within target rows (or one row's) and fit
 // kMaxTileBytes; rows 0 when even one row does not fit.
@@ -489,19 +642,49 @@ inline int env_int(const char* name, int fallback) {
 }
 
 template <typename T, typename acc>
+bool backward_rows(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
+                   const AxisMap<acc>& cols, cudaStream_t stream) {
+  if (g.channels != 1 || g.in_w < env_int("RESIZE_MIN_LEN", 64)) return false;
+  const double sx = cols.scale, sy = rows.scale;
+  if (!(sx > 0) || !(sy > 0)) return false;
+  // Output columns that read input columns x..x+127 lie in [src^-1(x - 1), src^-1(x + 128)),
+  // plus the alignment of its start to 4 and rounding.
+  const int64_t width = (int64_t(std::ceil((kTileCols + 1) / sx)) + 3 + 3 + 3) / 4 * 4;
+  const int64_t groups = width / 4;
+  RowTiles t{};
+  int r = env_int("RESIZE_ROWS_MAX", 64);
+  while (r > kRowsGroup && (r / kRowsGroup * groups > kRowsThreads ||
+                            r * width * int64_t(sizeof(acc)) > kMaxTileBytes)) {
+    r /= 2;
+  }
+  if (r * width * int64_t(sizeof(acc)) > kMaxTileBytes) return false;
+  t.rows = r;
+  t.width = static_cast<int>(width);
+  t.tiles_x = (g.in_w + kTileCols - 1) / kTileCols;
+  t.tiles_y = (g.in_h + r - 1) / r;
+  t.count = g.planes * t.tiles_x * t.tiles_y;
+  t.vector = g.out_w % 4 == 0 && reinterpret_cast<uintptr_t>(grad_output) % (4 * sizeof(T)) == 0;
+  const Strides s = strides_of(g);
+  const size_t shared = size_t(r) * width * sizeof(acc);
+  const unsigned int grid = static_cast<unsigned int>(std::min<int64_t>(t.count, INT32_MAX));
+  backward_rows_kernel<T, acc, 4><<<grid, kRowsThreads, shared, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
+  return true;
+}
+
+template <typename T, typename acc>
 bool forward_tiled(const T* input, T* output, const Geometry& g, const AxisMap<acc>& rows,
                    const AxisMap<acc>& cols, cudaStream_t stream) {
   const Strides s = strides_of(g);
   if (s.out_row < env_int("RESIZE_MIN_LEN", 64)) return false;
   const double scale = rows.scale;
   // Output rows y..y+r-1 read source rows floor(src(y))..floor(src(y+r-1))+1.
-  Tiles t = plan_tiles<acc>(g.planes, s.out_row, g.out_h, env_int("RESIZE_FWD_ROWS", 32),
-                            env_int("RESIZE_FWD_CAP", 40), [scale](int r) { return int64_t(std::ceil((r - 1) * scale)) + 3; });
+  Tiles t = plan_tiles<acc>(g.planes, s.out_row, g.out_h, env_int("RESIZE_FWD_ROWS", 64),
+                            env_int("RESIZE_FWD_CAP", 96), [scale](int r) { return int64_t(std::ceil((r - 1) * scale)) + 3; });
   if (t.rows == 0) return false;
   t.vector = t.vector && reinterpret_cast<uintptr_t>(output) % (4 * sizeof(T)) == 0;
   const size_t shared = size_t(t.cap) * kTileCols * sizeof(acc);
   const unsigned int grid = static_cast<unsigned int>(std::min<int64_t>(t.count, INT32_MAX));
-  if (env_int("RESIZE_MINB", 1) == 8) {
+  if (env_int("RESIZE_FWD_MINB", sizeof(T) == 2 ? 8 : 1) == 8) {
     forward_tile_kernel<T, acc, 8><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
   } else {
     forward_tile_kernel<T, acc, 1><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
@@ -524,7 +707,7 @@ bool backward_tiled(const T* grad_output, T* grad_input, const Geometry& g, cons
   t.vector = t.vector && reinterpret_cast<uintptr_t>(grad_input) % (4 * sizeof(T)) == 0;
   const size_t shared = size_t(t.cap) * kTileCols * sizeof(acc);
   const unsigned int grid = static_cast<unsigned int>(std::min<int64_t>(t.count, INT32_MAX));
-  if (env_int("RESIZE_MINB", 1) == 8) {
+  if (env_int("RESIZE_BWD_MINB", 8) == 8) {
     backward_tile_kernel<T, acc, 4, 8><<<grid, kTileThreads, shared, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
   } else {
     backward_tile_kernel<T, acc, 4, 1><<<grid, kTileThreads, shared, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
@@ -580,8 +763,8 @@ template <typename T, typename acc>
 cudaError_t forward(const T* input, T* output, const Geometry& g, const AxisMap<acc>& rows,
                     const AxisMap<acc>& cols, cudaStream_t stream) {
   if (g.planes * g.channels == 0) return cudaSuccess;
-  const int variant = env_int("RESIZE_FWD", 1);
-  if (variant == 1 || (variant == 2 && rows.scale <= acc(1))) {
+  const int variant = env_int("RESIZE_FWD", 2);
+  if (variant == 1 || (variant == 2 && rows.scale <= acc(2))) {
     if (forward_tiled(input, output, g, rows, cols, stream)) return cudaGetLastError();
   }
   // Staging pays when downscaling (each output row needs fresh source rows: 1.37x faster
@@ -617,7 +800,11 @@ template <typename T, typename acc>
 cudaError_t backward(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
                      const AxisMap<acc>& cols, cudaStream_t stream) {
   if (g.planes * g.channels == 0) return cudaSuccess;
-  if (env_int("RESIZE_BWD", 1) == 1) {
+  const int bwd = env_int("RESIZE_BWD", 3);
+  if (bwd == 3) {
+    if (backward_rows(grad_output, grad_input, g, rows, cols, stream)) return cudaGetLastError();
+  }
+  if (bwd == 1 || bwd == 3) {
     if (backward_tiled(grad_output, grad_input, g, rows, cols, stream)) return cudaGetLastError();
   }
   // An input column is read by the output columns whose src lies in [x - 1, x + 1): about
