@@ -1,5 +1,8 @@
 // resize: CUDA kernels, torch-free. Both passes are memory-bound; the design keeps the
-// DRAM traffic at one read of the source and one write of the result:
+// DRAM traffic at one read of the source and one write of the result. Rows of 64 elements
+// or more (x and channel together) go to tiled kernels (further down): a block reduces
+// along one axis into shared memory, then along the other, storing or loading 16 bytes per
+// thread. The column kernels below take short rows and extreme ratios:
 // - one thread owns one (plane, x, channel) column of up to 8 rows, so the column's taps
 //   and weights are computed once and each source row it needs is loaded once: when
 //   upscaling, consecutive output rows reuse the last two source rows; when downscaling,
@@ -17,7 +20,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "common/cuda_convert.cuh"
 #include "common/launch.h"
@@ -271,6 +273,8 @@ backward_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_input, G
 constexpr int kTileCols = 128;  // 32 lanes x 4 elements
 constexpr int kTileThreads = 256;
 constexpr int kMaxTileBytes = 48 * 1024;
+// Rows shorter than this leave most of a tile's columns idle: the column kernels take them.
+constexpr int kMinTileLen = 64;
 
 template <typename T>
 struct alignas(4 * sizeof(T)) Pack4 {
@@ -378,8 +382,9 @@ forward_tile_kernel(const T* __restrict__ input, T* __restrict__ output, Geometr
 
 // kReaders: output columns that may read one input column (2x upscaling: 4); a column with
 // more takes the loop with run-time bounds.
-template <typename T, typename acc, int kReaders, int kMinBlocks>
-__global__ void __launch_bounds__(kTileThreads, kMinBlocks)
+// Registers capped for 8 resident blocks: 10-25% faster here.
+template <typename T, typename acc, int kReaders>
+__global__ void __launch_bounds__(kTileThreads, 8)
 backward_tile_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_input, Geometry g,
                      Strides s, AxisMap<acc> rows, AxisMap<acc> cols, Tiles t) {
   extern __shared__ __align__(32) unsigned char tile_bytes[];
@@ -636,15 +641,10 @@ Tiles plan_tiles(int64_t planes, int64_t len, int height, int max_rows, int targ
   return t;
 }
 
-inline int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
-
 template <typename T, typename acc>
 bool backward_rows(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
                    const AxisMap<acc>& cols, cudaStream_t stream) {
-  if (g.channels != 1 || g.in_w < env_int("RESIZE_MIN_LEN", 64)) return false;
+  if (g.channels != 1 || g.in_w < kMinTileLen) return false;
   const double sx = cols.scale, sy = rows.scale;
   if (!(sx > 0) || !(sy > 0)) return false;
   // Output columns that read input columns x..x+127 lie in [src^-1(x - 1), src^-1(x + 128)),
@@ -652,7 +652,7 @@ bool backward_rows(const T* grad_output, T* grad_input, const Geometry& g, const
   const int64_t width = (int64_t(std::ceil((kTileCols + 1) / sx)) + 3 + 3 + 3) / 4 * 4;
   const int64_t groups = width / 4;
   RowTiles t{};
-  int r = env_int("RESIZE_ROWS_MAX", 64);
+  int r = 64;
   while (r > kRowsGroup && (r / kRowsGroup * groups > kRowsThreads ||
                             r * width * int64_t(sizeof(acc)) > kMaxTileBytes)) {
     r /= 2;
@@ -675,16 +675,20 @@ template <typename T, typename acc>
 bool forward_tiled(const T* input, T* output, const Geometry& g, const AxisMap<acc>& rows,
                    const AxisMap<acc>& cols, cudaStream_t stream) {
   const Strides s = strides_of(g);
-  if (s.out_row < env_int("RESIZE_MIN_LEN", 64)) return false;
+  if (s.out_row < kMinTileLen) return false;
   const double scale = rows.scale;
   // Output rows y..y+r-1 read source rows floor(src(y))..floor(src(y+r-1))+1.
-  Tiles t = plan_tiles<acc>(g.planes, s.out_row, g.out_h, env_int("RESIZE_FWD_ROWS", 64),
-                            env_int("RESIZE_FWD_CAP", 96), [scale](int r) { return int64_t(std::ceil((r - 1) * scale)) + 3; });
+  // 64 rows: 82 us for 2x upscaling of (8, 64, 128, 128) fp32 on an H100, 16 rows 111 us
+  // (per-tile setup and barriers per byte); 128 rows gained nothing.
+  Tiles t = plan_tiles<acc>(g.planes, s.out_row, g.out_h, 64, kMaxTileBytes,
+                            [scale](int r) { return int64_t(std::ceil((r - 1) * scale)) + 3; });
   if (t.rows == 0) return false;
   t.vector = t.vector && reinterpret_cast<uintptr_t>(output) % (4 * sizeof(T)) == 0;
   const size_t shared = size_t(t.cap) * kTileCols * sizeof(acc);
   const unsigned int grid = static_cast<unsigned int>(std::min<int64_t>(t.count, INT32_MAX));
-  if (env_int("RESIZE_FWD_MINB", sizeof(T) == 2 ? 8 : 1) == 8) {
+  // 16-bit types: capping registers for 8 resident blocks was 10% faster; 4-byte types
+  // were 7% slower with it.
+  if (sizeof(T) == 2) {
     forward_tile_kernel<T, acc, 8><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
   } else {
     forward_tile_kernel<T, acc, 1><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
@@ -696,22 +700,18 @@ template <typename T, typename acc>
 bool backward_tiled(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
                     const AxisMap<acc>& cols, cudaStream_t stream) {
   const Strides s = strides_of(g);
-  if (s.in_row < env_int("RESIZE_MIN_LEN", 64)) return false;
+  if (s.in_row < kMinTileLen) return false;
   const double scale = rows.scale;
   // Input rows y..y+r-1 are read by the output rows whose src lies in [y - 1, y + r).
-  Tiles t = plan_tiles<acc>(g.planes, s.in_row, g.in_h, env_int("RESIZE_BWD_ROWS", 64),
-                            env_int("RESIZE_BWD_CAP", 40), [scale](int r) {
+  // About 40 shared rows: 16 input rows at 2x upscaling, 64 when downscaling.
+  Tiles t = plan_tiles<acc>(g.planes, s.in_row, g.in_h, 64, 40, [scale](int r) {
                               return scale > 0 ? int64_t(std::ceil((r + 1) / scale)) + 3 : int64_t{1} << 40;
                             });
   if (t.rows == 0) return false;
   t.vector = t.vector && reinterpret_cast<uintptr_t>(grad_input) % (4 * sizeof(T)) == 0;
   const size_t shared = size_t(t.cap) * kTileCols * sizeof(acc);
   const unsigned int grid = static_cast<unsigned int>(std::min<int64_t>(t.count, INT32_MAX));
-  if (env_int("RESIZE_BWD_MINB", 8) == 8) {
-    backward_tile_kernel<T, acc, 4, 8><<<grid, kTileThreads, shared, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
-  } else {
-    backward_tile_kernel<T, acc, 4, 1><<<grid, kTileThreads, shared, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
-  }
+  backward_tile_kernel<T, acc, 4><<<grid, kTileThreads, shared, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
   return true;
 }
 
@@ -763,14 +763,15 @@ template <typename T, typename acc>
 cudaError_t forward(const T* input, T* output, const Geometry& g, const AxisMap<acc>& rows,
                     const AxisMap<acc>& cols, cudaStream_t stream) {
   if (g.planes * g.channels == 0) return cudaSuccess;
-  const int variant = env_int("RESIZE_FWD", 2);
-  if (variant == 1 || (variant == 2 && rows.scale <= acc(2))) {
-    if (forward_tiled(input, output, g, rows, cols, stream)) return cudaGetLastError();
+  // Tiles up to 2 source rows per output row: past that their x pass also computes source
+  // rows that no output row reads (7:3 NCHW: 11% slower than the column kernel).
+  if (rows.scale <= acc(2) && forward_tiled(input, output, g, rows, cols, stream)) {
+    return cudaGetLastError();
   }
-  // Staging pays when downscaling (each output row needs fresh source rows: 1.37x faster
-  // for 7:3 NCHW on an H200, on par for channels_last); when upscaling, consecutive output
-  // rows reuse the last source rows, and the streamed loop, with fewer instructions and
-  // registers, was faster (experiments/RESULTS.md).
+  // The column kernels: short rows, steep downscaling. Staging pays when downscaling (each
+  // output row needs fresh source rows: 1.37x faster for 7:3 NCHW on an H200, on par for
+  // channels_last); when upscaling, consecutive output rows reuse the last source rows, and
+  // the streamed loop, with fewer instructions and registers, was faster.
   if (rows.scale < acc(1)) return forward_with_stage<1, false>(input, output, g, rows, cols, stream);
   return forward_with_stage<16, true>(input, output, g, rows, cols, stream);
 }
@@ -800,18 +801,15 @@ template <typename T, typename acc>
 cudaError_t backward(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
                      const AxisMap<acc>& cols, cudaStream_t stream) {
   if (g.planes * g.channels == 0) return cudaSuccess;
-  const int bwd = env_int("RESIZE_BWD", 3);
-  if (bwd == 3) {
-    if (backward_rows(grad_output, grad_input, g, rows, cols, stream)) return cudaGetLastError();
+  if (backward_rows(grad_output, grad_input, g, rows, cols, stream) ||
+      backward_tiled(grad_output, grad_input, g, rows, cols, stream)) {
+    return cudaGetLastError();
   }
-  if (bwd == 1 || bwd == 3) {
-    if (backward_tiled(grad_output, grad_input, g, rows, cols, stream)) return cudaGetLastError();
-  }
-  // An input column is read by the output columns whose src lies in [x - 1, x + 1): about
+  // The column kernels: short rows, steep upscaling. An input column is read by the output columns whose src lies in [x - 1, x + 1): about
   // 2 / scale of them, 1 or 2 when downscaling. There a stage of 6 output rows covers 8
   // input rows, all loaded at once. When upscaling, staging every row took too many
   // registers (95-158, a quarter of the threads resident): row pairs with the column's
-  // weights in registers (8 readers: up to 3x) were faster (experiments/RESULTS.md).
+  // weights in registers (8 readers: up to 3x) were faster.
   if (rows.scale >= acc(1) && cols.scale >= acc(1)) {
     return backward_with<4, 6, true>(grad_output, grad_input, g, rows, cols, stream);
   }
