@@ -212,6 +212,30 @@ def test_large_upscale_matches_cpu(op):
                                        **TOLERANCES[torch.float64])
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+def test_tiled_sizes_match_cpu(op, dtype):
+    """Rows long enough for the CUDA kernels' tiles: partial tiles in both directions, rows
+    whose length is not a multiple of 4, several tiles per plane, ratios up to where a
+    tile's rows no longer fit shared memory (80 rows from 3)."""
+    resizes = [((70, 130), (140, 260)), ((45, 99), (67, 150)), ((150, 230), (64, 98)),
+               ((128, 132), (64, 66)), ((19, 70), (95, 350)), ((9, 200), (200, 9)),
+               ((3, 80), (150, 80))]
+    for in_hw, out_hw in resizes:
+        for layout in LAYOUTS:
+            x = random_input((2, 3, *in_hw), "cpu", dtype, layout)
+            grad = random_input((2, 3, *out_hw), "cpu", dtype, layout)
+            for mode in MODES:
+                want = torch.ops.resize.forward(x, list(out_hw), mode, None)
+                got = torch.ops.resize.forward(x.cuda(), list(out_hw), mode, None)
+                assert got.is_contiguous(memory_format=torch.channels_last) == (layout == "channels_last")
+                assert_close(got, want, dtype)
+                want = torch.ops.resize.backward(grad, list(x.shape), mode, None)
+                got = torch.ops.resize.backward(grad.cuda(), list(x.shape), mode, None)
+                assert_close(got, want, dtype)
+                assert torch.equal(torch.ops.resize.backward(grad.cuda(), list(x.shape), mode, None), got)
+
+
 # -------------------------------------------------------------------- determinism
 
 
