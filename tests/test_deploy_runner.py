@@ -104,7 +104,8 @@ def test_aoti_package_matches_python_in_python(exported, tmp_path):
     """The same package loaded back in Python: the reference the C++ run is held to. In a
     process of its own, so that a crash of the package loader fails this test only."""
     out = tmp_path / "python_out.pt"
-    result = subprocess.run([sys.executable, "-c", AOTI_IN_PYTHON, exported["pt2"], exported["inputs"],
+    # -X faulthandler: a crash prints the Python stack where it happened.
+    result = subprocess.run([sys.executable, "-X", "faulthandler", "-c", AOTI_IN_PYTHON, exported["pt2"], exported["inputs"],
                              str(out), *OPS], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stderr[-3000:]}"
     _assert_matches(exported["expected"], out)

@@ -58,7 +58,9 @@ def _scaffold_build_and_test(base: Path, name: str, cuda: bool, dir_arg: Path,
                   test_file],
                  cwd=base, timeout=900)
     output = tests.stdout + tests.stderr
-    summary = output.strip().splitlines()[-1] if output.strip() else ""
+    # pytest's last line of stdout; stderr may carry plugins' warnings after it.
+    summary = next((line for line in reversed(tests.stdout.splitlines())
+                    if re.search(r"\d+ (passed|failed|skipped|error)", line)), "")
     return SimpleNamespace(op_dir=op_dir, new=new, build=build, tests=tests, output=output,
                            passed=_count("passed", summary), skipped=_count("skipped", summary),
                            failed=_count("failed", summary) + _count("error", summary))
