@@ -39,7 +39,7 @@ for stage in "${stages[@]}"; do
     variants) python3 -m experiments.pointwise_variants --json "$OUT/pointwise_variants.json" 2>&1 \
               | tee "$OUT/pointwise_variants.txt" | grep -v "^W1" | tail -62 || status=1 ;;
     alltests) # -v: each result is in the file as it comes, so a run cut short says what ran
-              timeout "${ALLTESTS_TIMEOUT:-3000}" python3 -m pytest -v -rs -p no:cacheprovider \
+              timeout "${ALLTESTS_TIMEOUT:-3000}" python3 -m pytest -v -rs -p no:cacheprovider --durations=25 \
                 -n "${PYTEST_WORKERS:-12}" > "$OUT/pytest_all.txt" 2>&1 || status=1
               grep -E "^(FAILED|ERROR)" "$OUT/pytest_all.txt" | head -30; tail -3 "$OUT/pytest_all.txt" ;;
     suite)  python3 -m experiments.bench --out "$OUT/suite" 2>&1 | tr '\r' '\n' | grep -v "^bench: " \
