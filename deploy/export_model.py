@@ -31,6 +31,17 @@ from ops.gelu.gelu import GELU
 from ops.lltm.lltm import LLTM
 from ops.sigmoid.sigmoid import Sigmoid
 
+# AOTInductor links the model library with the compiler's default C++ runtime. A compiler
+# whose libstdc++.so development link is missing (the GPU image's) silently takes
+# libstdc++.a instead, and that second, static C++ runtime inside the model breaks the
+# model's constructor in a process that already runs torch's shared one: its std::regex
+# (device-string parsing) looks up locale facets the other runtime registered, and
+# segfaults or throws std::bad_cast. Link the runtime torch uses by its soname, as the JIT
+# loader and deploy/setup.py do for the ops. (``custom_op_libs`` entries become ``-l``
+# link arguments.)
+INDUCTOR_CONFIGS = ({"aot_inductor.custom_op_libs": [":libstdc++.so.6"]}
+                    if sys.platform.startswith("linux") else {})
+
 
 class OpsModel(nn.Module):
     """``steps`` LLTM steps over a sequence; each step's input goes through
@@ -73,7 +84,7 @@ def export(out: Path, device: str = "cpu", steps: int = 3, torchscript: bool = T
         started = time.perf_counter()
         program = torch.export.export(model, inputs)
         written["pt2"] = torch._inductor.aoti_compile_and_package(
-            program, package_path=str(out / "model.pt2"))
+            program, package_path=str(out / "model.pt2"), inductor_configs=INDUCTOR_CONFIGS)
         print(f"export + AOTInductor compile: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return written
 

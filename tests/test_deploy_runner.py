@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,22 @@ def test_aoti_package_matches_python_in_python(exported, tmp_path):
                              str(out), *OPS], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stderr[-3000:]}"
     _assert_matches(exported["expected"], out)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("readelf") is None,
+                    reason="needs Linux and readelf")
+def test_aoti_model_library_links_the_shared_cpp_runtime(exported, tmp_path):
+    """A static libstdc++ inside the model library (a toolchain without the libstdc++.so
+    development link falls back to libstdc++.a) crashes the package loader in Python; the
+    export links the shared runtime by its soname."""
+    with zipfile.ZipFile(exported["pt2"]) as archive:
+        names = [n for n in archive.namelist() if n.endswith(".so")]
+        assert names, archive.namelist()
+        archive.extractall(tmp_path, members=names)
+    for name in names:
+        dynamic = subprocess.run(["readelf", "-d", str(tmp_path / name)], capture_output=True,
+                                 text=True, check=True).stdout
+        assert "[libstdc++.so.6]" in dynamic, f"{name} does not link libstdc++.so.6:\n{dynamic}"
 
 
 def test_torchscript_runs_in_cpp_and_matches_python(runner, op_libraries, exported, tmp_path):
