@@ -99,6 +99,7 @@ def ccache_env(cache_root: Path) -> dict:
         "CCACHE_MAXSIZE": os.environ.get("CCACHE_MAXSIZE", "5G"),
         "CCACHE_COMPILERCHECK": "mtime",
         "CCACHE_DEPEND": "1",
+        "CCACHE_PCH_EXTSUM": "1",
         "CCACHE_EXTRAFILES": str(extra),
     }
 
@@ -233,7 +234,24 @@ def precompiled_header(root: Path, cxx: str, flags: list[str], post: str) -> Pat
                      *shlex.split(post)], tmp)
 
     built = _build_piece(folder, make)
-    return built / PCH_HEADER if built else None
+    if built is None:
+        return None
+    _pch_checksum(built / (PCH_HEADER + ".gch"))
+    return built / PCH_HEADER
+
+
+def _pch_checksum(gch: Path) -> None:
+    """Write ``<header>.gch.sum``, which ccache hashes instead of the header (with
+    ``CCACHE_PCH_EXTSUM``): hashing and scanning the 400 MB header for time macros
+    costs more CPU than a cache hit otherwise takes, on every compile. A piece never
+    changes in place (a new one is renamed in), so its name, size and time identify it."""
+    checksum = gch.with_name(gch.name + ".sum")
+    if checksum.exists():
+        return
+    st = gch.stat()
+    tmp = checksum.with_name(f".{checksum.name}.{os.getpid()}")
+    tmp.write_text(f"{gch.parent.name} {st.st_size} {st.st_mtime_ns}\n")
+    os.replace(tmp, checksum)
 
 
 def fast_linker(root: Path, cxx: str, glue: Path | None, ldflags: str) -> list[str]:
