@@ -281,6 +281,7 @@ def main(argv=None) -> int:
         extension_h_variant(heavy)
         base_env = dict(os.environ, PYTHONPATH=str(ROOT))
         base_env.pop("JIT_LOADER_VERBOSE", None)
+        base_env.pop("JIT_LOADER_SHARED_DIR", None)  # each cache keeps its own pieces
         with_cuda = not args.no_cuda and jit_loader._why_no_cuda() is None
         if args.ops:
             ops = args.ops.split(",") if args.ops != "all" else ["toy", *jit_loader.available_ops()]
