@@ -258,7 +258,7 @@ def fast_linker(root: Path, cxx: str, glue: Path | None, ldflags: str) -> list[s
     """``-fuse-ld=gold`` where gold links the glue against torch's libraries (probed
     once per toolchain and link flags), else nothing (the compiler's default linker).
     GNU ld reads every dynamic symbol of libtorch_cpu/libtorch_cuda on each link; gold
-    links an op about three times faster (experiments/RESULTS.md). Off with
+    links an op with a fraction of the CPU (experiments/RESULTS.md). Off with
     ``JIT_LOADER_GOLD=0``."""
     if _off("JIT_LOADER_GOLD") or glue is None or not is_gcc(cxx):
         return []
