@@ -271,6 +271,15 @@ def fast_linker(root: Path, cxx: str, glue: Path | None, ldflags: str) -> list[s
     return [flag] if _build_piece(folder, make) else []
 
 
+def nvcc_threads() -> int:
+    """nvcc's ``--threads``: it then preprocesses a unit's host and device sides at once
+    (and compiles several archs at once), instead of one step after the other. The
+    objects are the same. Bounded by MAX_JOBS (none at MAX_JOBS=1: one job was asked
+    for) and by 4, since Ninja already runs a unit per core."""
+    jobs = int(toolchain.max_jobs())
+    return min(jobs, 4) if jobs > 1 else 0
+
+
 def _ninja_escape(path: str) -> str:
     return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
@@ -313,6 +322,11 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
         text = re.sub(r"^cflags = ", lambda m: "cflags = -include " + shlex.quote(str(pch))
                       + " -Winvalid-pch ", text, count=1, flags=re.M)
         used["pch"] = True
+    threads = nvcc_threads() if re.search(r"^cuda_cflags = ", text, flags=re.M) else 0
+    if threads:
+        text = re.sub(r"^cuda_cflags = ", lambda m: f"cuda_cflags = --threads {threads} ", text,
+                      count=1, flags=re.M)
+        used["nvcc_threads"] = threads
     if launch:
         text = re.sub(r"^cxx = ", lambda m: f"cxx = {shlex.quote(launch)} ", text, count=1, flags=re.M)
         text = re.sub(r"^nvcc = ", lambda m: f"nvcc = {shlex.quote(launch)} ", text, count=1, flags=re.M)
