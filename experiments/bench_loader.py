@@ -15,6 +15,7 @@ Prints, for tiny fixture ops built in a private cache:
 
 Usage: python -m experiments.bench_loader [--json PATH] [--no-cuda] [--ops toy,sigmoid,...]
        [--repeats N] [--shared-repeats N] [--shared-only] [--absent toy,sigmoid] [--no-plain]
+       [--cpp-edits toy,sigmoid]
 """
 
 from __future__ import annotations
@@ -152,14 +153,16 @@ def _op_folder(op: str) -> Path:
 
 
 def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, with_cuda: bool,
-                       absent: list[str] | None = None, plain: bool = True) -> list[dict]:
+                       absent: list[str] | None = None, plain: bool = True,
+                       cpp_edits: list[str] | None = None) -> list[dict]:
     """Cold build without and with the shared pieces, edit/revert rebuilds and warm load,
     per op; the tiny op through cpp_extension.load. Interleaved: each repeat runs every
     scenario once, so a load change on the machine spreads over all of them.
 
     ``absent``: the ops whose cold build without the pieces is timed (default: all);
     the others start from the pieces the earlier ops built (a CUDA op needs a CUDA op's).
-    ``plain``: also time the tiny op with the precompiled header and ccache off."""
+    ``plain``: also time the tiny op with the precompiled header and ccache off.
+    ``cpp_edits``: the ops whose .cpp edit is timed (default: all)."""
     samples: dict[tuple[str, str], list[tuple[float, float | None]]] = {}
 
     def add(op, what, value, cpu=None):
@@ -193,7 +196,8 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
             edits = []
             if with_cuda:
                 edits += sorted(p.name for p in op_dir.glob("*.cu"))
-            edits += sorted(p.name for p in op_dir.glob("*.cpp"))[:1]
+            if cpp_edits is None or op in cpp_edits:
+                edits += sorted(p.name for p in op_dir.glob("*.cpp"))[:1]
             out = run(EDIT_CYCLE, {**base_env, "JIT_LOADER_CACHE": str(cache)}, str(op_dir), json.dumps(edits))
             assert out["cold compiled"]
             built = {p.name for p in (cache / "_shared").iterdir()} - before
@@ -266,6 +270,8 @@ def main(argv=None) -> int:
     parser.add_argument("--shared-only", action="store_true", help="only the shared-pieces table")
     parser.add_argument("--absent", default="", help="comma list: the ops whose cold build without "
                         "the shared pieces is timed (default: every op of --ops)")
+    parser.add_argument("--cpp-edits", default="", help="comma list: the ops whose .cpp edit is timed "
+                        "(default: every op of --ops)")
     parser.add_argument("--no-plain", action="store_true",
                         help="skip the tiny op's cold build with the precompiled header and ccache off")
     args = parser.parse_args(argv)
@@ -287,7 +293,8 @@ def main(argv=None) -> int:
             ops = args.ops.split(",") if args.ops != "all" else ["toy", *jit_loader.available_ops()]
             absent = args.absent.split(",") if args.absent else None
             shared_rows = shared_pieces_rows(ops, args.shared_repeats, base_env, tmp, with_cuda,
-                                             absent=absent, plain=not args.no_plain)
+                                             absent=absent, plain=not args.no_plain,
+                                             cpp_edits=args.cpp_edits.split(",") if args.cpp_edits else None)
             print(f"# loader edit loop: {os.cpu_count()} cores, load average "
                   f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end; median and min "
                   "are wall seconds, cpu_median the CPU seconds of the process and its compilers")
