@@ -14,7 +14,8 @@ Prints, for tiny fixture ops built in a private cache:
     are interleaved and repeated (--repeats); the table shows medians.
 
 Usage: python -m experiments.bench_loader [--json PATH] [--no-cuda] [--ops toy,sigmoid,...]
-       [--repeats N] [--shared-only]
+       [--repeats N] [--shared-repeats N] [--shared-only] [--absent toy,sigmoid] [--no-plain]
+       [--cpp-edits toy,sigmoid]
 """
 
 from __future__ import annotations
@@ -77,47 +78,59 @@ EDIT_ONE_UNIT = """
 """
 
 
-EDIT_CYCLE = """
-    import json, sys, time, torch, jit_loader
-    from pathlib import Path
-    op_dir, edits = Path(sys.argv[1]), json.loads(sys.argv[2])
-    out = {}
-    t = time.perf_counter()
-    op = jit_loader.load_library(op_dir)
-    out["cold"] = time.perf_counter() - t
-    out["cold compiled"] = op.build.compiled
-    out["shared"] = json.loads((Path(op.library).parent / "manifest.json").read_text()).get("shared")
-    for i, name in enumerate(edits):
-        f = op_dir / name
-        original = f.read_text()
-        # A change of code (a comment would be a preprocessed-mode compiler-cache hit).
-        f.write_text(original + f"\\nint jit_bench_edit_{i}() {{ return {i}; }}\\n")
-        t = time.perf_counter()
-        op.reload()
-        out["edit " + name] = time.perf_counter() - t
-        f.write_text(original)
-        t = time.perf_counter()
-        op.reload()
-        out["revert " + name] = time.perf_counter() - t
-        out["revert compiled " + name] = op.build.compiled
-    print(json.dumps(out))
+# CPU seconds of this process and its finished children (the compilers): on a shared
+# machine wall time moves with the load, CPU time much less.
+CPU = """
+import resource
+def cpu():
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 """
 
-WARM_ANY = """
-    import json, sys, time, torch, jit_loader
-    t = time.perf_counter()
-    op = jit_loader.load_library(sys.argv[1])
-    print(json.dumps({"seconds": time.perf_counter() - t, "compiled": op.build.compiled}))
+EDIT_CYCLE = CPU + """
+import json, sys, time, torch, jit_loader
+from pathlib import Path
+op_dir, edits = Path(sys.argv[1]), json.loads(sys.argv[2])
+out = {}
+t, c = time.perf_counter(), cpu()
+op = jit_loader.load_library(op_dir)
+out["cold"] = time.perf_counter() - t
+out["cpu cold"] = cpu() - c
+out["cold compiled"] = op.build.compiled
+out["shared"] = json.loads((Path(op.library).parent / "manifest.json").read_text()).get("shared")
+for i, name in enumerate(edits):
+    f = op_dir / name
+    original = f.read_text()
+    # A change of code (a comment would be a preprocessed-mode compiler-cache hit).
+    f.write_text(original + f"\\nint jit_bench_edit_{i}() {{ return {i}; }}\\n")
+    t, c = time.perf_counter(), cpu()
+    op.reload()
+    out["edit " + name] = time.perf_counter() - t
+    out["cpu edit " + name] = cpu() - c
+    f.write_text(original)
+    t, c = time.perf_counter(), cpu()
+    op.reload()
+    out["revert " + name] = time.perf_counter() - t
+    out["cpu revert " + name] = cpu() - c
+    out["revert compiled " + name] = op.build.compiled
+print(json.dumps(out))
 """
 
-CPP_EXTENSION = """
-    import json, sys, time, torch
-    from torch.utils.cpp_extension import load
-    src, build_dir = sys.argv[1], sys.argv[2]
-    t = time.perf_counter()
-    load("toy_op_ext", [src], extra_include_paths=[str(__import__("os").path.dirname(src))],
-         extra_cflags=["-O3"], is_python_module=False, build_directory=build_dir, verbose=False)
-    print(json.dumps({"seconds": time.perf_counter() - t}))
+WARM_ANY = CPU + """
+import json, sys, time, torch, jit_loader
+t, c = time.perf_counter(), cpu()
+op = jit_loader.load_library(sys.argv[1])
+print(json.dumps({"seconds": time.perf_counter() - t, "cpu": cpu() - c, "compiled": op.build.compiled}))
+"""
+
+CPP_EXTENSION = CPU + """
+import json, os, sys, time, torch
+from torch.utils.cpp_extension import load
+src, build_dir = sys.argv[1], sys.argv[2]
+t, c = time.perf_counter(), cpu()
+load("toy_op_ext", [src], extra_include_paths=[os.path.dirname(src)],
+     extra_cflags=["-O3"], is_python_module=False, build_directory=build_dir, verbose=False)
+print(json.dumps({"seconds": time.perf_counter() - t, "cpu": cpu() - c}))
 """
 
 
@@ -139,82 +152,102 @@ def _op_folder(op: str) -> Path:
     return FIXTURES / "toy_op" if op == "toy" else ROOT / "ops" / op
 
 
-def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, with_cuda: bool) -> list[dict]:
+def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, with_cuda: bool,
+                       absent: list[str] | None = None, plain: bool = True,
+                       cpp_edits: list[str] | None = None) -> list[dict]:
     """Cold build without and with the shared pieces, edit/revert rebuilds and warm load,
     per op; the tiny op through cpp_extension.load. Interleaved: each repeat runs every
-    scenario once, so a load change on the machine spreads over all of them."""
-    samples: dict[tuple[str, str], list[float]] = {}
+    scenario once, so a load change on the machine spreads over all of them.
 
-    def add(op, what, value):
-        samples.setdefault((op, what), []).append(value)
-        print(f"  {op}: {what}: {value:.3f} s", file=sys.stderr, flush=True)  # progress
+    ``absent``: the ops whose cold build without the pieces is timed (default: all);
+    the others start from the pieces the earlier ops built (a CUDA op needs a CUDA op's).
+    ``plain``: also time the tiny op with the precompiled header and ccache off.
+    ``cpp_edits``: the ops whose .cpp edit is timed (default: all)."""
+    samples: dict[tuple[str, str], list[tuple[float, float | None]]] = {}
+
+    def add(op, what, value, cpu=None):
+        samples.setdefault((op, what), []).append((value, cpu))
+        cpu_text = f" (cpu {cpu:.3f} s)" if cpu is not None else ""
+        print(f"  {op}: {what}: {value:.3f} s{cpu_text}", file=sys.stderr, flush=True)  # progress
 
     env_off = {**base_env, "JIT_LOADER_PCH": "0", "JIT_LOADER_CCACHE": "0"}
     for r in range(repeats):
+        pool = tmp / f"r{r}-pieces"  # the shared pieces the cold builds of this repeat made
+        pool.mkdir()
         for op in ops:
             src = _op_folder(op)
             name = src.name
-            # without: an empty cache (its first build makes the pieces).
-            bare_dir = tmp / f"r{r}-{op}-bare" / name
-            shutil.copytree(src, bare_dir)
-            bare_cache = tmp / f"r{r}-{op}-bare-cache"
-            cold = run(WARM_ANY, {**base_env, "JIT_LOADER_CACHE": str(bare_cache)}, str(bare_dir))
-            assert cold["compiled"]
-            add(op, "cold build, shared pieces absent", cold["seconds"])
+            if absent is None or op in absent:
+                # without: an empty cache (its first build makes the pieces).
+                bare_dir = tmp / f"r{r}-{op}-bare" / name
+                shutil.copytree(src, bare_dir)
+                bare_cache = tmp / f"r{r}-{op}-bare-cache"
+                cold = run(WARM_ANY, {**base_env, "JIT_LOADER_CACHE": str(bare_cache)}, str(bare_dir))
+                assert cold["compiled"]
+                add(op, "cold build, shared pieces absent", cold["seconds"], cold["cpu"])
+                shutil.copytree(bare_cache / "_shared", pool, dirs_exist_ok=True)
             # with: a new cache holding only the pieces (glue, header); compiler cache empty.
             cache = tmp / f"r{r}-{op}-cache"
             cache.mkdir()
-            shutil.copytree(bare_cache / "_shared", cache / "_shared")
+            shutil.copytree(pool, cache / "_shared")
+            before = {p.name for p in pool.iterdir()}
             op_dir = tmp / f"r{r}-{op}" / name
             shutil.copytree(src, op_dir)
             edits = []
             if with_cuda:
                 edits += sorted(p.name for p in op_dir.glob("*.cu"))
-            edits += sorted(p.name for p in op_dir.glob("*.cpp"))[:1]
+            if cpp_edits is None or op in cpp_edits:
+                edits += sorted(p.name for p in op_dir.glob("*.cpp"))[:1]
             out = run(EDIT_CYCLE, {**base_env, "JIT_LOADER_CACHE": str(cache)}, str(op_dir), json.dumps(edits))
             assert out["cold compiled"]
-            add(op, "cold build, shared pieces present", out["cold"])
+            built = {p.name for p in (cache / "_shared").iterdir()} - before
+            what = "cold build, shared pieces present" + (" (some built)" if any(
+                not n.endswith(".lock") for n in built) else "")
+            add(op, what, out["cold"], out["cpu cold"])
             for e in edits:
                 kind = ".cu" if e.endswith(".cu") else ".cpp"
-                add(op, f"rebuild after editing the {kind}", out["edit " + e])
-                add(op, f"revert of the {kind} edit", out["revert " + e])
+                add(op, f"rebuild after editing the {kind}", out["edit " + e], out["cpu edit " + e])
+                add(op, f"revert of the {kind} edit", out["revert " + e], out["cpu revert " + e])
             warm = run(WARM_ANY, {**base_env, "JIT_LOADER_CACHE": str(cache)}, str(op_dir))
             assert not warm["compiled"]
-            add(op, "warm load in a new process", warm["seconds"])
+            add(op, "warm load in a new process", warm["seconds"], warm["cpu"])
             if op == "toy":
-                plain = tmp / f"r{r}-plain" / name
-                shutil.copytree(src, plain)
-                cold_off = run(WARM_ANY, {**env_off, "JIT_LOADER_CACHE": str(tmp / f"r{r}-plain-cache")},
-                               str(plain))
-                add(op, "cold build, empty cache, PCH=0 CCACHE=0 (glue once)", cold_off["seconds"])
+                if plain:
+                    plain_dir = tmp / f"r{r}-plain" / name
+                    shutil.copytree(src, plain_dir)
+                    cold_off = run(WARM_ANY, {**env_off, "JIT_LOADER_CACHE": str(tmp / f"r{r}-plain-cache")},
+                                   str(plain_dir))
+                    add(op, "cold build, empty cache, PCH=0 CCACHE=0 (glue once)", cold_off["seconds"],
+                        cold_off["cpu"])
                 ext = tmp / f"r{r}-ext"
                 shutil.copytree(src, ext)
                 ext_build = tmp / f"r{r}-ext-build"
                 ext_build.mkdir()
-                add(op, "cpp_extension.load: cold build", run(CPP_EXTENSION, base_env, str(ext / "toy_op.cpp"),
-                                                              str(ext_build))["seconds"])
+                m = run(CPP_EXTENSION, base_env, str(ext / "toy_op.cpp"), str(ext_build))
+                add(op, "cpp_extension.load: cold build", m["seconds"], m["cpu"])
                 f = ext / "toy_op.cpp"
                 f.write_text(f.read_text() + "\nint jit_bench_edit_0() { return 0; }\n")
-                add(op, "cpp_extension.load: rebuild after editing the .cpp",
-                    run(CPP_EXTENSION, base_env, str(f), str(ext_build))["seconds"])
+                m = run(CPP_EXTENSION, base_env, str(f), str(ext_build))
+                add(op, "cpp_extension.load: rebuild after editing the .cpp", m["seconds"], m["cpu"])
     rows = []
     for (op, what), values in samples.items():
-        rows.append({"op": op, "measurement": what, "median": _median(values), "min": min(values),
-                     "n": len(values), "unit": "s"})
-    by = {(row["op"], row["measurement"]): row["median"] for row in rows}
-    if ("toy", "cpp_extension.load: cold build") in by:
-        rows.append({"op": "toy", "measurement": "cpp_extension cold / loader cold (pieces present)",
-                     "median": by[("toy", "cpp_extension.load: cold build")]
-                     / by[("toy", "cold build, shared pieces present")], "min": None, "n": None, "unit": "x"})
-        rows.append({"op": "toy", "measurement": "cpp_extension edit / loader .cpp edit",
-                     "median": by[("toy", "cpp_extension.load: rebuild after editing the .cpp")]
-                     / by[("toy", "rebuild after editing the .cpp")], "min": None, "n": None, "unit": "x"})
+        walls = [w for w, _ in values]
+        cpus = [c for _, c in values if c is not None]
+        rows.append({"op": op, "measurement": what, "median": _median(walls), "min": min(walls),
+                     "cpu_median": _median(cpus) if cpus else None, "n": len(values), "unit": "s"})
+    by = {(row["op"], row["measurement"]): row for row in rows}
+
+    def ratio(label, num, den):
+        a, b = by.get(("toy", num)), by.get(("toy", den))
+        if a and b:
+            rows.append({"op": "toy", "measurement": label, "median": a["median"] / b["median"], "min": None,
+                         "cpu_median": a["cpu_median"] / b["cpu_median"], "n": None, "unit": "x"})
+
+    ratio("cpp_extension cold / loader cold (pieces present)", "cpp_extension.load: cold build",
+          "cold build, shared pieces present")
+    ratio("cpp_extension edit / loader .cpp edit", "cpp_extension.load: rebuild after editing the .cpp",
+          "rebuild after editing the .cpp")
     return rows
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"measurement failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def extension_h_variant(op_dir: Path) -> None:
@@ -235,6 +268,12 @@ def main(argv=None) -> int:
                         "(toy = the tiny fixture op, or bundled op names; 'all' = toy and every bundled op)")
     parser.add_argument("--shared-repeats", type=int, default=2, help="repeats of the shared-pieces table")
     parser.add_argument("--shared-only", action="store_true", help="only the shared-pieces table")
+    parser.add_argument("--absent", default="", help="comma list: the ops whose cold build without "
+                        "the shared pieces is timed (default: every op of --ops)")
+    parser.add_argument("--cpp-edits", default="", help="comma list: the ops whose .cpp edit is timed "
+                        "(default: every op of --ops)")
+    parser.add_argument("--no-plain", action="store_true",
+                        help="skip the tiny op's cold build with the precompiled header and ccache off")
     args = parser.parse_args(argv)
 
     import jit_loader
@@ -248,11 +287,19 @@ def main(argv=None) -> int:
         extension_h_variant(heavy)
         base_env = dict(os.environ, PYTHONPATH=str(ROOT))
         base_env.pop("JIT_LOADER_VERBOSE", None)
+        base_env.pop("JIT_LOADER_SHARED_DIR", None)  # each cache keeps its own pieces
         with_cuda = not args.no_cuda and jit_loader._why_no_cuda() is None
         if args.ops:
             ops = args.ops.split(",") if args.ops != "all" else ["toy", *jit_loader.available_ops()]
-            shared_rows = shared_pieces_rows(ops, args.shared_repeats, base_env, tmp, with_cuda)
-            print(format_table(shared_rows, ["op", "measurement", "median", "min", "n", "unit"]), flush=True)
+            absent = args.absent.split(",") if args.absent else None
+            shared_rows = shared_pieces_rows(ops, args.shared_repeats, base_env, tmp, with_cuda,
+                                             absent=absent, plain=not args.no_plain,
+                                             cpp_edits=args.cpp_edits.split(",") if args.cpp_edits else None)
+            print(f"# loader edit loop: {os.cpu_count()} cores, load average "
+                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end; median and min "
+                  "are wall seconds, cpu_median the CPU seconds of the process and its compilers")
+            print(format_table(shared_rows, ["op", "measurement", "median", "min", "cpu_median", "n", "unit"]),
+                  flush=True)
             if args.json:
                 save_json(args.json + ".shared.json", shared_rows, benchmark="loader-shared-pieces")
             if args.shared_only:

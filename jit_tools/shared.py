@@ -60,17 +60,47 @@ def ccache() -> str | None:
     return shutil.which("ccache")
 
 
+def _headers_identity() -> str:
+    """What decides the bytes of the headers outside the op that the dependency files
+    of C++ units leave out (``-MMD`` omits ``-isystem`` folders): torch and the CUDA
+    toolkit. Cheap: versions and file identities, no hashing."""
+    parts = [torch.__version__, str(getattr(torch.version, "git_version", "")),
+             str(torch.version.cuda), toolchain.file_identity(torch.__file__) or ""]
+    home = toolchain.cuda_home() if torch.version.cuda else None
+    if home:
+        parts += [toolchain.file_identity(os.path.join(home, "bin", "nvcc")) or "",
+                  toolchain.file_identity(os.path.join(home, "include", "cuda_runtime_api.h")) or ""]
+    return "\n".join(parts) + "\n"
+
+
 def ccache_env(cache_root: Path) -> dict:
     """ccache's settings for a build: its store inside the loader's cache; the work
     folder not hashed; the precompiled header accepted. No base_dir: ccache would hand
     the compiler relative paths, and compiler errors must name the user's files by
-    their absolute paths (the first-error line and editors' jump-to-error use them)."""
+    their absolute paths (the first-error line and editors' jump-to-error use them).
+
+    Depend mode: a miss (every edit is one) compiles at once, instead of running the
+    preprocessor first to look for a hit under another name (an extra pass over the
+    source and its headers, with nvcc a second pass of its own). Hits then come from
+    the compiler's dependency file; the headers it leaves out (torch's, the CUDA
+    toolkit's) enter the hash through a file naming their versions."""
+    ccache_dir = cache_root / "_ccache"
+    identity = _headers_identity()
+    extra = ccache_dir / f"headers-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.txt"
+    if not extra.exists():
+        ccache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = extra.with_name(f".{extra.name}.{os.getpid()}")
+        tmp.write_text(identity)
+        os.replace(tmp, extra)
     return {
-        "CCACHE_DIR": str(cache_root / "_ccache"),
+        "CCACHE_DIR": str(ccache_dir),
         "CCACHE_NOHASHDIR": "1",
         "CCACHE_SLOPPINESS": "pch_defines,time_macros,include_file_mtime,include_file_ctime",
         "CCACHE_MAXSIZE": os.environ.get("CCACHE_MAXSIZE", "5G"),
         "CCACHE_COMPILERCHECK": "mtime",
+        "CCACHE_DEPEND": "1",
+        "CCACHE_PCH_EXTSUM": "1",
+        "CCACHE_EXTRAFILES": str(extra),
     }
 
 
@@ -204,7 +234,50 @@ def precompiled_header(root: Path, cxx: str, flags: list[str], post: str) -> Pat
                      *shlex.split(post)], tmp)
 
     built = _build_piece(folder, make)
-    return built / PCH_HEADER if built else None
+    if built is None:
+        return None
+    _pch_checksum(built / (PCH_HEADER + ".gch"))
+    return built / PCH_HEADER
+
+
+def _pch_checksum(gch: Path) -> None:
+    """Write ``<header>.gch.sum``, which ccache hashes instead of the header (with
+    ``CCACHE_PCH_EXTSUM``): hashing and scanning the 400 MB header for time macros
+    costs more CPU than a cache hit otherwise takes, on every compile. A piece never
+    changes in place (a new one is renamed in), so its name, size and time identify it."""
+    checksum = gch.with_name(gch.name + ".sum")
+    if checksum.exists():
+        return
+    st = gch.stat()
+    tmp = checksum.with_name(f".{checksum.name}.{os.getpid()}")
+    tmp.write_text(f"{gch.parent.name} {st.st_size} {st.st_mtime_ns}\n")
+    os.replace(tmp, checksum)
+
+
+def fast_linker(root: Path, cxx: str, glue: Path | None, ldflags: str) -> list[str]:
+    """``-fuse-ld=gold`` where gold links the glue against torch's libraries (probed
+    once per toolchain and link flags), else nothing (the compiler's default linker).
+    GNU ld reads every dynamic symbol of libtorch_cpu/libtorch_cuda on each link; gold
+    links an op with a fraction of the CPU (experiments/RESULTS.md). Off with
+    ``JIT_LOADER_GOLD=0``."""
+    if _off("JIT_LOADER_GOLD") or glue is None or not is_gcc(cxx):
+        return []
+    flag = "-fuse-ld=gold"
+    folder = shared_dir(root) / f"link-{_piece_key('link' + flag, cxx, shlex.split(ldflags), '')}"
+
+    def make(tmp: Path):
+        return _run([cxx, flag, str(glue), *shlex.split(ldflags), "-o", str(tmp / "probe.so")], tmp)
+
+    return [flag] if _build_piece(folder, make) else []
+
+
+def nvcc_threads() -> int:
+    """nvcc's ``--threads``: it then preprocesses a unit's host and device sides at once
+    (and compiles several archs at once), instead of one step after the other. The
+    objects are the same. Bounded by MAX_JOBS (none at MAX_JOBS=1: one job was asked
+    for) and by 4, since Ninja already runs a unit per core."""
+    jobs = int(toolchain.max_jobs())
+    return min(jobs, 4) if jobs > 1 else 0
 
 
 def _ninja_escape(path: str) -> str:
@@ -220,7 +293,7 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
     cxx, post = v.get("cxx", "c++"), v.get("post_cflags", "")
     flags = common_flags(v.get("cflags", ""), name, private_dirs)
     launch = ccache()
-    used = {"ccache": launch is not None, "glue": False, "pch": False}
+    used = {"ccache": launch is not None, "glue": False, "pch": False, "linker": "default"}
     env: dict = {}
     if launch:
         env = ccache_env(root)
@@ -240,11 +313,20 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
                           lambda m: m.group(1) + " " + _ninja_escape(str(glue)), text,
                           flags=re.M)
             used["glue"] = True
+    linker = fast_linker(root, cxx, glue, v.get("ldflags", ""))
+    if linker:
+        text = re.sub(r"^ldflags = ", lambda m: f"ldflags = {' '.join(linker)} ", text, count=1, flags=re.M)
+        used["linker"] = "gold"
     if pch is not None:
         # First on the line: a precompiled header must come before any other token.
         text = re.sub(r"^cflags = ", lambda m: "cflags = -include " + shlex.quote(str(pch))
                       + " -Winvalid-pch ", text, count=1, flags=re.M)
         used["pch"] = True
+    threads = nvcc_threads() if re.search(r"^cuda_cflags = ", text, flags=re.M) else 0
+    if threads:
+        text = re.sub(r"^cuda_cflags = ", lambda m: f"cuda_cflags = --threads {threads} ", text,
+                      count=1, flags=re.M)
+        used["nvcc_threads"] = threads
     if launch:
         text = re.sub(r"^cxx = ", lambda m: f"cxx = {shlex.quote(launch)} ", text, count=1, flags=re.M)
         text = re.sub(r"^nvcc = ", lambda m: f"nvcc = {shlex.quote(launch)} ", text, count=1, flags=re.M)

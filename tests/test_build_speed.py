@@ -135,3 +135,43 @@ def test_prune_removes_only_unused_pieces(tmp_path):
     subprocess.run(["touch", "-d", "2000-01-01", str(old / "ok")], check=True)
     assert shared.prune(tmp_path) == [old]
     assert fresh.is_dir() and not old.exists()
+
+
+def test_ccache_runs_in_depend_mode_with_the_headers_identity(tmp_path):
+    env = shared.ccache_env(tmp_path)
+    assert env["CCACHE_DEPEND"] == "1" and env["CCACHE_PCH_EXTSUM"] == "1"
+    extra = Path(env["CCACHE_EXTRAFILES"])
+    assert extra.parent == tmp_path / "_ccache"
+    import torch
+    assert torch.__version__ in extra.read_text().splitlines()
+    assert shared.ccache_env(tmp_path)["CCACHE_EXTRAFILES"] == str(extra)  # same toolchain, same file
+
+
+def test_pch_checksum_names_the_piece(tmp_path):
+    gch = tmp_path / "pch-abc" / (shared.PCH_HEADER + ".gch")
+    gch.parent.mkdir()
+    gch.write_bytes(b"x" * 10)
+    shared._pch_checksum(gch)
+    text = (gch.parent / (gch.name + ".sum")).read_text()
+    assert text.startswith("pch-abc 10 ")
+
+
+@pytest.mark.parametrize("jobs, threads", [("1", 0), ("2", 2), ("16", 4)])
+def test_nvcc_threads_follow_max_jobs(monkeypatch, jobs, threads):
+    monkeypatch.setenv("MAX_JOBS", jobs)
+    assert shared.nvcc_threads() == threads
+
+
+def test_linker_probe_and_switch(cache, tmp_path, monkeypatch):
+    op_dir = copy_op("toy_op", tmp_path / "link")
+    set_factor(op_dir, 4.0)
+    r = result_of(run_py(LOAD_AND_SCALE.format(path=str(op_dir)), make_env(cache)))
+    assert r["y"] == [4.0, 4.0, 4.0]
+    used = manifest_of(cache, "toy_op", r["key"])["shared"]
+    probes = list(shared.shared_dir(cache).glob("link-*"))
+    assert probes, "the linker probe ran"
+    gold = any((p / "ok").exists() for p in probes)
+    assert used["linker"] == ("gold" if gold else "default")
+    assert ("-fuse-ld=gold" in build_ninja(cache, "toy_op", op_dir)) == gold
+    monkeypatch.setenv("JIT_LOADER_GOLD", "0")
+    assert shared.fast_linker(cache, "c++", Path("/nonexistent.o"), "-shared") == []
