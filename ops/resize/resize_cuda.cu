@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -527,7 +528,7 @@ __device__ __forceinline__ void load4(const T* row, int e, int len, bool vector,
   }
 }
 
-template <typename T, typename acc, int kReaders, int kGroup>
+template <typename T, typename acc, int kReaders, int kGroup, int kAhead>
 __global__ void __launch_bounds__(kRowsThreads)
 backward_rows_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_input, Geometry g,
                      Strides s, AxisMap<acc> rows, AxisMap<acc> cols, RowTiles t) {
@@ -589,12 +590,16 @@ backward_rows_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_inp
           ++current;
         }
       };
-      // The next rows' loads are issued before this row is summed: kAhead + 1 in flight.
-      constexpr int kAhead = kGroup >= 8 ? 2 : 1;
+      // The next kAhead rows' loads are issued before this row is summed.
       int d = first_reader(rows, ya);
-      acc v[4] = {0, 0, 0, 0}, v1[4] = {0, 0, 0, 0};
+      acc v[4] = {0, 0, 0, 0}, ahead[kAhead > 1 ? kAhead - 1 : 1][4];
       if (d < d_end) load4<T, acc>(src + int64_t(d) * s.out_row, e, g.out_w, t.vector, v);
-      if (kAhead == 2 && d + 1 < d_end) load4<T, acc>(src + int64_t(d + 1) * s.out_row, e, g.out_w, t.vector, v1);
+#pragma unroll
+      for (int a = 0; a + 1 < kAhead; ++a) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) ahead[a][k] = 0;
+        if (d + 1 + a < d_end) load4<T, acc>(src + int64_t(d + 1 + a) * s.out_row, e, g.out_w, t.vector, ahead[a]);
+      }
       for (; d < d_end; ++d) {
         acc next[4] = {0, 0, 0, 0};
         if (d + kAhead < d_end) load4<T, acc>(src + int64_t(d + kAhead) * s.out_row, e, g.out_w, t.vector, next);
@@ -612,11 +617,13 @@ backward_rows_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_inp
         }
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          if (kAhead == 2) {
-            v[k] = v1[k];
-            v1[k] = next[k];
-          } else {
+          if constexpr (kAhead == 1) {
             v[k] = next[k];
+          } else {
+            v[k] = ahead[0][k];
+#pragma unroll
+            for (int a = 0; a + 2 < kAhead; ++a) ahead[a][k] = ahead[a + 1][k];
+            ahead[kAhead - 2][k] = next[k];
           }
         }
       }
@@ -715,13 +722,13 @@ struct RowGatherN {
   }
 };
 
-template <typename T, typename index_t, int kReaders>
+template <typename T, typename index_t, int kReaders, int kBytes>
 __global__ void __launch_bounds__(kThreads)
 backward_vec_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_input, Geometry g,
                     Strides s, AxisMap<acc_t<T>> rows, AxisMap<acc_t<T>> cols, int rows_per_thread,
                     index_t blocks, index_t total) {
   using acc = acc_t<T>;
-  constexpr int kVec = 16 / sizeof(T);
+  constexpr int kVec = kBytes / sizeof(T);
   using Vec = VecN<T, kVec>;
   const index_t stride = static_cast<index_t>(gridDim.x) * blockDim.x;
   for (index_t t = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
@@ -806,7 +813,7 @@ inline int64_t row_tile_width(double sx) {
   return (int64_t(std::ceil((kTileCols + 1) / sx)) + 3 + 3 + 3) / 4 * 4;
 }
 
-template <typename T, typename acc, int kGroup>
+template <typename T, typename acc, int kGroup, int kAhead>
 bool backward_rows_with(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
                         const AxisMap<acc>& cols, cudaStream_t stream) {
   const int64_t width = row_tile_width(cols.scale);
@@ -828,11 +835,11 @@ bool backward_rows_with(const T* grad_output, T* grad_input, const Geometry& g, 
   const size_t shared = size_t(r) * width * sizeof(acc);
   if (shared > kMaxTileBytes) {
     static const cudaError_t opted = cudaFuncSetAttribute(
-        backward_rows_kernel<T, acc, 4, kGroup>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxRowsBytes);
+        backward_rows_kernel<T, acc, 4, kGroup, kAhead>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxRowsBytes);
     if (opted != cudaSuccess) return false;
   }
   const unsigned int grid = static_cast<unsigned int>(std::min<int64_t>(t.count, INT32_MAX));
-  backward_rows_kernel<T, acc, 4, kGroup><<<grid, kRowsThreads, shared, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
+  backward_rows_kernel<T, acc, 4, kGroup, kAhead><<<grid, kRowsThreads, shared, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
   return true;
 }
 
@@ -842,13 +849,30 @@ bool backward_rows(const T* grad_output, T* grad_input, const Geometry& g, const
   if (g.channels != 1 || g.in_w < kMinTileLen) return false;
   if (!(cols.scale > 0) || !(rows.scale > 0)) return false;
   const int64_t groups = row_tile_width(cols.scale) / 4;
-  int group = variant("RESIZE_ROWS_GROUP", 4);
+  int group = variant("RESIZE_ROWS_GROUP", 16);
   while (group > 4 && 64 / group * groups < 3 * kRowsThreads / 4) group /= 2;
-  switch (group) {
-    case 8: return backward_rows_with<T, acc, 8>(grad_output, grad_input, g, rows, cols, stream);
-    case 16: return backward_rows_with<T, acc, 16>(grad_output, grad_input, g, rows, cols, stream);
-    default: return backward_rows_with<T, acc, 4>(grad_output, grad_input, g, rows, cols, stream);
+  if constexpr (std::is_same_v<T, float>) {
+    const int ahead = variant("RESIZE_ROWS_AHEAD", 4);
+    switch (group * 10 + ahead) {
+      case 82:
+        if (backward_rows_with<T, acc, 8, 2>(grad_output, grad_input, g, rows, cols, stream)) return true;
+        break;
+      case 84:
+        if (backward_rows_with<T, acc, 8, 4>(grad_output, grad_input, g, rows, cols, stream)) return true;
+        break;
+      case 162:
+        if (backward_rows_with<T, acc, 16, 2>(grad_output, grad_input, g, rows, cols, stream)) return true;
+        break;
+      case 164:
+        if (backward_rows_with<T, acc, 16, 4>(grad_output, grad_input, g, rows, cols, stream)) return true;
+        break;
+      case 42:
+        if (backward_rows_with<T, acc, 4, 2>(grad_output, grad_input, g, rows, cols, stream)) return true;
+        break;
+      default: break;
+    }
   }
+  return backward_rows_with<T, acc, 4, 1>(grad_output, grad_input, g, rows, cols, stream);
 }
 
 template <typename T, typename acc>
@@ -876,7 +900,7 @@ bool forward_tiled(const T* input, T* output, const Geometry& g, const AxisMap<a
       forward_tile_kernel<T, acc, 8, false><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
     }
   } else if constexpr (sizeof(T) == 4) {
-    const int min_blocks = variant("RESIZE_FWD_MINB", 1);
+    const int min_blocks = variant("RESIZE_FWD_MINB", 4);
     if (min_blocks == 4) {
       if (streaming) {
         forward_tile_kernel<T, acc, 4, true><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
@@ -1006,12 +1030,12 @@ cudaError_t backward_with(const T* grad_output, T* grad_input, const Geometry& g
 // The channels_last vector kernel: channels a multiple of 16 bytes, both buffers aligned to
 // 16 bytes. Rows per thread up to 16 (fewer re-read output rows at the blocks' edges),
 // halved while the launch would leave SMs idle.
-template <typename T, typename acc>
-bool backward_vec(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
-                  const AxisMap<acc>& cols, cudaStream_t stream) {
-  constexpr int kVec = 16 / sizeof(T);
+template <typename T, typename acc, int kBytes>
+bool backward_vec_with(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
+                       const AxisMap<acc>& cols, cudaStream_t stream) {
+  constexpr int kVec = kBytes / sizeof(T);
   if (g.channels < kVec || g.channels % kVec != 0) return false;
-  if (reinterpret_cast<uintptr_t>(grad_output) % 16 != 0 || reinterpret_cast<uintptr_t>(grad_input) % 16 != 0) {
+  if (reinterpret_cast<uintptr_t>(grad_output) % kBytes != 0 || reinterpret_cast<uintptr_t>(grad_input) % kBytes != 0) {
     return false;
   }
   if (!(rows.scale > 0) || !(cols.scale > 0)) return false;
@@ -1022,13 +1046,24 @@ bool backward_vec(const T* grad_output, T* grad_input, const Geometry& g, const 
   const LaunchShape l = launch_shape(columns, g.in_h, per_thread);
   const Strides s = strides_of(g);
   if (l.total <= int64_t{INT32_MAX}) {
-    backward_vec_kernel<T, uint32_t, 5><<<l.grid, kThreads, 0, stream>>>(
+    backward_vec_kernel<T, uint32_t, 5, kBytes><<<l.grid, kThreads, 0, stream>>>(
         grad_output, grad_input, g, s, rows, cols, l.rows_per_thread, uint32_t(l.blocks), uint32_t(l.total));
   } else {
-    backward_vec_kernel<T, uint64_t, 5><<<l.grid, kThreads, 0, stream>>>(
+    backward_vec_kernel<T, uint64_t, 5, kBytes><<<l.grid, kThreads, 0, stream>>>(
         grad_output, grad_input, g, s, rows, cols, l.rows_per_thread, uint64_t(l.blocks), uint64_t(l.total));
   }
   return true;
+}
+
+template <typename T, typename acc>
+bool backward_vec(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
+                  const AxisMap<acc>& cols, cudaStream_t stream) {
+  if constexpr (sizeof(T) == 2) {
+    if (variant("RESIZE_VEC_BYTES", 16) == 8) {
+      return backward_vec_with<T, acc, 8>(grad_output, grad_input, g, rows, cols, stream);
+    }
+  }
+  return backward_vec_with<T, acc, 16>(grad_output, grad_input, g, rows, cols, stream);
 }
 
 template <typename T, typename acc>
