@@ -528,8 +528,8 @@ __device__ __forceinline__ void load4(const T* row, int e, int len, bool vector,
   }
 }
 
-template <typename T, typename acc, int kReaders, int kGroup, int kAhead>
-__global__ void __launch_bounds__(kRowsThreads)
+template <typename T, typename acc, int kReaders, int kGroup, int kAhead, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kRowsThreads, kMinBlocks)
 backward_rows_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_input, Geometry g,
                      Strides s, AxisMap<acc> rows, AxisMap<acc> cols, RowTiles t) {
   extern __shared__ __align__(32) unsigned char tile_bytes[];
@@ -813,7 +813,7 @@ inline int64_t row_tile_width(double sx) {
   return (int64_t(std::ceil((kTileCols + 1) / sx)) + 3 + 3 + 3) / 4 * 4;
 }
 
-template <typename T, typename acc, int kGroup, int kAhead>
+template <typename T, typename acc, int kGroup, int kAhead, int kMinBlocks = 1>
 bool backward_rows_with(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
                         const AxisMap<acc>& cols, cudaStream_t stream) {
   const int64_t width = row_tile_width(cols.scale);
@@ -835,11 +835,11 @@ bool backward_rows_with(const T* grad_output, T* grad_input, const Geometry& g, 
   const size_t shared = size_t(r) * width * sizeof(acc);
   if (shared > kMaxTileBytes) {
     static const cudaError_t opted = cudaFuncSetAttribute(
-        backward_rows_kernel<T, acc, 4, kGroup, kAhead>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxRowsBytes);
+        backward_rows_kernel<T, acc, 4, kGroup, kAhead, kMinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxRowsBytes);
     if (opted != cudaSuccess) return false;
   }
   const unsigned int grid = static_cast<unsigned int>(std::min<int64_t>(t.count, INT32_MAX));
-  backward_rows_kernel<T, acc, 4, kGroup, kAhead><<<grid, kRowsThreads, shared, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
+  backward_rows_kernel<T, acc, 4, kGroup, kAhead, kMinBlocks><<<grid, kRowsThreads, shared, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
   return true;
 }
 
@@ -848,6 +848,7 @@ bool backward_rows(const T* grad_output, T* grad_input, const Geometry& g, const
                    const AxisMap<acc>& cols, cudaStream_t stream) {
   if (g.channels != 1 || g.in_w < kMinTileLen) return false;
   if (!(cols.scale > 0) || !(rows.scale > 0)) return false;
+  if (variant("RESIZE_ROWS_OFF", 0) == 1) return false;
   const int64_t groups = row_tile_width(cols.scale) / 4;
   int group = variant("RESIZE_ROWS_GROUP", 16);
   while (group > 4 && 64 / group * groups < 3 * kRowsThreads / 4) group /= 2;
@@ -858,13 +859,21 @@ bool backward_rows(const T* grad_output, T* grad_input, const Geometry& g, const
         if (backward_rows_with<T, acc, 8, 2>(grad_output, grad_input, g, rows, cols, stream)) return true;
         break;
       case 84:
-        if (backward_rows_with<T, acc, 8, 4>(grad_output, grad_input, g, rows, cols, stream)) return true;
+        if (variant("RESIZE_ROWS_MINB", 1) == 4) {
+          if (backward_rows_with<T, acc, 8, 4, 4>(grad_output, grad_input, g, rows, cols, stream)) return true;
+        } else {
+          if (backward_rows_with<T, acc, 8, 4>(grad_output, grad_input, g, rows, cols, stream)) return true;
+        }
         break;
       case 162:
         if (backward_rows_with<T, acc, 16, 2>(grad_output, grad_input, g, rows, cols, stream)) return true;
         break;
       case 164:
-        if (backward_rows_with<T, acc, 16, 4>(grad_output, grad_input, g, rows, cols, stream)) return true;
+        if (variant("RESIZE_ROWS_MINB", 1) == 4) {
+          if (backward_rows_with<T, acc, 16, 4, 4>(grad_output, grad_input, g, rows, cols, stream)) return true;
+        } else {
+          if (backward_rows_with<T, acc, 16, 4>(grad_output, grad_input, g, rows, cols, stream)) return true;
+        }
         break;
       case 42:
         if (backward_rows_with<T, acc, 4, 2>(grad_output, grad_input, g, rows, cols, stream)) return true;
