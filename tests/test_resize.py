@@ -259,6 +259,28 @@ def test_channel_vectors_match_cpu(op, dtype):
                 assert torch.equal(torch.ops.resize.backward(grad, [2, 16, *in_hw], mode, None), got)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_nchw_upscale_strips_match_cpu(op, dtype):
+    """NCHW upscaling along x with whole 16-byte groups per row: the backward's strip
+    kernel. One strip and several (interior strips whose output window needs 3 groups per
+    lane), partial strips and row blocks, 1.5x, y not scaled, and a grad_output that is not
+    16-byte aligned (another kernel)."""
+    resizes = [((33, 128), (66, 256)), ((21, 300), (43, 600)), ((16, 96), (24, 144)),
+               ((10, 64), (10, 128)), ((9, 200), (31, 352))]
+    for in_hw, out_hw in resizes:
+        for aligned in (True, False):
+            numel = 2 * 3 * out_hw[0] * out_hw[1]
+            flat = torch.randn(numel + 1, device="cuda").to(dtype)
+            grad = (flat[:numel] if aligned else flat[1:]).view(2, 3, *out_hw)
+            for mode in MODES:
+                want = torch.ops.resize.backward(grad.cpu(), [2, 3, *in_hw], mode, None)
+                got = torch.ops.resize.backward(grad, [2, 3, *in_hw], mode, None)
+                assert got.is_contiguous()
+                assert_close(got, want, dtype)
+                assert torch.equal(torch.ops.resize.backward(grad, [2, 3, *in_hw], mode, None), got)
+
+
 # -------------------------------------------------------------------- determinism
 
 

@@ -44,6 +44,9 @@ inline int variant(const char* name, int fallback) {
 constexpr int kThreads = 256;
 // Below this many threads a launch leaves SMs idle, so columns get fewer rows each.
 constexpr int64_t kMinThreads = int64_t{1} << 20;
+// The same for the channels_last backward's vector kernel, whose threads each load 16 bytes
+// from up to 5 pixels per row.
+constexpr int64_t kMinVecThreads = int64_t{1} << 16;
 
 struct Strides {
   int64_t in_row, in_plane, out_row, out_plane;
@@ -305,11 +308,16 @@ __device__ __forceinline__ void tile_origin(int64_t tile, const Tiles& t, int64_
   plane = rest / t.tiles_y;
 }
 
-// A store that marks its line evict-first: the forward's result is not read again, and
-// keeping it out of L2 leaves room for the source rows that neighbouring tiles share.
+// A store that marks its lines evict-first (st.global.cs): the forward's result is not
+// read again, and keeping it out of L2 leaves room for the source rows that neighbouring
+// tiles share. On an H100, 2x upscaling of (8, 64, 128, 128): fp32 73.7 -> 70.2 us, bf16
+// 57.2 -> 47.4 us.
 template <typename P>
 __device__ __forceinline__ void store_streaming(P* out, const P& p) {
-  if constexpr (sizeof(P) == 16) {
+  if constexpr (sizeof(P) == 32) {
+    __stcs(reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(&p)[0]);
+    __stcs(reinterpret_cast<float4*>(out) + 1, reinterpret_cast<const float4*>(&p)[1]);
+  } else if constexpr (sizeof(P) == 16) {
     __stcs(reinterpret_cast<float4*>(out), *reinterpret_cast<const float4*>(&p));
   } else if constexpr (sizeof(P) == 8) {
     __stcs(reinterpret_cast<float2*>(out), *reinterpret_cast<const float2*>(&p));
@@ -337,7 +345,7 @@ __device__ __forceinline__ void store4(T* out, int64_t j, int64_t len, bool vect
   }
 }
 
-template <typename T, typename acc, int kMinBlocks, bool kStreaming>
+template <typename T, typename acc, int kMinBlocks>
 __global__ void __launch_bounds__(kTileThreads, kMinBlocks)
 forward_tile_kernel(const T* __restrict__ input, T* __restrict__ output, Geometry g, Strides s,
                     AxisMap<acc> rows, AxisMap<acc> cols, Tiles t) {
@@ -399,7 +407,7 @@ forward_tile_kernel(const T* __restrict__ input, T* __restrict__ output, Geometr
       acc v[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k) v[k] = m * top.v[k] + l * bottom.v[k];
-      store4<T, acc, kStreaming>(dst + int64_t(y) * out_len + j0 + lane4, j0 + lane4, out_len, t.vector, v);
+      store4<T, acc, true>(dst + int64_t(y) * out_len + j0 + lane4, j0 + lane4, out_len, t.vector, v);
     }
     __syncthreads();
   }
@@ -788,6 +796,179 @@ backward_vec_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_inpu
   }
 }
 
+// NCHW backward when upscaling along x: one warp per task, a strip of up to 128 input
+// columns by a block of input rows, and no block barrier (the row tiles' barrier leaves a
+// block idle until its slowest load returns). Lanes own 16-byte groups of the strip's
+// output-column window (groups lane, lane + 32, ...) and walk the output rows in increasing
+// order, each row's loads issued one row ahead, adding each row to its two row taps in
+// registers as RowGather does. An input row, once complete, goes through the warp's own row
+// of shared memory and is reduced along x: each lane sums the readers of input columns
+// lane, lane + 32, lane + 64, lane + 96 with weights computed once per task, and the
+// warp's stores are coalesced. Deterministic: every sum has a fixed order.
+constexpr int kStripCols = 128;
+constexpr int kStripWarps = 8;
+constexpr int kStripReaders = 5;
+
+struct StripTasks {
+  int64_t count;
+  int strips;  // strips per row
+  int blocks;  // row blocks per plane
+  int rows;    // input rows per task
+};
+
+template <typename T, typename acc, int kF>
+__global__ void __launch_bounds__(kStripWarps * 32)
+backward_strip_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_input, Geometry g,
+                      Strides s, AxisMap<acc> rows, AxisMap<acc> cols, StripTasks tasks) {
+  __shared__ __align__(16) acc window[kStripWarps][kF * 128];
+  // The x weights live in shared memory (one slot per lane, conflict-free): in registers
+  // they took the kernel past 100 registers.
+  __shared__ acc weights[kStripWarps][4 * kStripReaders][32];
+  const int lane = threadIdx.x % 32;
+  acc* U = window[threadIdx.x / 32];
+  acc(*W)[32] = weights[threadIdx.x / 32];
+  const int64_t warps = int64_t(gridDim.x) * kStripWarps;
+  for (int64_t task = int64_t(blockIdx.x) * kStripWarps + threadIdx.x / 32; task < tasks.count; task += warps) {
+    const int strip = static_cast<int>(task % tasks.strips);
+    const int64_t rest = task / tasks.strips;
+    const int block = static_cast<int>(rest % tasks.blocks);
+    const int64_t plane = rest / tasks.blocks;
+    const int x0 = strip * kStripCols, x1 = min(x0 + kStripCols, g.in_w);
+    const int y0 = block * tasks.rows, y1 = min(y0 + tasks.rows, g.in_h);
+    const int e0 = first_reader(cols, x0) & ~3;
+    const int nf = (end_reader(cols, x1 - 1) - e0 + 3) / 4;
+    const T* src = grad_output + plane * s.out_plane;
+    T* dst = grad_input + plane * s.in_plane;
+    if (nf > 32 * kF) {  // not planned for; correct, slow
+      for (int y = y0; y < y1; ++y) {
+        for (int x = x0 + lane; x < x1; x += 32) {
+          const int xe = end_reader(cols, x), ye = end_reader(rows, y);
+          acc sum = 0;
+          for (int d = first_reader(rows, y); d < ye; ++d) {
+            acc row_sum = 0;
+            for (int e = first_reader(cols, x); e < xe; ++e) {
+              row_sum += tap_weight(taps(cols, e), x) * to_acc(src[int64_t(d) * s.out_row + e]);
+            }
+            sum += tap_weight(taps(rows, d), y) * row_sum;
+          }
+          dst[int64_t(y) * s.in_row + x] = from_acc<T>(sum);
+        }
+      }
+      continue;
+    }
+    // This lane's input columns: first reader (relative to e0), reader count (-1: past the
+    // strip) and weights.
+    int xb[4], xc[4];
+    __syncwarp();
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const int x = x0 + lane + 32 * m;
+      xb[m] = 0;
+      xc[m] = -1;
+      if (x < x1) {
+        const int b = first_reader(cols, x);
+        xc[m] = end_reader(cols, x) - b;
+        xb[m] = b - e0;
+      }
+#pragma unroll
+      for (int k = 0; k < kStripReaders; ++k) {
+        W[m * kStripReaders + k][lane] = k < xc[m] ? tap_weight(taps(cols, e0 + xb[m] + k), x) : acc(0);
+      }
+    }
+    acc cur[kF][4], nxt[kF][4];
+#pragma unroll
+    for (int f = 0; f < kF; ++f) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) cur[f][k] = nxt[f][k] = 0;
+    }
+    int current = y0 - 1;
+    // Input row `current` is complete: reduce it along x and store it. Warp-uniform.
+    auto emit = [&]() {
+#pragma unroll
+      for (int f = 0; f < kF; ++f) {
+        if (lane + 32 * f < nf) {
+          Pack4<acc> p;
+#pragma unroll
+          for (int k = 0; k < 4; ++k) p.v[k] = cur[f][k];
+          *reinterpret_cast<Pack4<acc>*>(U + 4 * (lane + 32 * f)) = p;
+        }
+      }
+      __syncwarp();
+      T* out = dst + int64_t(current) * s.in_row + x0 + lane;
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        if (xc[m] >= 0) {
+          const acc* u = U + xb[m];
+          acc sum = 0;
+          if (xc[m] <= kStripReaders) {
+#pragma unroll
+            for (int k = 0; k < kStripReaders; ++k) {
+              if (k < xc[m]) sum += W[m * kStripReaders + k][lane] * u[k];
+            }
+          } else {
+            const int x = x0 + lane + 32 * m;
+            for (int k = 0; k < xc[m]; ++k) sum += tap_weight(taps(cols, e0 + xb[m] + k), x) * u[k];
+          }
+          out[32 * m] = from_acc<T>(sum);
+        }
+      }
+      __syncwarp();
+    };
+    auto advance_to = [&](int y) {
+      while (current < y) {
+        if (current >= y0) emit();
+#pragma unroll
+        for (int f = 0; f < kF; ++f) {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            cur[f][k] = nxt[f][k];
+            nxt[f][k] = 0;
+          }
+        }
+        ++current;
+      }
+    };
+    Pack4<T> v[kF], next[kF];
+#pragma unroll
+    for (int f = 0; f < kF; ++f) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[f].v[k] = next[f].v[k] = from_acc<T>(acc(0));
+    }
+    auto load = [&](int d, Pack4<T> (&p)[kF]) {
+      const T* row = src + int64_t(d) * s.out_row + e0;
+#pragma unroll
+      for (int f = 0; f < kF; ++f) {
+        if (lane + 32 * f < nf) p[f] = *reinterpret_cast<const Pack4<T>*>(row + 4 * (lane + 32 * f));
+      }
+    };
+    const int d1 = end_reader(rows, y1 - 1);
+    int d = first_reader(rows, y0);
+    if (d < d1) load(d, v);
+    for (; d < d1; ++d) {
+      if (d + 1 < d1) load(d + 1, next);
+      const Taps<acc> t = taps(rows, d);
+      advance_to(t.i0);
+      const acc w0 = acc(1) - t.l1, w1 = t.l1;
+      const bool same = t.i1 == t.i0;
+#pragma unroll
+      for (int f = 0; f < kF; ++f) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const acc value = to_acc(v[f].v[k]);
+          cur[f][k] += w0 * value;
+          if (same) {
+            cur[f][k] += w1 * value;
+          } else {
+            nxt[f][k] += w1 * value;
+          }
+          v[f].v[k] = next[f].v[k];
+        }
+      }
+    }
+    advance_to(y1);
+  }
+}
+
 // Rows per tile: the most, up to max_rows, whose shared rows (bound(rows), an upper bound
 // of the span the kernel computes) stay within target rows (or one row's) and fit
 // kMaxTileBytes; rows 0 when even one row does not fit.
@@ -848,37 +1029,17 @@ bool backward_rows(const T* grad_output, T* grad_input, const Geometry& g, const
                    const AxisMap<acc>& cols, cudaStream_t stream) {
   if (g.channels != 1 || g.in_w < kMinTileLen) return false;
   if (!(cols.scale > 0) || !(rows.scale > 0)) return false;
-  if (variant("RESIZE_ROWS_OFF", 0) == 1) return false;
-  const int64_t groups = row_tile_width(cols.scale) / 4;
-  int group = variant("RESIZE_ROWS_GROUP", 16);
-  while (group > 4 && 64 / group * groups < 3 * kRowsThreads / 4) group /= 2;
-  if constexpr (std::is_same_v<T, float>) {
-    const int ahead = variant("RESIZE_ROWS_AHEAD", 4);
-    switch (group * 10 + ahead) {
-      case 82:
-        if (backward_rows_with<T, acc, 8, 2>(grad_output, grad_input, g, rows, cols, stream)) return true;
-        break;
-      case 84:
-        if (variant("RESIZE_ROWS_MINB", 1) == 4) {
-          if (backward_rows_with<T, acc, 8, 4, 4>(grad_output, grad_input, g, rows, cols, stream)) return true;
-        } else {
-          if (backward_rows_with<T, acc, 8, 4>(grad_output, grad_input, g, rows, cols, stream)) return true;
-        }
-        break;
-      case 162:
-        if (backward_rows_with<T, acc, 16, 2>(grad_output, grad_input, g, rows, cols, stream)) return true;
-        break;
-      case 164:
-        if (variant("RESIZE_ROWS_MINB", 1) == 4) {
-          if (backward_rows_with<T, acc, 16, 4, 4>(grad_output, grad_input, g, rows, cols, stream)) return true;
-        } else {
-          if (backward_rows_with<T, acc, 16, 4>(grad_output, grad_input, g, rows, cols, stream)) return true;
-        }
-        break;
-      case 42:
-        if (backward_rows_with<T, acc, 4, 2>(grad_output, grad_input, g, rows, cols, stream)) return true;
-        break;
-      default: break;
+  // Upscaling in x (a tile's output columns make 216 or more tasks of 8 rows): 8-row
+  // tasks with 4 rows' loads ahead and registers capped for 4 resident blocks, 2x (8, 64,
+  // 128, 128) fp32 105 us against 110 us with 4-row tasks and one row ahead; 1.5x 63.8
+  // against 74.9 us. Fewer columns (downscaling): 4-row tasks keep the block busy, and the
+  // deeper prefetch was slower there (7:3: 70 against 64 us). double keeps the 4-row tasks:
+  // capped at 56 registers it would spill.
+  if constexpr (sizeof(T) <= 4) {
+    const int64_t groups = row_tile_width(cols.scale) / 4;
+    if (64 / 8 * groups >= 3 * kRowsThreads / 4 &&
+        backward_rows_with<T, acc, 8, 4, 4>(grad_output, grad_input, g, rows, cols, stream)) {
+      return true;
     }
   }
   return backward_rows_with<T, acc, 4, 1>(grad_output, grad_input, g, rows, cols, stream);
@@ -901,36 +1062,15 @@ bool forward_tiled(const T* input, T* output, const Geometry& g, const AxisMap<a
   const unsigned int grid = static_cast<unsigned int>(std::min<int64_t>(t.count, INT32_MAX));
   // 16-bit types: capping registers for 8 resident blocks was 10% faster; 4-byte types
   // were 7% slower with it.
-  const bool streaming = variant("RESIZE_FWD_CS", 0) != 0;
+  // Register caps for more resident blocks, measured on an H100 at 2x upscaling of
+  // (8, 64, 128, 128): 16-bit types 8 blocks (10% faster than none); 4-byte types 5 blocks
+  // (48 registers, no spills: 73.7 us against 81.0 us uncapped, 75.2 us at 4 blocks).
   if constexpr (sizeof(T) == 2) {
-    if (streaming) {
-      forward_tile_kernel<T, acc, 8, true><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
-    } else {
-      forward_tile_kernel<T, acc, 8, false><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
-    }
+    forward_tile_kernel<T, acc, 8><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
   } else if constexpr (sizeof(T) == 4) {
-    const int min_blocks = variant("RESIZE_FWD_MINB", 4);
-    if (min_blocks == 4) {
-      if (streaming) {
-        forward_tile_kernel<T, acc, 4, true><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
-      } else {
-        forward_tile_kernel<T, acc, 4, false><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
-      }
-    } else if (min_blocks == 5) {
-      if (streaming) {
-        forward_tile_kernel<T, acc, 5, true><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
-      } else {
-        forward_tile_kernel<T, acc, 5, false><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
-      }
-    } else {
-      if (streaming) {
-        forward_tile_kernel<T, acc, 1, true><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
-      } else {
-        forward_tile_kernel<T, acc, 1, false><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
-      }
-    }
+    forward_tile_kernel<T, acc, 5><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
   } else {
-    forward_tile_kernel<T, acc, 1, false><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
+    forward_tile_kernel<T, acc, 1><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
   }
   return true;
 }
@@ -1037,11 +1177,13 @@ cudaError_t backward_with(const T* grad_output, T* grad_input, const Geometry& g
 }
 
 // The channels_last vector kernel: channels a multiple of 16 bytes, both buffers aligned to
-// 16 bytes. Rows per thread up to 16 (fewer re-read output rows at the blocks' edges),
-// halved while the launch would leave SMs idle.
-template <typename T, typename acc, int kBytes>
-bool backward_vec_with(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
-                       const AxisMap<acc>& cols, cudaStream_t stream) {
+// 16 bytes. 16 input rows per thread (fewer output rows read twice at the blocks' edges),
+// halved while fewer than kMinVecThreads threads would run. On an H100, 2x upscaling of
+// (8, 64, 128, 128) fp32: 64 us, 8 rows 68.5 us, 4 rows 72 us, 32 rows 72 us; the tile
+// kernel it replaces took 96 us; bf16 42 us (16 rows) against 84 us.
+template <typename T, typename acc, int kBytes = 16>
+bool backward_vec(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
+                  const AxisMap<acc>& cols, cudaStream_t stream) {
   constexpr int kVec = kBytes / sizeof(T);
   if (g.channels < kVec || g.channels % kVec != 0) return false;
   if (reinterpret_cast<uintptr_t>(grad_output) % kBytes != 0 || reinterpret_cast<uintptr_t>(grad_input) % kBytes != 0) {
@@ -1049,9 +1191,8 @@ bool backward_vec_with(const T* grad_output, T* grad_input, const Geometry& g, c
   }
   if (!(rows.scale > 0) || !(cols.scale > 0)) return false;
   const int64_t columns = g.planes * (g.channels / kVec) * g.in_w;
-  int per_thread = variant("RESIZE_VEC_ROWS", 16);
-  const int64_t min_threads = int64_t(variant("RESIZE_VEC_MIN_THREADS", 1 << 17));
-  while (per_thread > 1 && columns * ((g.in_h + per_thread - 1) / per_thread) < min_threads) per_thread /= 2;
+  int per_thread = 16;
+  while (per_thread > 1 && columns * ((g.in_h + per_thread - 1) / per_thread) < kMinVecThreads) per_thread /= 2;
   const LaunchShape l = launch_shape(columns, g.in_h, per_thread);
   const Strides s = strides_of(g);
   if (l.total <= int64_t{INT32_MAX}) {
@@ -1064,23 +1205,54 @@ bool backward_vec_with(const T* grad_output, T* grad_input, const Geometry& g, c
   return true;
 }
 
+// The strip kernel: NCHW, 1/2.2 < x scale <= 1 (upscaling up to 2.2x along x; at most 5
+// output columns read an input column), y not downscaled, rows of whole 16-byte groups.
+// Groups per lane: 2 where every strip's window fits 256 columns (checked exactly for up
+// to 64 strips per row), else 3.
 template <typename T, typename acc>
-bool backward_vec(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
-                  const AxisMap<acc>& cols, cudaStream_t stream) {
-  if constexpr (sizeof(T) == 2) {
-    if (variant("RESIZE_VEC_BYTES", 16) == 8) {
-      return backward_vec_with<T, acc, 8>(grad_output, grad_input, g, rows, cols, stream);
+bool backward_strips(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
+                     const AxisMap<acc>& cols, cudaStream_t stream) {
+  if constexpr (sizeof(T) > 4) {
+    return false;
+  } else {
+    if (variant("RESIZE_STRIPS", 1) == 0) return false;
+    if (g.channels != 1 || g.in_w < kMinTileLen || g.out_w % 4 != 0) return false;
+    if (reinterpret_cast<uintptr_t>(grad_output) % (4 * sizeof(T)) != 0) return false;
+    if (!(cols.scale >= acc(0.45) && cols.scale <= acc(1)) || !(rows.scale > 0 && rows.scale <= acc(1))) return false;
+    const int strips = (g.in_w + kStripCols - 1) / kStripCols;
+    int64_t window = row_tile_width(cols.scale);
+    if (strips <= 64) {
+      window = 0;
+      for (int k = 0; k < strips; ++k) {
+        const int x0 = k * kStripCols, x1 = std::min(x0 + kStripCols, g.in_w);
+        window = std::max<int64_t>(window, end_reader(cols, x1 - 1) - (first_reader(cols, x0) & ~3));
+      }
     }
+    StripTasks t{};
+    t.strips = strips;
+    int r = 16;
+    while (r > 4 && g.planes * strips * ((g.in_h + r - 1) / r) < 8192) r /= 2;
+    t.rows = r;
+    t.blocks = (g.in_h + r - 1) / r;
+    t.count = g.planes * strips * t.blocks;
+    const Strides s = strides_of(g);
+    const unsigned int grid = ops_common::grid_size(t.count, kStripWarps);
+    if (window <= 256) {
+      backward_strip_kernel<T, acc, 2><<<grid, kStripWarps * 32, 0, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
+    } else {
+      backward_strip_kernel<T, acc, 3><<<grid, kStripWarps * 32, 0, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
+    }
+    return true;
   }
-  return backward_vec_with<T, acc, 16>(grad_output, grad_input, g, rows, cols, stream);
 }
 
 template <typename T, typename acc>
 cudaError_t backward(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
                      const AxisMap<acc>& cols, cudaStream_t stream) {
   if (g.planes * g.channels == 0) return cudaSuccess;
-  if (backward_rows(grad_output, grad_input, g, rows, cols, stream) ||
-      (variant("RESIZE_BWD_CL", 1) == 1 && backward_vec(grad_output, grad_input, g, rows, cols, stream)) ||
+  if (backward_strips(grad_output, grad_input, g, rows, cols, stream) ||
+      backward_rows(grad_output, grad_input, g, rows, cols, stream) ||
+      backward_vec(grad_output, grad_input, g, rows, cols, stream) ||
       backward_tiled(grad_output, grad_input, g, rows, cols, stream)) {
     return cudaGetLastError();
   }
