@@ -1,8 +1,11 @@
 // resize: CUDA kernels, torch-free. Both passes are memory-bound; the design keeps the
-// DRAM traffic at one read of the source and one write of the result. Rows of 64 elements
-// or more (x and channel together) go to tiled kernels (further down): a block reduces
-// along one axis into shared memory, then along the other, storing or loading 16 bytes per
-// thread. The column kernels below take short rows and extreme ratios:
+// DRAM traffic at one read of the source and one write of the result, in loads and stores
+// of 16 bytes where the layout allows. Rows of 64 elements or more (x and channel
+// together) go to tiled kernels (further down): a block reduces along one axis into shared
+// memory, then along the other. Two backward kernels need no block barrier: channels_last
+// with whole 16-byte channel groups (a thread per channel group reduces along x and y in
+// registers) and NCHW upscaling along x (a warp per strip of input columns). The column
+// kernels below take short rows and extreme ratios:
 // - one thread owns one (plane, x, channel) column of up to 8 rows, so the column's taps
 //   and weights are computed once and each source row it needs is loaded once: when
 //   upscaling, consecutive output rows reuse the last two source rows; when downscaling,
@@ -506,9 +509,10 @@ backward_tile_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_inp
 // reductions in the other order, so that the wide reads of grad_output are contiguous
 // 16-byte loads rather than the 4 scattered ones per element of reducing along x first:
 // - A, along y: a task is 4 consecutive output columns (one aligned 16-byte load per
-//   output row) by 4 input rows; it walks the output rows that read those input rows in
-//   increasing order and keeps the 4 x 4 sums in registers (each output row adds to its
-//   two taps, i0 and i1, like RowGather), then parks them in shared memory;
+//   output row) by kGroup input rows; it walks the output rows that read those input rows
+//   in increasing order, the loads of the next kAhead rows in flight, and keeps the 4 x 2
+//   sums of the two rows being completed in registers (each output row adds to its two
+//   taps, i0 and i1, like RowGather), parking each completed row in shared memory;
 // - B, along x: one thread per input column sums its readers from shared memory.
 // The block has an extra warp because a tile's output columns (2 per input column at 2x,
 // plus the halo) make slightly more than 256 tasks.
