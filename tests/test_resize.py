@@ -263,9 +263,9 @@ def test_channel_vectors_match_cpu(op, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_nchw_upscale_strips_match_cpu(op, dtype):
     """NCHW upscaling along x with whole 16-byte groups per row: the backward's strip
-    kernel. One strip and several (interior strips whose output window needs 3 groups per
-    lane), partial strips and row blocks, 1.5x, y not scaled, and a grad_output that is not
-    16-byte aligned (another kernel)."""
+    kernel. One strip and several (where interior strips' output windows are too wide for
+    it: the row tiles), partial strips and row blocks, 1.5x, y not scaled, and a grad_output
+    that is not 16-byte aligned (the row tiles)."""
     resizes = [((33, 128), (66, 256)), ((21, 300), (43, 600)), ((16, 96), (24, 144)),
                ((10, 64), (10, 128)), ((9, 200), (31, 352))]
     for in_hw, out_hw in resizes:
