@@ -236,6 +236,51 @@ def test_tiled_sizes_match_cpu(op, dtype):
                 assert torch.equal(torch.ops.resize.backward(grad.cuda(), list(x.shape), mode, None), got)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_channel_vectors_match_cpu(op, dtype):
+    """channels_last with channels a multiple of 16 bytes: the backward's channel-vector
+    kernel. Upscaling past its register fast path (x6), downscaling that leaves input
+    pixels unread (7 -> 3), mixed ratios, a buffer 16-byte aligned and one that is not."""
+    resizes = [((16, 12), (32, 24)), ((20, 9), (7, 54)), ((31, 33), (13, 14)), ((5, 70), (80, 30))]
+    for in_hw, out_hw in resizes:
+        for aligned in (True, False):
+            shape = (2, 16, *out_hw)
+            numel = 2 * 16 * out_hw[0] * out_hw[1]
+            flat = torch.randn(numel + 1, device="cuda", dtype=torch.float64).to(dtype)
+            flat = flat[:numel] if aligned else flat[1:]
+            grad = flat.view(shape[0], *out_hw, shape[1]).permute(0, 3, 1, 2)
+            assert grad.is_contiguous(memory_format=torch.channels_last)
+            for mode in MODES:
+                want = torch.ops.resize.backward(grad.cpu(), [2, 16, *in_hw], mode, None)
+                got = torch.ops.resize.backward(grad, [2, 16, *in_hw], mode, None)
+                assert got.is_contiguous(memory_format=torch.channels_last)
+                assert_close(got, want, dtype)
+                assert torch.equal(torch.ops.resize.backward(grad, [2, 16, *in_hw], mode, None), got)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_nchw_upscale_strips_match_cpu(op, dtype):
+    """NCHW upscaling along x with whole 16-byte groups per row: the backward's strip
+    kernel. One strip and several (where interior strips' output windows are too wide for
+    it: the row tiles), partial strips and row blocks, 1.5x, y not scaled, and a grad_output
+    that is not 16-byte aligned (the row tiles)."""
+    resizes = [((33, 128), (66, 256)), ((21, 300), (43, 600)), ((16, 96), (24, 144)),
+               ((10, 64), (10, 128)), ((9, 200), (31, 352))]
+    for in_hw, out_hw in resizes:
+        for aligned in (True, False):
+            numel = 2 * 3 * out_hw[0] * out_hw[1]
+            flat = torch.randn(numel + 1, device="cuda").to(dtype)
+            grad = (flat[:numel] if aligned else flat[1:]).view(2, 3, *out_hw)
+            for mode in MODES:
+                want = torch.ops.resize.backward(grad.cpu(), [2, 3, *in_hw], mode, None)
+                got = torch.ops.resize.backward(grad, [2, 3, *in_hw], mode, None)
+                assert got.is_contiguous()
+                assert_close(got, want, dtype)
+                assert torch.equal(torch.ops.resize.backward(grad, [2, 3, *in_hw], mode, None), got)
+
+
 # -------------------------------------------------------------------- determinism
 
 
