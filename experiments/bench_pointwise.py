@@ -15,6 +15,7 @@ without the compiled baselines (Inductor's C++ builds take minutes there). Timin
 ``suite_cases`` gives the same cases, at several sizes, to the suite (experiments/bench.py).
 
     python -m experiments.bench_pointwise [--device cuda] [--quick] [--json out.json]
+    python -m experiments.bench_pointwise --device cpu --threads 1 --cpu-time  # loaded machine
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import time
 
 import torch
 import torch.nn.functional as F
@@ -88,8 +90,9 @@ def problem_size(device, quick: bool) -> int:
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def run(device=None, quick: bool = False, dtypes=None) -> list[dict]:
-    """Measure every row; returns them as dicts with the COLUMNS keys."""
+def run(device=None, quick: bool = False, dtypes=None, cpu_time: bool = False) -> list[dict]:
+    """Measure every row; returns them as dicts with the COLUMNS keys. ``cpu_time`` (CPU,
+    one thread): time by the calling thread's CPU time rather than the wall clock."""
     device = torch.device(device or benchutil.default_device())
     on_gpu = device.type == "cuda"
     numel = problem_size(device, quick)
@@ -109,7 +112,8 @@ def run(device=None, quick: bool = False, dtypes=None) -> list[dict]:
 
         def measure(fns):
             # Interleaved, L2 flushed between calls: benchutil's protocol for memory-bound ops.
-            timings = benchutil.measure(fns, device, warmup=5 if on_gpu else 2, reps=reps, flush=True)
+            timings = benchutil.measure(fns, device, warmup=5 if on_gpu else 2, reps=reps, flush=True,
+                                        clock=time.thread_time if cpu_time else time.perf_counter)
             return {name: t.median for name, t in timings.items()}
 
         clone_s = measure({"clone": x.clone})["clone"]
@@ -208,17 +212,23 @@ def main(argv=None) -> None:
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=None,
                         help="default: float32 bfloat16 on GPU, and float16 too on CPU")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="CPU with --threads 1: time by the thread's CPU time (for a loaded machine)")
     args = parser.parse_args(argv)
+    if args.cpu_time and args.threads != 1:
+        parser.error("--cpu-time needs --threads 1 (other threads' work is not the caller's CPU time)")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device or benchutil.default_device()
-    rows = run(device, quick=args.quick, dtypes=args.dtypes)
+    rows = run(device, quick=args.quick, dtypes=args.dtypes, cpu_time=args.cpu_time)
     env = benchutil.environment()
     numel = problem_size(device, args.quick)
     header = (f"# bench_pointwise: {env['device']}, torch {env['torch']} (CUDA {env['cuda']}), "
               f"{env['date']}, {env['threads']} threads, 2^{numel.bit_length() - 1} elements")
     if torch.device(device).type == "cpu":
         header += f", load average {os.getloadavg()[0]:.1f} (other processes skew CPU timings)"
+        if args.cpu_time:
+            header += ", timed by the thread's CPU time"
     print(header)
     print(benchutil.format_table(rows, COLUMNS))
     if torch.device(device).type == "cpu":

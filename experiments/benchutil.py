@@ -126,14 +126,17 @@ def flush_l2(device) -> None:
 
 def measure(fns: dict[str, Callable[[], object]], device="cpu", *, warmup: int = 5,
             reps: int | None = None, budget_s: float = 0.5, min_reps: int = 10,
-            max_reps: int = 200, flush: bool = False, wall: bool = False) -> dict[str, Timing]:
+            max_reps: int = 200, flush: bool = False, wall: bool = False,
+            clock: Callable[[], float] = time.perf_counter) -> dict[str, Timing]:
     """Time every implementation in ``fns``, interleaved; returns a ``Timing`` each.
 
     ``reps`` fixed, or chosen so that all implementations together take about
     ``budget_s`` (clamped to ``[min_reps, max_reps]``). ``flush``: L2 flush before each
     call, and on a GPU the spin that lets the events time the kernels alone
     (memory-bound cases). ``wall``: also the synchronised wall-clock time per call
-    (host-bound cases); on CPU the two are the same measurement.
+    (host-bound cases); on CPU the two are the same measurement. ``clock``: the CPU
+    timer; ``time.thread_time`` (CPU time of the calling thread) times one-thread calls
+    unaffected by other processes taking the cores, on a shared machine.
     """
     dev = torch.device(device)
     on_gpu = dev.type == "cuda"
@@ -167,9 +170,9 @@ def measure(fns: dict[str, Callable[[], object]], device="cpu", *, warmup: int =
                 end.record()
                 events[name].append((start, end))
             else:
-                t0 = time.perf_counter()
+                t0 = clock()
                 fn()
-                cpu[name].append(time.perf_counter() - t0)
+                cpu[name].append(clock() - t0)
     if on_gpu:
         torch.cuda.synchronize(dev)
         for name in names:

@@ -105,6 +105,19 @@ def test_host_scalar_math_within_a_few_ulp(probe, name, lo, hi, reference, max_u
     assert probe.scalar_math(torch.tensor([float("nan")]), name).isnan().all()
 
 
+def test_host_fast_exp_for_16_bit_data(probe):
+    """The kFast exp that 16-bit data takes: relative error far below a half ulp (2^-11)
+    down to -87, 0 below (under float's normal range), NaN kept."""
+    x = torch.cat([torch.linspace(-87.0, 0.0, 200_001), torch.empty(50_000).uniform_(-87.0, 0.0),
+                   torch.tensor([-87.0, 0.0, -0.0, -1e-30, -1e-7])])
+    got = probe.scalar_math(x, "exp_fast").double()
+    want = torch.exp(x.double())
+    assert ((got - want).abs() / want).max() <= 4e-6
+    below = torch.tensor([-87.5, -100.0, -1e4, float("-inf")])
+    assert torch.equal(probe.scalar_math(below, "exp_fast"), torch.zeros(4))
+    assert probe.scalar_math(torch.tensor([float("nan")]), "exp_fast").isnan().all()
+
+
 def test_cpu_clone_follows_aten_capability(probe):
     assert probe.cpu_isa() == torch.backends.cpu.get_cpu_capability().lower()
 

@@ -3,7 +3,11 @@
 // over contiguous buffers, split across threads by at::parallel_for. The inner loop is
 // plain code that GCC vectorises, compiled once per CPU capability (cpu_dispatch.h);
 // 16-bit data is loaded to float and rounded back once with the branch-free
-// conversions of cpu_convert.h.
+// conversions of cpu_convert.h, and computed with the fast exp (kFastMath), as on CUDA.
+// The loop runs in blocks of kCpuBlock elements, unrolled: an op's math is one long
+// dependent chain per vector (an exp and a division), and a block gives the core several
+// independent chains to overlap (sigmoid: 1.28x the speed of one vector at a time on the
+// 2-core AMD EPYC development machine).
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -18,6 +22,7 @@
 
 #include "common/cpu_convert.h"
 #include "common/cpu_dispatch.h"
+#include "common/scalar_math.h"
 
 namespace ops_common {
 
@@ -75,17 +80,32 @@ OPS_TARGET_AVX2 inline void float_to_half_f16c(const float* in, uint16_t* out, i
 #endif
 
 constexpr int64_t kCpuTile = 512;
+constexpr int64_t kCpuBlock = 32;
 
-template <typename Op, size_t... I>
-OPS_CPU_BODY void apply_tile(const float (&tiles)[sizeof...(I)][kCpuTile], float* __restrict__ out,
-                             int64_t n, std::index_sequence<I...>) {
-  for (int64_t j = 0; j < n; ++j) out[j] = Op::template apply<false>(tiles[I][j]...);
+// out[i] = f(in[i]...) for i < n, in unrolled blocks of kCpuBlock and a plain tail.
+template <typename F, typename T, typename... In>
+OPS_CPU_BODY void map_blocked(F f, int64_t n, T* __restrict__ out, const In* __restrict__... in) {
+  int64_t i = 0;
+  for (; i + kCpuBlock <= n; i += kCpuBlock) {
+#pragma GCC unroll 64
+    for (int64_t j = 0; j < kCpuBlock; ++j) out[i + j] = f(in[i + j]...);
+  }
+  for (; i < n; ++i) out[i] = f(in[i]...);
 }
 
-// The host math ignores kFast (see scalar_math.h), so Op runs with false.
+template <typename Op, bool kFast, size_t... I>
+OPS_CPU_BODY void apply_tile(const float (&tiles)[sizeof...(I)][kCpuTile], float* __restrict__ out,
+                             int64_t n, std::index_sequence<I...>) {
+  const auto f = [](auto... v) __attribute__((always_inline)) {
+    return Op::template apply<kFast>(v...);
+  };
+  map_blocked(f, n, out, tiles[I]...);
+}
+
 template <typename Tag, typename Storage, typename Op, typename T, typename... In>
 OPS_CPU_BODY void map_contiguous_body(Tag, Storage, Op, int64_t n, T* __restrict__ out,
                                       const In* __restrict__... in) {
+  constexpr bool kFast = kFastMath<T, typename Storage::compute>;
 #if defined(__x86_64__) && defined(__GNUC__)
   if constexpr (std::is_same_v<Storage, CpuStorage<c10::Half>> && Tag::value != CpuIsa::kBaseline) {
     // Half in tiles: convert in, compute in float (vectorised), convert out.
@@ -95,15 +115,16 @@ OPS_CPU_BODY void map_contiguous_body(Tag, Storage, Op, int64_t n, T* __restrict
       const int64_t m = std::min(kCpuTile, n - i0);
       int a = 0;
       (half_to_float_f16c(in + i0, tiles[a++], m), ...);
-      apply_tile<Op>(tiles, result, m, std::index_sequence_for<In...>{});
+      apply_tile<Op, kFast>(tiles, result, m, std::index_sequence_for<In...>{});
       float_to_half_f16c(result, out + i0, m);
     }
     return;
   }
 #endif
-  for (int64_t i = 0; i < n; ++i) {
-    out[i] = Storage::store(Op::template apply<false>(Storage::load(in[i])...));
-  }
+  const auto f = [](auto... v) __attribute__((always_inline)) {
+    return Storage::store(Op::template apply<kFast>(Storage::load(v)...));
+  };
+  map_blocked(f, n, out, in...);
 }
 
 OPS_CPU_CLONES_ISA(map_contiguous, map_contiguous_body)
