@@ -196,13 +196,13 @@ struct SegmentAcc {
 // through perm (perm_e apart) where given. visit(p) sees each position first (a check that
 // reads the index); it must have no side effects, so the loads of several iterations stay
 // in flight together.
-template <bool STREAM, typename T, Reduce R, int VEC, typename Visit>
+template <bool STREAM, int UNROLL, typename T, Reduce R, int VEC, typename Visit>
 __device__ __forceinline__ void accumulate(SegmentAcc<T, R, VEC>& acc, const T* src_row, int64_t K,
                                            const int64_t* perm, int64_t perm_e, int64_t first,
                                            int64_t end, int64_t step, Visit&& visit) {
   // A counted loop (not p += step up to end): its trip count is known, so it unrolls.
   const int64_t steps = first < end ? (end - first + step - 1) / step : 0;
-#pragma unroll 4
+#pragma unroll UNROLL
   for (int64_t i = 0; i < steps; ++i) {
     const int64_t p = first + i * step;
     const int64_t e = perm ? perm[p * perm_e] : p;
@@ -282,7 +282,7 @@ struct Tile {
   int64_t kv_tiles;
 };
 
-template <typename T, Reduce R, bool VECTOR, bool STREAM>
+template <typename T, Reduce R, bool VECTOR, bool STREAM, int UNROLL>
 __global__ void __launch_bounds__(kThreads)
     segment_tile_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
                         IndexStrides s, const int64_t* __restrict__ perm, Shape sh, Tile tile,
@@ -350,7 +350,7 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t end = max(start, n + 1 == n1 ? last : min(row_start[local_row + 1], last));
       A* w = work + (b * sh.N + n) * sh.K + k0;
       SegmentAcc<T, R, VEC> acc(has_init && part == 0 ? w : nullptr, sh.E);
-      accumulate<STREAM>(acc, src + b * sh.E * sh.K + k0, sh.K, perm ? perm + b * s.b : nullptr,
+      accumulate<STREAM, UNROLL>(acc, src + b * sh.E * sh.K + k0, sh.K, perm ? perm + b * s.b : nullptr,
                          s.e, start + part, end, tile.split, [](int64_t) {});
       if constexpr (!SegmentAcc<T, R, VEC>::kExtreme) {
         for (int offset = group / 2; offset >= tile.row_threads; offset /= 2) {
@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(kThreads)
     // A promised-sorted index that is not: every segment must hold only its own n.
     const bool verify = error != nullptr && perm == nullptr && rowptr == nullptr;
     bool misplaced = false;
-    accumulate<false>(acc, src + b * sh.E * sh.K + k0, sh.K,
+    accumulate<false, 4>(acc, src + b * sh.E * sh.K + k0, sh.K,
                       perm ? perm + b * s.b + k0 * s.k : nullptr, s.e, start, end, 1,
                       [&](int64_t p) {
                         if (verify) misplaced |= index_at(index, s, b, p, k0) != n;
@@ -725,19 +725,23 @@ cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
         const Tile tile = make_tile(shape.K / VEC, shape.N, split);
         const int64_t tiles = shape.B * tile.row_tiles * tile.kv_tiles;
         const unsigned int grid = static_cast<unsigned int>(std::min(tiles, kMaxBlocks));
-        auto launch = [&](auto stream_loads) {
-          segment_tile_kernel<T, R, VECTOR, decltype(stream_loads)::value>
+        auto launch = [&](auto stream_loads, auto unroll) {
+          segment_tile_kernel<T, R, VECTOR, decltype(stream_loads)::value, decltype(unroll)::value>
               <<<grid, kThreads, 0, stream>>>(src, index, strides, perm, shape, tile,
                                               static_cast<A*>(work), has_init, arg, count,
                                               count_b, error);
         };
+        using U4 = std::integral_constant<int, 4>;
+        using U8 = std::integral_constant<int, 8>;
         if constexpr (std::is_same_v<T, float> && VECTOR) {
-          if (variant & 1) {
-            launch(std::true_type{});
-            return;
+          switch (variant & 5) {
+            case 1: launch(std::true_type{}, U4{}); return;
+            case 4: launch(std::false_type{}, U8{}); return;
+            case 5: launch(std::true_type{}, U8{}); return;
+            default: break;
           }
         }
-        launch(std::false_type{});
+        launch(std::false_type{}, U4{});
         return;
       }
       segment_search_kernel<T, R, VECTOR>
