@@ -31,7 +31,6 @@
 #include <torch/library.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -125,20 +124,15 @@ bool run_typed(const Problem& p, at::Tensor& work, at::Tensor& arg, at::Tensor& 
   IndexError* error = p.check_in_run ? error_record(p.index.device().index()) : nullptr;
 
   auto segment = [&](const int64_t* idx, const int64_t* perm) {
-    // SCATTER_SEGMENT_VARIANT (under comparison): "rowptr" = separate segment-start pass,
-    // else bits of an int: 1 streaming src loads, 2 split rows.
-    const char* variant_env = std::getenv("SCATTER_SEGMENT_VARIANT");
-    const bool use_rowptr = variant_env && std::string(variant_env) == "rowptr";
-    const int variant = variant_env && !use_rowptr ? std::atoi(variant_env) : 0;
-    at::Tensor rowptr;
-    if (use_rowptr && p.strides.k == 0) {
+    at::Tensor rowptr;  // segment bounds in one pass over the index, where it is one per row
+    if (p.strides.k == 0) {
       rowptr = at::empty({p.shape.B, p.shape.N + 1}, p.index.options());
     }
     OPS_CHECK_LAUNCH(segment_reduce<T>(p.reduce, src, idx, p.strides, perm, p.shape,
                                        work.data_ptr(), p.has_out, arg_ptr, count_ptr, p.count_b,
                                        p.count_k, vectorize, error,
                                        rowptr.defined() ? rowptr.mutable_data_ptr<int64_t>() : nullptr,
-                                       variant, stream));
+                                       stream));
     return true;
   };
   if (sorted) return segment(index, nullptr);

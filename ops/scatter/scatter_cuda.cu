@@ -1,22 +1,18 @@
 // CUDA kernels of the scatter reductions; torch-free (CUDA headers and the op's own only).
 // The host side (scatter_cuda.cpp) picks the route:
-//   segment_tile_kernel    index sorted along dim (or read through a stable sort permutation,
-//                          the deterministic route) and one per row (strides.k == 0, the PyG
-//                          case): a block takes a tile of output rows, finds the tile's slice
-//                          of the index with two warp searches, reads the slice once for the
-//                          rows' segment starts (checking bounds and sortedness on the way),
-//                          then reduces each segment in order. One pass, no atomics.
-//   segment_search_kernel  sorted index that varies along K: each output element finds its
-//                          segment by binary search and reduces it in order.
-//   atomic_sum_kernel      sum/mean in any order: one atomic add per element, 16 bytes at a
-//                          time on sm_90 (float4 atomics).
-//   extreme_*_kernel       max/min in any order: one atomicMax/atomicMin per element on
-//                          order-preserving keys, skipped when a plain read of the key shows it
-//                          cannot win. 32-bit keys (values only) live in the float output
-//                          itself; 64-bit keys put the value bits above position bits, so one
-//                          atomic yields value and arg (ties to the first position).
-// Every segment kernel reduces through the same SegmentAcc/accumulate/store_segment helpers,
-// every atomic kernel visits src through for_each_in_range.
+//   segment_kernel     index sorted along dim (or read through a stable sort permutation, the
+//                      deterministic route): each output element finds its segment
+//                      (rowptr_kernel's table where the index is one per row, else binary
+//                      search) and reduces it in order. No atomics, every output written once.
+//   atomic_sum_kernel  sum/mean in any order: one atomic add per element, 16 bytes at a time
+//                      on sm_90 (float4 atomics), so a 64-feature row costs 16 atomics, not 64.
+//   extreme_*_kernel   max/min in any order: one atomicMax/atomicMin per element on
+//                      order-preserving keys, skipped when a plain read of the key shows it
+//                      cannot win (most do not). 32-bit keys (values only) live in the float
+//                      output itself; 64-bit keys put the value bits above position bits, so
+//                      one atomic yields value and arg (ties to the first position).
+// The segment kernel reduces through SegmentAcc/accumulate/store_segment; the atomic kernels
+// visit src through for_each_in_range; values-only and value+arg share the extreme kernels.
 // Out-of-range indices are skipped by every kernel, checked or not: never a wild write.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -192,23 +188,20 @@ struct SegmentAcc {
   }
 };
 
-// Adds positions first, first + step, ... below end: rows of src_row (K elements apart), read
-// through perm (perm_e apart) where given. visit(p) sees each position first (a check that
-// reads the index); it must have no side effects, so the loads of several iterations stay
-// in flight together.
-template <bool STREAM, int UNROLL, typename T, Reduce R, int VEC, typename Visit>
+// Adds positions [first, end): rows of src_row (K elements apart), read through perm (perm_e
+// apart) where given, with streaming loads (each src row is read once). visit(p) sees each
+// position first (a check that reads the index); it must have no side effects, so the loads
+// of several iterations stay in flight together.
+template <typename T, Reduce R, int VEC, typename Visit>
 __device__ __forceinline__ void accumulate(SegmentAcc<T, R, VEC>& acc, const T* src_row, int64_t K,
                                            const int64_t* perm, int64_t perm_e, int64_t first,
-                                           int64_t end, int64_t step, Visit&& visit) {
-  // A counted loop (not p += step up to end): its trip count is known, so it unrolls.
-  const int64_t steps = first < end ? (end - first + step - 1) / step : 0;
-#pragma unroll UNROLL
-  for (int64_t i = 0; i < steps; ++i) {
-    const int64_t p = first + i * step;
+                                           int64_t end, Visit&& visit) {
+#pragma unroll 4
+  for (int64_t p = first; p < end; ++p) {
     const int64_t e = perm ? perm[p * perm_e] : p;
     visit(p);
     T v[VEC];
-    load_row<STREAM>(src_row + e * K, v);
+    load_row<true>(src_row + e * K, v);
     acc.add(v, e);
   }
 }
@@ -249,132 +242,9 @@ __device__ __forceinline__ void store_segment(const SegmentAcc<T, R, VEC>& acc, 
   }
 }
 
-// lower_bound (scatter.h) by a whole warp: 32 probes per step cut the range 33 ways, so about
-// log33(E) dependent loads instead of log2(E). The same answer on a sorted index; on any
-// index a position r with index[r - 1] < value (r > 0) and index[r] >= value (r < E), which
-// the bounds check relies on. All 32 lanes must call it; all get the answer.
-__device__ int64_t warp_lower_bound(const int64_t* index, const IndexStrides& s, int64_t b,
-                                    int64_t E, int64_t value) {
-  const int lane = threadIdx.x % 32;
-  int64_t lo = 0, hi = E;
-  while (lo < hi) {
-    const int64_t len = hi - lo;
-    const int64_t p = lo + len * (lane + 1) / 33;
-    const bool below = index_at(index, s, b, p, 0) < value;
-    const unsigned int mask = __ballot_sync(0xffffffffu, below);
-    const int c = mask == 0xffffffffu ? 32 : __ffs(~mask) - 1;  // leading probes below value
-    const int64_t lo_next = c > 0 ? lo + len * c / 33 + 1 : lo;
-    hi = c < 32 ? lo + len * (c + 1) / 33 : hi;
-    lo = lo_next;
-  }
-  return lo;
-}
-
-// How segment_tile_kernel cuts the output [B, N, K / VEC]: `rows` output rows per tile,
-// each row served by row_threads * split threads; split > 1 (sum/mean) lets `split` thread
-// groups take alternate positions of one row, combined in a fixed order at the end. Rows
-// wider than the block take kv_tiles tiles.
-struct Tile {
-  int row_threads;
-  int split;
-  int rows;
-  int64_t row_tiles;
-  int64_t kv_tiles;
-};
-
-template <typename T, Reduce R, bool VECTOR, bool STREAM, int UNROLL>
-__global__ void __launch_bounds__(kThreads)
-    segment_tile_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
-                        IndexStrides s, const int64_t* __restrict__ perm, Shape sh, Tile tile,
-                        acc_t<T>* __restrict__ work, bool has_init, int64_t* __restrict__ arg,
-                        int64_t* __restrict__ count, int64_t count_b, IndexError* error) {
-  using A = acc_t<T>;
-  constexpr int VEC = vec_width<T, VECTOR>();
-  constexpr int64_t kUnseen = INT64_MAX;
-  __shared__ int64_t row_start[kThreads + 1];  // first position of row n0 + i, if seen
-  __shared__ int64_t slice[2];                 // the tile's positions [slice[0], slice[1])
-  const int group = tile.row_threads * tile.split;
-  const int local_row = threadIdx.x / group;
-  const int part = (threadIdx.x % group) / tile.row_threads;
-  const int64_t tiles = sh.B * tile.row_tiles * tile.kv_tiles;
-  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    int64_t kt, br, rt, b;
-    divmod(t, tile.kv_tiles, br, kt);
-    divmod(br, tile.row_tiles, b, rt);
-    const int64_t n0 = rt * tile.rows;
-    const int64_t n1 = min(n0 + tile.rows, sh.N);
-    const int warp = threadIdx.x / 32;
-    if (warp < 2) {
-      const int64_t r = warp_lower_bound(index, s, b, sh.E, warp == 0 ? n0 : n1);
-      if (threadIdx.x % 32 == 0) slice[warp] = r;
-    }
-    for (int i = threadIdx.x; i <= tile.rows; i += blockDim.x) row_start[i] = kUnseen;
-    __syncthreads();
-    const int64_t first = slice[0], last = slice[1];
-    // The checks, once per index element: tiles cover [lower_bound(0), lower_bound(N))
-    // exactly, each pair of neighbours in it is compared, and any entry outside it is out of
-    // range (the search's guarantee), found by the first and last tile.
-    const bool verify = error && !perm && kt == 0 && (count_b > 1 || b == 0);
-    for (int64_t p = first + threadIdx.x; p < last; p += blockDim.x) {
-      const int64_t v = index_at(index, s, b, p, 0);
-      const int64_t prev = p > 0 ? index_at(index, s, b, p - 1, 0) : int64_t(-1);
-      if (verify) {
-        if (v < 0 || v >= sh.N) {
-          record(error, IndexErrorKind::kOutOfRange, v, b * sh.E + p, sh.N);
-        } else if (prev > v) {
-          record(error, IndexErrorKind::kNotSorted, v, b * sh.E + p, sh.N);
-        }
-      }
-      // p starts the rows (prev, v]; on a sorted index each row of the tile once.
-      const int64_t lo = max(min(prev, n1) + 1, n0 + 1), hi = min(v, n1 - 1);
-      for (int64_t n = lo; n <= hi; ++n) row_start[n - n0] = p;
-    }
-    if (verify && threadIdx.x == 0) {
-      if (n0 == 0 && first > 0) {
-        record(error, IndexErrorKind::kOutOfRange, index_at(index, s, b, first - 1, 0),
-               b * sh.E + first - 1, sh.N);
-      }
-      if (n1 == sh.N && last < sh.E) {
-        record(error, IndexErrorKind::kOutOfRange, index_at(index, s, b, last, 0),
-               b * sh.E + last, sh.N);
-      }
-    }
-    __syncthreads();
-    const int64_t n = n0 + local_row;
-    const int64_t k0 = (kt * tile.row_threads + threadIdx.x % tile.row_threads) * VEC;
-    // Uniform over each warp where split > 1 (a row then fills whole warps).
-    if (local_row < tile.rows && n < n1 && k0 < sh.K) {
-      // Clamped: a broken sortedness promise leaves rows wrong (and recorded), never a
-      // read outside the slice.
-      const int64_t start = local_row == 0 ? first : min(row_start[local_row], last);
-      const int64_t end = max(start, n + 1 == n1 ? last : min(row_start[local_row + 1], last));
-      A* w = work + (b * sh.N + n) * sh.K + k0;
-      SegmentAcc<T, R, VEC> acc(has_init && part == 0 ? w : nullptr, sh.E);
-      accumulate<STREAM, UNROLL>(acc, src + b * sh.E * sh.K + k0, sh.K, perm ? perm + b * s.b : nullptr,
-                         s.e, start + part, end, tile.split, [](int64_t) {});
-      if constexpr (!SegmentAcc<T, R, VEC>::kExtreme) {
-        for (int offset = group / 2; offset >= tile.row_threads; offset /= 2) {
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) {
-            acc.value[j] += __shfl_down_sync(0xffffffffu, acc.value[j], offset);
-          }
-        }
-      }
-      if (part == 0) {
-        if constexpr (R == Reduce::kMean) {
-          // count is [Bc, N, 1] here; the threads of b = 0 write it where it is broadcast.
-          if ((count_b > 1 || b == 0) && k0 == 0) count[(count_b > 1 ? b : 0) * sh.N + n] = end - start;
-        }
-        store_segment(acc, end - start, w, arg ? arg + (b * sh.N + n) * sh.K + k0 : nullptr);
-      }
-    }
-    __syncthreads();  // row_start and slice serve the next tile
-  }
-}
-
 template <typename T, Reduce R, bool VECTOR>
 __global__ void __launch_bounds__(kThreads)
-    segment_search_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
+    segment_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
                           IndexStrides s, const int64_t* __restrict__ perm, Shape sh,
                           acc_t<T>* __restrict__ work, bool has_init, int64_t* __restrict__ arg,
                           int64_t* __restrict__ count, int64_t count_b, int64_t count_k,
@@ -391,6 +261,7 @@ __global__ void __launch_bounds__(kThreads)
     divmod(bn, sh.N, b, n);
     int64_t start, end;
     if (rowptr) {
+      // Clamped: a broken sortedness promise leaves entries unwritten, never a wild read.
       const int64_t* rp = rowptr + b * (sh.N + 1) + n;
       start = min(max(rp[0], int64_t(0)), sh.E);
       end = min(max(rp[1], start), sh.E);
@@ -418,11 +289,10 @@ __global__ void __launch_bounds__(kThreads)
     // A promised-sorted index that is not: every segment must hold only its own n.
     const bool verify = error != nullptr && perm == nullptr && rowptr == nullptr;
     bool misplaced = false;
-    accumulate<false, 4>(acc, src + b * sh.E * sh.K + k0, sh.K,
-                      perm ? perm + b * s.b + k0 * s.k : nullptr, s.e, start, end, 1,
-                      [&](int64_t p) {
-                        if (verify) misplaced |= index_at(index, s, b, p, k0) != n;
-                      });
+    accumulate(acc, src + b * sh.E * sh.K + k0, sh.K, perm ? perm + b * s.b + k0 * s.k : nullptr,
+               s.e, start, end, [&](int64_t p) {
+                 if (verify) misplaced |= index_at(index, s, b, p, k0) != n;
+               });
     if (misplaced) record(error, IndexErrorKind::kNotSorted, n, start, sh.N);
     if constexpr (R == Reduce::kMean) {
       // count is [Bc, N, Kc]; the threads of b = 0 (k = 0) write it where it is broadcast.
@@ -435,8 +305,11 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Segment starts of an index sorted along e and broadcast over K: rowptr[b, n] is the first
-// position whose index is >= n (rowptr[b, N] = E). With error set it checks bounds and
-// sortedness on the way. (The two-pass route, kept for comparison.)
+// position whose index is >= n (rowptr[b, N] = E), so the segment kernel reads two numbers
+// instead of two binary searches. Entries outside [0, N) fall outside every segment. With
+// error set it checks bounds and sortedness on the way. (A fused variant, where each block
+// found its rows' segments from its own slice of the index, measured slower on an H100:
+// experiments/RESULTS.md.)
 __global__ void __launch_bounds__(kThreads)
     rowptr_kernel(const int64_t* __restrict__ index, IndexStrides s, Shape sh,
                   int64_t* __restrict__ rowptr, IndexError* error) {
@@ -685,23 +558,6 @@ void with_vector(bool vectorize, F&& f) {
   }
 }
 
-// The tile of segment_tile_kernel for rows of kv_count threads (one per VEC features).
-Tile make_tile(int64_t kv_count, int64_t N, bool split) {
-  Tile tile{};
-  if (kv_count >= kThreads) {
-    tile.row_threads = kThreads;
-    tile.split = 1;
-    tile.kv_tiles = ops_common::ceil_div(kv_count, kThreads);
-  } else {
-    tile.row_threads = static_cast<int>(kv_count);
-    tile.split = split && 32 % tile.row_threads == 0 && tile.row_threads < 32 ? 32 / tile.row_threads : 1;
-    tile.kv_tiles = 1;
-  }
-  tile.rows = kThreads / (tile.row_threads * tile.split);
-  tile.row_tiles = ops_common::ceil_div(N, tile.rows);
-  return tile;
-}
-
 }  // namespace
 
 template <typename T>
@@ -709,7 +565,7 @@ cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, const int64_t* perm, Shape shape, void* work,
                            bool has_init, int64_t* arg, int64_t* count, int64_t count_b,
                            int64_t count_k, bool vectorize, IndexError* error,
-                           int64_t* rowptr, int variant, cudaStream_t stream) {
+                           int64_t* rowptr, cudaStream_t stream) {
   using A = acc_t<T>;
   if (rowptr) {
     rowptr_kernel<<<blocks(shape.B * (shape.E + 1)), kThreads, 0, stream>>>(index, strides, shape,
@@ -719,33 +575,8 @@ cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
     constexpr Reduce R = decltype(r)::value;
     with_vector(vectorize, [&](auto vector) {
       constexpr bool VECTOR = decltype(vector)::value;
-      constexpr int VEC = vec_width<T, VECTOR>();
-      if (strides.k == 0 && rowptr == nullptr) {
-        const bool split = (variant & 2) && (R == Reduce::kSum || R == Reduce::kMean);
-        const Tile tile = make_tile(shape.K / VEC, shape.N, split);
-        const int64_t tiles = shape.B * tile.row_tiles * tile.kv_tiles;
-        const unsigned int grid = static_cast<unsigned int>(std::min(tiles, kMaxBlocks));
-        auto launch = [&](auto stream_loads, auto unroll) {
-          segment_tile_kernel<T, R, VECTOR, decltype(stream_loads)::value, decltype(unroll)::value>
-              <<<grid, kThreads, 0, stream>>>(src, index, strides, perm, shape, tile,
-                                              static_cast<A*>(work), has_init, arg, count,
-                                              count_b, error);
-        };
-        using U4 = std::integral_constant<int, 4>;
-        using U8 = std::integral_constant<int, 8>;
-        if constexpr (std::is_same_v<T, float> && VECTOR) {
-          switch (variant & 5) {
-            case 1: launch(std::true_type{}, U4{}); return;
-            case 4: launch(std::false_type{}, U8{}); return;
-            case 5: launch(std::true_type{}, U8{}); return;
-            default: break;
-          }
-        }
-        launch(std::false_type{}, U4{});
-        return;
-      }
-      segment_search_kernel<T, R, VECTOR>
-          <<<blocks(shape.B * shape.N * shape.K / VEC), kThreads, 0, stream>>>(
+      segment_kernel<T, R, VECTOR>
+          <<<blocks(shape.B * shape.N * shape.K / vec_width<T, VECTOR>()), kThreads, 0, stream>>>(
               src, index, strides, perm, shape, static_cast<A*>(work), has_init, arg, count,
               count_b, count_k, error, rowptr);
     });
@@ -824,7 +655,7 @@ cudaError_t check_index(const int64_t* index, IndexStrides strides, Shape shape,
   template cudaError_t segment_reduce<T>(Reduce, const T*, const int64_t*, IndexStrides,       \
                                          const int64_t*, Shape, void*, bool, int64_t*,         \
                                          int64_t*, int64_t, int64_t, bool, IndexError*,       \
-                                         int64_t*, int, cudaStream_t);                         \
+                                         int64_t*, cudaStream_t);                              \
   template cudaError_t atomic_sum<T>(const T*, const int64_t*, IndexStrides, Shape, void*,     \
                                      bool, cudaStream_t);
 SCATTER_INSTANTIATE(float)

@@ -12,24 +12,22 @@
 
 namespace scatter {
 
-// Segment reduction of an index sorted along e, without atomics: each output element
-// (VEC consecutive features where the index is broadcast over K) reduces its segment in
-// order; every output element is written, empty ones included. Where the index is one per
-// row (strides.k == 0) a block finds the segments of a tile of rows from one read of the
-// index slice; else each element finds its segment by binary search. perm (optional,
-// strides of index) reads src through the stable sort permutation of an unsorted index.
-// has_init: work holds out's values, which take part. count (mean only, [Bc, N, Kc])
-// receives the segment lengths. error (optional): bounds check, and check of a sortedness
-// promise where perm is null, done on the way.
-// rowptr and variant: kernel choices under comparison (rowptr: scratch [B, N + 1] of a
-// separate segment-start pass; variant bit 0: streaming src loads, bit 1: split rows, bit 2:
-// loops unrolled 8 deep).
+// Segment reduction of an index sorted along e, without atomics: one thread per output
+// element (VEC consecutive features where the index is broadcast over K) finds its
+// segment by binary search and reduces it in order; every output element is written,
+// empty ones included. perm (optional, strides of index) reads src through the stable
+// sort permutation of an unsorted index. has_init: work holds out's values, which take
+// part. count (mean only, [Bc, N, Kc]) receives the segment lengths. error (optional):
+// bounds check, and check of a sortedness promise where perm is null, done on the way.
+// rowptr (optional, scratch [B, N + 1], only for an index broadcast over K, strides.k == 0):
+// the segment bounds are found once by a pass over the index instead of a binary search
+// per output element.
 template <typename T>
 cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, const int64_t* perm, Shape shape, void* work,
                            bool has_init, int64_t* arg, int64_t* count, int64_t count_b,
                            int64_t count_k, bool vectorize, IndexError* error,
-                           int64_t* rowptr, int variant, cudaStream_t stream);
+                           int64_t* rowptr, cudaStream_t stream);
 
 // work[b, index(b, e, k), k] += src[b, e, k] with atomics (vectorised where K allows).
 template <typename T>
