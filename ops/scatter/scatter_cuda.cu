@@ -245,10 +245,10 @@ __device__ __forceinline__ void store_segment(const SegmentAcc<T, R, VEC>& acc, 
 template <typename T, Reduce R, bool VECTOR>
 __global__ void __launch_bounds__(kThreads)
     segment_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
-                          IndexStrides s, const int64_t* __restrict__ perm, Shape sh,
-                          acc_t<T>* __restrict__ work, bool has_init, int64_t* __restrict__ arg,
-                          int64_t* __restrict__ count, int64_t count_b, int64_t count_k,
-                          IndexError* error, const int64_t* __restrict__ rowptr) {
+                   IndexStrides s, const int64_t* __restrict__ perm, Shape sh,
+                   acc_t<T>* __restrict__ work, bool has_init, int64_t* __restrict__ arg,
+                   int64_t* __restrict__ count, int64_t count_b, int64_t count_k,
+                   IndexError* error, const int64_t* __restrict__ rowptr) {
   using A = acc_t<T>;
   constexpr int VEC = vec_width<T, VECTOR>();
   const int64_t kv_count = sh.K / VEC;
