@@ -1,23 +1,25 @@
 // CUDA kernels of the scatter reductions; torch-free (CUDA headers and the op's own only).
-// Three ways to the result, chosen by the host side (scatter_cuda.cpp):
-//   segment_kernel     index sorted along dim (or read through a stable sort permutation,
-//                      the deterministic route): each output element finds its segment
+// The host side (scatter_cuda.cpp) picks the route:
+//   segment_kernel     index sorted along dim (or read through a stable sort permutation, the
+//                      deterministic route): each output element finds its segment
 //                      (rowptr_kernel's table where the index is one per row, else binary
 //                      search) and reduces it in order. No atomics, every output written once.
-//   atomic_sum_kernel  any order: one atomic add per element, 16 bytes at a time on sm_90
-//                      (float4 atomics), so a 64-feature row costs 16 atomics, not 64.
-//   value_*_kernel     max/min in any order, values only: one 32-bit atomicMax/atomicMin
-//                      per element on order-preserving keys held in the output itself,
-//                      skipped when a plain read of the key shows it cannot win (most do not).
-//   packed_*_kernel    max/min in any order with arg: value bits above position bits in
-//                      one 64-bit key, so one atomic per element yields value and arg
-//                      (ties to the first position, deterministic).
+//   atomic_sum_kernel  sum/mean in any order: one atomic add per element, 16 bytes at a time
+//                      on sm_90 (float4 atomics), so a 64-feature row costs 16 atomics, not 64.
+//   extreme_*_kernel   max/min in any order: one atomicMax/atomicMin per element on
+//                      order-preserving keys, skipped when a plain read of the key shows it
+//                      cannot win (most do not). 32-bit keys (values only) live in the float
+//                      output itself; 64-bit keys put the value bits above position bits, so
+//                      one atomic yields value and arg (ties to the first position).
+// The segment kernel reduces through SegmentAcc/accumulate/store_segment; the atomic kernels
+// visit src through for_each_in_range; values-only and value+arg share the extreme kernels.
 // Out-of-range indices are skipped by every kernel, checked or not: never a wild write.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "common/cuda_convert.cuh"
@@ -38,6 +40,9 @@ constexpr int64_t kMaxBlocks = int64_t(1) << 20;
 // Integer storage accumulates in itself (cuda_convert.cuh covers the floating types).
 __device__ __forceinline__ int to_acc(int v) { return v; }
 __device__ __forceinline__ int64_t to_acc(int64_t v) { return v; }
+
+template <typename A>
+constexpr bool kIntegral = A(1) / A(2) == A(0);
 
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Vec {
@@ -87,7 +92,7 @@ constexpr int vec_width() {
 template <typename A>
 __device__ __forceinline__ A divide(A sum, int64_t count) {
   const int64_t c = count > 0 ? count : 1;
-  if constexpr (A(1) / A(2) == A(0)) {  // integers: floor division, as torch's "floor"
+  if constexpr (kIntegral<A>) {  // integers: floor division, as torch's "floor"
     A q = sum / A(c);
     if ((sum % A(c) != 0) && (sum < 0)) q -= 1;
     return q;
@@ -121,6 +126,120 @@ __device__ void record(IndexError* error, IndexErrorKind kind, int64_t value, in
   *reinterpret_cast<volatile int*>(&error->kind) = static_cast<int>(kind);
   __threadfence_system();
   *reinterpret_cast<volatile int*>(&error->flag) = 1;
+}
+
+// VEC elements of T at p, 16 bytes per load where VEC > 1 (p is then 16-byte aligned: K and
+// k0 are multiples of VEC). STREAM: src rows read once, so they skip L1 and ask L2 to fetch
+// 256 bytes around each miss.
+template <bool STREAM, typename T, int VEC>
+__device__ __forceinline__ void load_row(const T* p, T (&v)[VEC]) {
+  if constexpr (VEC > 1) {
+    static_assert(sizeof(Vec<T, VEC>) == 16, "vector loads are 16 bytes");
+    Vec<T, VEC> x;
+    if constexpr (STREAM) {
+      uint4 u;
+      asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+          : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+          : "l"(p));
+      memcpy(&x, &u, sizeof(x));
+    } else {
+      x = *reinterpret_cast<const Vec<T, VEC>*>(p);
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v[j] = x.v[j];
+  } else {
+    v[0] = *p;
+  }
+}
+
+// ------------------------------------------------------------------ segment reductions
+
+// Running reduction of VEC features over one segment, in position order: a sum, or the
+// extreme and its position (arg = E while nothing was taken). With has_init the output's
+// own value starts it and, for max/min, wins ties.
+template <typename T, Reduce R, int VEC>
+struct SegmentAcc {
+  using A = acc_t<T>;
+  static constexpr bool kExtreme = R == Reduce::kMax || R == Reduce::kMin;
+  A value[VEC];
+  int64_t arg[VEC];
+  bool has_init;
+  int64_t E;
+
+  __device__ __forceinline__ SegmentAcc(const A* init, int64_t E_) : has_init(init != nullptr), E(E_) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      value[j] = init ? init[j] : A(0);
+      arg[j] = E;
+    }
+  }
+
+  __device__ __forceinline__ void add(const T (&v)[VEC], int64_t e) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const A x = to_acc(v[j]);
+      if constexpr (!kExtreme) {
+        value[j] += x;
+      } else if ((!has_init && arg[j] == E) || better<R>(x, value[j])) {
+        value[j] = x;
+        arg[j] = e;
+      }
+    }
+  }
+};
+
+// Adds positions [first, end): rows of src_row (K elements apart), read through perm (perm_e
+// apart) where given, with streaming loads (each src row is read once). visit(p) sees each
+// position first (a check that reads the index); it must have no side effects, so the loads
+// of several iterations stay in flight together.
+template <typename T, Reduce R, int VEC, typename Visit>
+__device__ __forceinline__ void accumulate(SegmentAcc<T, R, VEC>& acc, const T* src_row, int64_t K,
+                                           const int64_t* perm, int64_t perm_e, int64_t first,
+                                           int64_t end, Visit&& visit) {
+#pragma unroll 4
+  for (int64_t p = first; p < end; ++p) {
+    const int64_t e = perm ? perm[p * perm_e] : p;
+    visit(p);
+    T v[VEC];
+    load_row<true>(src_row + e * K, v);
+    acc.add(v, e);
+  }
+}
+
+// Writes a finished segment of `length` positions to w (16-byte stores where VEC allows; w is
+// then 16-byte aligned) and, for max/min where arg is given, the positions.
+template <typename T, Reduce R, int VEC>
+__device__ __forceinline__ void store_segment(const SegmentAcc<T, R, VEC>& acc, int64_t length,
+                                              acc_t<T>* w, int64_t* arg) {
+  using A = acc_t<T>;
+  A result[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    if constexpr (R == Reduce::kMean) {
+      result[j] = divide(acc.value[j], length);
+    } else {
+      result[j] = acc.value[j];
+    }
+  }
+  constexpr int kPer16 = int(16 / sizeof(A));
+  if constexpr (VEC > 1 && VEC % kPer16 == 0) {
+#pragma unroll
+    for (int q = 0; q < VEC / kPer16; ++q) {
+      Vec<A, kPer16> out;
+#pragma unroll
+      for (int j = 0; j < kPer16; ++j) out.v[j] = result[q * kPer16 + j];
+      reinterpret_cast<Vec<A, kPer16>*>(w)[q] = out;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) w[j] = result[j];
+  }
+  if constexpr (SegmentAcc<T, R, VEC>::kExtreme) {
+    if (arg) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) arg[j] = acc.arg[j];
+    }
+  }
 }
 
 template <typename T, Reduce R, bool VECTOR>
@@ -166,86 +285,31 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     A* w = work + bn * sh.K + k0;
-    A acc[VEC];
-    int64_t a[VEC];
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      acc[j] = has_init ? w[j] : A(0);
-      a[j] = sh.E;
-    }
-    const T* src_b = src + b * sh.E * sh.K + k0;
+    SegmentAcc<T, R, VEC> acc(has_init ? w : nullptr, sh.E);
+    // A promised-sorted index that is not: every segment must hold only its own n.
     const bool verify = error != nullptr && perm == nullptr && rowptr == nullptr;
     bool misplaced = false;
-#pragma unroll 4
-    for (int64_t p = start; p < end; ++p) {
-      const int64_t e = perm ? perm[b * s.b + p * s.e + k0 * s.k] : p;
-      // A promised-sorted index that is not: every segment must hold only its own n. A
-      // register flag, reported after the loop: no side effects here, so the loads of
-      // several iterations stay in flight together.
-      if (verify) misplaced |= index_at(index, s, b, p, k0) != n;
-      T v[VEC];
-      if constexpr (VEC > 1) {
-        const Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(src_b + e * sh.K);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) v[j] = x.v[j];
-      } else {
-        v[0] = src_b[e * sh.K];
-      }
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const A x = to_acc(v[j]);
-        if constexpr (R == Reduce::kSum || R == Reduce::kMean) {
-          acc[j] += x;
-        } else if ((!has_init && a[j] == sh.E) || better<R>(x, acc[j])) {
-          acc[j] = x;
-          a[j] = e;
-        }
-      }
-    }
+    accumulate(acc, src + b * sh.E * sh.K + k0, sh.K, perm ? perm + b * s.b + k0 * s.k : nullptr,
+               s.e, start, end, [&](int64_t p) {
+                 if (verify) misplaced |= index_at(index, s, b, p, k0) != n;
+               });
     if (misplaced) record(error, IndexErrorKind::kNotSorted, n, start, sh.N);
-    const int64_t segment = end - start;
     if constexpr (R == Reduce::kMean) {
       // count is [Bc, N, Kc]; the threads of b = 0 (k = 0) write it where it is broadcast.
       if ((count_b > 1 || b == 0) && (count_k > 1 || k0 == 0)) {
-        count[((count_b > 1 ? b : 0) * sh.N + n) * count_k + (count_k > 1 ? k0 : 0)] = segment;
+        count[((count_b > 1 ? b : 0) * sh.N + n) * count_k + (count_k > 1 ? k0 : 0)] = end - start;
       }
     }
-    A result[VEC];
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      if constexpr (R == Reduce::kMean) {
-        result[j] = divide(acc[j], segment);
-      } else {
-        result[j] = acc[j];
-      }
-    }
-    // 16-byte stores where VEC allows (work is then 16-byte aligned at k0).
-    constexpr int kPer16 = int(16 / sizeof(A));
-    if constexpr (VEC > 1 && VEC % kPer16 == 0) {
-#pragma unroll
-      for (int q = 0; q < VEC / kPer16; ++q) {
-        Vec<A, kPer16> out;
-#pragma unroll
-        for (int j = 0; j < kPer16; ++j) out.v[j] = result[q * kPer16 + j];
-        reinterpret_cast<Vec<A, kPer16>*>(w)[q] = out;
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) w[j] = result[j];
-    }
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      if constexpr (R == Reduce::kMax || R == Reduce::kMin) {
-        if (arg) arg[bn * sh.K + k0 + j] = a[j];
-      }
-    }
+    store_segment(acc, end - start, w, arg ? arg + bn * sh.K + k0 : nullptr);
   }
 }
 
 // Segment starts of an index sorted along e and broadcast over K: rowptr[b, n] is the first
 // position whose index is >= n (rowptr[b, N] = E), so the segment kernel reads two numbers
 // instead of two binary searches. Entries outside [0, N) fall outside every segment. With
-// error set it checks bounds and sortedness on the way.
+// error set it checks bounds and sortedness on the way. (A fused variant, where each block
+// found its rows' segments from its own slice of the index, measured slower on an H100:
+// experiments/RESULTS.md.)
 __global__ void __launch_bounds__(kThreads)
     rowptr_kernel(const int64_t* __restrict__ index, IndexStrides s, Shape sh,
                   int64_t* __restrict__ rowptr, IndexError* error) {
@@ -270,6 +334,32 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ------------------------------------------------------------------ atomic reductions
+
+// Calls f(e, out, v) for every VEC features v of src whose index is in range, out being
+// their offset in the [B, N, K] output; grid-stride. One thread per (b, e) row of VEC
+// features where the index is broadcast over K (one index load, one 16-byte src load),
+// else per element.
+template <typename T, int VEC, typename F>
+__device__ __forceinline__ void for_each_in_range(const T* __restrict__ src,
+                                                  const int64_t* __restrict__ index,
+                                                  const IndexStrides& s, const Shape& sh, F&& f) {
+  const int64_t kv_count = sh.K / VEC;
+  const int64_t total = sh.B * sh.E * kv_count;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t k0, be, e, b;
+    divmod(i, kv_count, be, k0);
+    k0 *= VEC;
+    divmod(be, sh.E, b, e);
+    const int64_t n = index_at(index, s, b, e, k0);
+    if (n < 0 || n >= sh.N) continue;
+    T v[VEC];
+    load_row<false>(src + be * sh.K + k0, v);
+    f(e, (b * sh.N + n) * sh.K + k0, v);
+  }
+}
+
 // float4 atomics (sm_90 and newer) add 16 bytes per instruction.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 constexpr bool kHasFloat4Atomics = true;
@@ -279,8 +369,7 @@ constexpr bool kHasFloat4Atomics = false;
 
 template <typename A, int VEC>
 __device__ __forceinline__ void atomic_add_vec(A* dst, const A (&v)[VEC]) {
-  constexpr bool kIntegral = A(1) / A(2) == A(0);
-  if constexpr (kHasFloat4Atomics && sizeof(A) == 4 && VEC % 4 == 0 && !kIntegral) {
+  if constexpr (kHasFloat4Atomics && sizeof(A) == 4 && VEC % 4 == 0 && !kIntegral<A>) {
 #pragma unroll
     for (int j = 0; j < VEC; j += 4) {
       atomicAdd(reinterpret_cast<float4*>(dst + j), make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]));
@@ -288,7 +377,7 @@ __device__ __forceinline__ void atomic_add_vec(A* dst, const A (&v)[VEC]) {
   } else {
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      if constexpr (sizeof(A) == 8 && kIntegral) {
+      if constexpr (sizeof(A) == 8 && kIntegral<A>) {
         atomicAdd(reinterpret_cast<unsigned long long*>(dst + j),
                   static_cast<unsigned long long>(v[j]));
       } else {
@@ -304,26 +393,12 @@ __global__ void __launch_bounds__(kThreads)
                       IndexStrides s, Shape sh, acc_t<T>* __restrict__ work) {
   using A = acc_t<T>;
   constexpr int VEC = vec_width<T, VECTOR>();
-  const int64_t kv_count = sh.K / VEC;
-  const int64_t total = sh.B * sh.E * kv_count;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t k0, be, e, b;
-    divmod(i, kv_count, be, k0);
-    k0 *= VEC;
-    divmod(be, sh.E, b, e);
-    const int64_t n = index_at(index, s, b, e, k0);
-    if (n < 0 || n >= sh.N) continue;
-    A v[VEC];
-    if constexpr (VEC > 1) {
-      const Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(src + be * sh.K + k0);
+  for_each_in_range<T, VEC>(src, index, s, sh, [&](int64_t, int64_t out, const T(&v)[VEC]) {
+    A x[VEC];
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) v[j] = to_acc(x.v[j]);
-    } else {
-      v[0] = to_acc(src[be * sh.K + k0]);
-    }
-    atomic_add_vec<A, VEC>(work + (b * sh.N + n) * sh.K + k0, v);
-  }
+    for (int j = 0; j < VEC; ++j) x[j] = to_acc(v[j]);
+    atomic_add_vec<A, VEC>(work + out, x);
+  });
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -356,70 +431,69 @@ __device__ __forceinline__ int unordered(unsigned int o, int) {
   return static_cast<int>(o ^ 0x80000000u);
 }
 
-// Low 32 bits of a key: for max, larger for earlier positions and largest (0xffffffff) for
-// out's own value, which wins ties; for min, the mirror image. An empty element keeps the
-// key nothing can reach (0 for max, all ones for min).
-template <Reduce R>
-__device__ __forceinline__ unsigned long long make_key(unsigned int value_bits, int64_t e) {
-  const unsigned int low = R == Reduce::kMax ? 0xfffffffeu - static_cast<unsigned int>(e)
-                                             : static_cast<unsigned int>(e) + 1u;
-  return (static_cast<unsigned long long>(value_bits) << 32) | low;
-}
-template <Reduce R>
-constexpr unsigned long long kEmptyKey = R == Reduce::kMax ? 0ull : ~0ull;
-template <Reduce R>
-constexpr unsigned int kInitLow = R == Reduce::kMax ? 0xffffffffu : 0u;
-
-// max/min without arg (float work buffers only): the work buffer itself holds 32-bit
-// order-preserving keys during the atomics, so one native 32-bit atomicMax/atomicMin per
-// element. Key 0 (max) / all ones (min) marks an empty element; only a NaN maps there.
-template <Reduce R>
-constexpr unsigned int kEmptyValueKey = R == Reduce::kMax ? 0u : 0xffffffffu;
+// Keys of the atomic max/min. Key = unsigned int: the value's order-preserving bits alone
+// (values only; the keys live in the float output itself). Key = unsigned long long: value
+// bits above position bits, whose low 32 bits are larger for earlier positions under max
+// (smaller under min) and reach the extreme for out's own value, which so wins ties.
+// kEmpty: the key of an element nothing reached (with 32-bit keys, also a NaN's key).
+template <Reduce R, typename Key>
+struct Keys;
 
 template <Reduce R>
+struct Keys<R, unsigned int> {
+  static constexpr unsigned int kEmpty = R == Reduce::kMax ? 0u : 0xffffffffu;
+  __device__ static unsigned int of(unsigned int bits, int64_t) { return bits; }
+  __device__ static unsigned int initial(unsigned int bits) { return bits; }
+  __device__ static unsigned int value_bits(unsigned int key) { return key; }
+  __device__ static int64_t position(unsigned int, int64_t E) { return E; }
+};
+
+template <Reduce R>
+struct Keys<R, unsigned long long> {
+  static constexpr unsigned long long kEmpty = R == Reduce::kMax ? 0ull : ~0ull;
+  static constexpr unsigned int kInitLow = R == Reduce::kMax ? 0xffffffffu : 0u;
+  __device__ static unsigned long long of(unsigned int bits, int64_t e) {
+    const unsigned int low = R == Reduce::kMax ? 0xfffffffeu - static_cast<unsigned int>(e)
+                                               : static_cast<unsigned int>(e) + 1u;
+    return (static_cast<unsigned long long>(bits) << 32) | low;
+  }
+  __device__ static unsigned long long initial(unsigned int bits) {
+    return (static_cast<unsigned long long>(bits) << 32) | kInitLow;
+  }
+  __device__ static unsigned int value_bits(unsigned long long key) {
+    return static_cast<unsigned int>(key >> 32);
+  }
+  __device__ static int64_t position(unsigned long long key, int64_t E) {
+    const unsigned int low = static_cast<unsigned int>(key);
+    if (low == kInitLow) return E;
+    return R == Reduce::kMax ? int64_t(0xfffffffeu - low) : int64_t(low) - 1;
+  }
+};
+
+// keys may alias work (32-bit keys): each thread reads its element before writing it.
+template <typename A, Reduce R, typename Key>
 __global__ void __launch_bounds__(kThreads)
-    value_init_kernel(int64_t total, float* __restrict__ work, bool has_init) {
-  unsigned int* keys = reinterpret_cast<unsigned int*>(work);
+    extreme_init_kernel(int64_t total, const A* work, bool has_init, Key* keys) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    keys[i] = has_init ? ordered(work[i]) : kEmptyValueKey<R>;
+    keys[i] = has_init ? Keys<R, Key>::initial(ordered(work[i])) : Keys<R, Key>::kEmpty;
   }
 }
 
-// One thread per VEC features of an (b, e) row where the index is broadcast over K (one
-// index load, one 16-byte src load, VEC atomics), else per element.
-template <typename T, Reduce R, bool VECTOR>
+template <typename T, Reduce R, bool VECTOR, typename Key>
 __global__ void __launch_bounds__(kThreads)
-    value_atomic_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
-                        IndexStrides s, Shape sh, float* __restrict__ work) {
+    extreme_atomic_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
+                          IndexStrides s, Shape sh, Key* __restrict__ keys) {
   constexpr int VEC = vec_width<T, VECTOR>();
-  unsigned int* keys = reinterpret_cast<unsigned int*>(work);
-  const int64_t kv_count = sh.K / VEC;
-  const int64_t total = sh.B * sh.E * kv_count;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t k0, be, e, b;
-    divmod(i, kv_count, be, k0);
-    k0 *= VEC;
-    divmod(be, sh.E, b, e);
-    const int64_t n = index_at(index, s, b, e, k0);
-    if (n < 0 || n >= sh.N) continue;
-    T v[VEC];
-    if constexpr (VEC > 1) {
-      const Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(src + be * sh.K + k0);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) v[j] = x.v[j];
-    } else {
-      v[0] = src[be * sh.K + k0];
-    }
-    unsigned int* dst = keys + (b * sh.N + n) * sh.K + k0;
+  for_each_in_range<T, VEC>(src, index, s, sh, [&](int64_t e, int64_t out, const T(&v)[VEC]) {
+    Key* dst = keys + out;
     // A plain read first: once a group's extreme is in place most candidates lose, and a
     // read is cheaper than an atomic. A stale value only lets a candidate through.
-    unsigned int current[VEC];
+    Key current[VEC];
     load_keys<VEC>(dst, current);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      const unsigned int key = ordered(to_acc(v[j]));
+      const Key key = Keys<R, Key>::of(ordered(to_acc(v[j])), e);
       if (!better<R>(key, current[j])) continue;
       if constexpr (R == Reduce::kMax) {
         atomicMax(dst + j, key);
@@ -427,89 +501,19 @@ __global__ void __launch_bounds__(kThreads)
         atomicMin(dst + j, key);
       }
     }
-  }
+  });
 }
 
-template <Reduce R>
+template <typename A, Reduce R, typename Key>
 __global__ void __launch_bounds__(kThreads)
-    value_final_kernel(int64_t total, float* __restrict__ work, bool has_init) {
-  const unsigned int* keys = reinterpret_cast<const unsigned int*>(work);
+    extreme_final_kernel(int64_t total, int64_t E, const Key* keys, bool has_init, A* work,
+                         int64_t* __restrict__ arg) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const unsigned int key = keys[i];
-    work[i] = (!has_init && key == kEmptyValueKey<R>) ? 0.0f : unordered(key, 0.0f);
-  }
-}
-
-template <typename A, Reduce R>
-__global__ void __launch_bounds__(kThreads)
-    packed_init_kernel(int64_t total, const A* __restrict__ work, bool has_init,
-                       unsigned long long* __restrict__ keys) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    keys[i] = has_init ? (static_cast<unsigned long long>(ordered(work[i])) << 32) | kInitLow<R>
-                       : kEmptyKey<R>;
-  }
-}
-
-template <typename T, Reduce R, bool VECTOR>
-__global__ void __launch_bounds__(kThreads)
-    packed_atomic_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
-                         IndexStrides s, Shape sh, unsigned long long* __restrict__ keys) {
-  constexpr int VEC = vec_width<T, VECTOR>();
-  const int64_t kv_count = sh.K / VEC;
-  const int64_t total = sh.B * sh.E * kv_count;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t k0, be, e, b;
-    divmod(i, kv_count, be, k0);
-    k0 *= VEC;
-    divmod(be, sh.E, b, e);
-    const int64_t n = index_at(index, s, b, e, k0);
-    if (n < 0 || n >= sh.N) continue;
-    T v[VEC];
-    if constexpr (VEC > 1) {
-      const Vec<T, VEC> x = *reinterpret_cast<const Vec<T, VEC>*>(src + be * sh.K + k0);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) v[j] = x.v[j];
-    } else {
-      v[0] = src[be * sh.K + k0];
-    }
-    unsigned long long* dst = keys + (b * sh.N + n) * sh.K + k0;
-    unsigned long long current[VEC];
-    load_keys<VEC>(dst, current);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      const unsigned long long key = make_key<R>(ordered(to_acc(v[j])), e);
-      if (!better<R>(key, current[j])) continue;
-      if constexpr (R == Reduce::kMax) {
-        atomicMax(dst + j, key);
-      } else {
-        atomicMin(dst + j, key);
-      }
-    }
-  }
-}
-
-template <typename A, Reduce R>
-__global__ void __launch_bounds__(kThreads)
-    packed_final_kernel(int64_t total, int64_t E, const unsigned long long* __restrict__ keys,
-                        A* __restrict__ work, int64_t* __restrict__ arg) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const unsigned long long key = keys[i];
-    if (key == kEmptyKey<R>) {
-      work[i] = A(0);
-      arg[i] = E;
-      continue;
-    }
-    const unsigned int low = static_cast<unsigned int>(key);
-    work[i] = unordered(static_cast<unsigned int>(key >> 32), A(0));
-    if (low == kInitLow<R>) {
-      arg[i] = E;
-    } else {
-      arg[i] = R == Reduce::kMax ? int64_t(0xfffffffeu - low) : int64_t(low) - 1;
-    }
+    const Key key = keys[i];
+    const bool empty = !has_init && key == Keys<R, Key>::kEmpty;
+    work[i] = empty ? A(0) : unordered(Keys<R, Key>::value_bits(key), A(0));
+    if (arg) arg[i] = empty ? E : Keys<R, Key>::position(key, E);
   }
 }
 
@@ -545,6 +549,15 @@ void with_reduce(Reduce reduce, F&& f) {
   }
 }
 
+template <typename F>
+void with_vector(bool vectorize, F&& f) {
+  if (vectorize) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -560,16 +573,13 @@ cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
   }
   with_reduce(reduce, [&](auto r) {
     constexpr Reduce R = decltype(r)::value;
-    if (vectorize) {
-      constexpr int VEC = vec_width<T, true>();
-      segment_kernel<T, R, true><<<blocks(shape.B * shape.N * shape.K / VEC), kThreads, 0, stream>>>(
-          src, index, strides, perm, shape, static_cast<A*>(work), has_init, arg, count, count_b,
-          count_k, error, rowptr);
-    } else {
-      segment_kernel<T, R, false><<<blocks(shape.B * shape.N * shape.K), kThreads, 0, stream>>>(
-          src, index, strides, perm, shape, static_cast<A*>(work), has_init, arg, count, count_b,
-          count_k, error, rowptr);
-    }
+    with_vector(vectorize, [&](auto vector) {
+      constexpr bool VECTOR = decltype(vector)::value;
+      segment_kernel<T, R, VECTOR>
+          <<<blocks(shape.B * shape.N * shape.K / vec_width<T, VECTOR>()), kThreads, 0, stream>>>(
+              src, index, strides, perm, shape, static_cast<A*>(work), has_init, arg, count,
+              count_b, count_k, error, rowptr);
+    });
   });
   return cudaGetLastError();
 }
@@ -578,14 +588,12 @@ template <typename T>
 cudaError_t atomic_sum(const T* src, const int64_t* index, IndexStrides strides, Shape shape,
                        void* work, bool vectorize, cudaStream_t stream) {
   using A = acc_t<T>;
-  if (vectorize) {
-    constexpr int VEC = vec_width<T, true>();
-    atomic_sum_kernel<T, true><<<blocks(shape.B * shape.E * shape.K / VEC), kThreads, 0, stream>>>(
-        src, index, strides, shape, static_cast<A*>(work));
-  } else {
-    atomic_sum_kernel<T, false><<<blocks(shape.B * shape.E * shape.K), kThreads, 0, stream>>>(
-        src, index, strides, shape, static_cast<A*>(work));
-  }
+  with_vector(vectorize, [&](auto vector) {
+    constexpr bool VECTOR = decltype(vector)::value;
+    atomic_sum_kernel<T, VECTOR>
+        <<<blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>()), kThreads, 0, stream>>>(
+            src, index, strides, shape, static_cast<A*>(work));
+  });
   return cudaGetLastError();
 }
 
@@ -603,33 +611,29 @@ cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
                            cudaStream_t stream) {
   using A = acc_t<T>;
   const int64_t outputs = shape.B * shape.N * shape.K;
-  auto launch = [&](auto r, auto vector) {
+  auto launch = [&](auto r, auto vector, auto* key_ptr) {
     constexpr Reduce R = decltype(r)::value;
     constexpr bool VECTOR = decltype(vector)::value;
-    const unsigned int grid = blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>());
-    if constexpr (std::is_same_v<A, float>) {
-      if (arg == nullptr) {
-        float* w = static_cast<float*>(work);
-        value_init_kernel<R><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init);
-        value_atomic_kernel<T, R, VECTOR><<<grid, kThreads, 0, stream>>>(
-            src, index, strides, shape, w);
-        value_final_kernel<R><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init);
-        return;
-      }
-    }
-    packed_init_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
-        outputs, static_cast<const A*>(work), has_init, keys);
-    packed_atomic_kernel<T, R, VECTOR><<<grid, kThreads, 0, stream>>>(
-        src, index, strides, shape, keys);
-    packed_final_kernel<A, R><<<blocks(outputs), kThreads, 0, stream>>>(
-        outputs, shape.E, keys, static_cast<A*>(work), arg);
+    using Key = std::remove_pointer_t<decltype(key_ptr)>;
+    A* w = static_cast<A*>(work);
+    extreme_init_kernel<A, R, Key><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init,
+                                                                           key_ptr);
+    extreme_atomic_kernel<T, R, VECTOR, Key>
+        <<<blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>()), kThreads, 0, stream>>>(
+            src, index, strides, shape, key_ptr);
+    extreme_final_kernel<A, R, Key><<<blocks(outputs), kThreads, 0, stream>>>(
+        outputs, shape.E, key_ptr, has_init, w, arg);
   };
   auto run = [&](auto r) {
-    if (vectorize) {
-      launch(r, std::true_type{});
-    } else {
-      launch(r, std::false_type{});
-    }
+    with_vector(vectorize, [&](auto vector) {
+      if constexpr (std::is_same_v<A, float>) {
+        if (arg == nullptr) {  // values only: 32-bit keys in work itself
+          launch(r, vector, static_cast<unsigned int*>(work));
+          return;
+        }
+      }
+      launch(r, vector, keys);
+    });
   };
   if (reduce == Reduce::kMax) {
     run(std::integral_constant<Reduce, Reduce::kMax>{});
