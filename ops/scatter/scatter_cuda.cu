@@ -189,9 +189,10 @@ struct SegmentAcc {
 };
 
 // Adds positions [first, end): rows of src_row (K elements apart), read through perm (perm_e
-// apart) where given, with streaming loads (each src row is read once). visit(p) sees each
+// apart) where given (each src row is read once). visit(p) sees each
 // position first (a check that reads the index); it must have no side effects, so the loads
-// of several iterations stay in flight together.
+// of several iterations stay in flight together. Streaming loads for sum and mean only: max
+// and min measured slower with them (RESULTS.md, scatter).
 template <typename T, Reduce R, int VEC, typename Visit>
 __device__ __forceinline__ void accumulate(SegmentAcc<T, R, VEC>& acc, const T* src_row, int64_t K,
                                            const int64_t* perm, int64_t perm_e, int64_t first,
@@ -201,7 +202,7 @@ __device__ __forceinline__ void accumulate(SegmentAcc<T, R, VEC>& acc, const T* 
     const int64_t e = perm ? perm[p * perm_e] : p;
     visit(p);
     T v[VEC];
-    load_row<true>(src_row + e * K, v);
+    load_row<R == Reduce::kSum || R == Reduce::kMean>(src_row + e * K, v);
     acc.add(v, e);
   }
 }
