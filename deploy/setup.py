@@ -93,6 +93,20 @@ def _extension(op_dir: Path, with_cuda: bool):
 class BuildOps(cpp_extension.BuildExtension):
     """Builds the op libraries and writes each one's manifest beside it."""
 
+    def build_extensions(self):
+        # setuptools names every object <stem>.o, so an op's <op>_cuda.cpp (host side) and
+        # <op>_cuda.cu (kernels) would both compile to <op>_cuda.o; name a CUDA object
+        # <stem>.cuda.o, as torch's JIT builds do.
+        names, ext = self.compiler.object_filenames, self.compiler.obj_extension
+
+        def object_filenames(sources, strip_dir=0, output_dir=""):
+            objects = names(sources, strip_dir, output_dir)
+            return [o[:-len(ext)] + ".cuda" + ext if s.endswith(".cu") else o
+                    for s, o in zip(sources, objects)]
+
+        self.compiler.object_filenames = object_filenames
+        super().build_extensions()
+
     def build_extension(self, ext):
         super().build_extension(ext)
         _write_manifest(ext, Path(self.get_ext_fullpath(ext.name)).parent)
