@@ -223,11 +223,14 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
                 shutil.copytree(src, ext)
                 ext_build = tmp / f"r{r}-ext-build"
                 ext_build.mkdir()
-                m = run(CPP_EXTENSION, base_env, str(ext / "toy_op.cpp"), str(ext_build))
+                # No compiler cache in front of the baseline (torch 2.12+ adds one found
+                # on PATH): its store outlives the repeats and would serve their builds.
+                ext_env = {**base_env, "TORCH_NO_COMPILER_WRAPPER": "1"}
+                m = run(CPP_EXTENSION, ext_env, str(ext / "toy_op.cpp"), str(ext_build))
                 add(op, "cpp_extension.load: cold build", m["seconds"], m["cpu"])
                 f = ext / "toy_op.cpp"
                 f.write_text(f.read_text() + "\nint jit_bench_edit_0() { return 0; }\n")
-                m = run(CPP_EXTENSION, base_env, str(f), str(ext_build))
+                m = run(CPP_EXTENSION, ext_env, str(f), str(ext_build))
                 add(op, "cpp_extension.load: rebuild after editing the .cpp", m["seconds"], m["cpu"])
     rows = []
     for (op, what), values in samples.items():

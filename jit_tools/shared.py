@@ -284,13 +284,30 @@ def _ninja_escape(path: str) -> str:
     return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
+WRAPPERS = ("ccache", "sccache")
+
+
+def unwrap(command: str) -> str:
+    """A compiler command less the compiler cache that ``cpp_extension`` puts in front
+    of it when one is on PATH (torch 2.12 and later): the loader runs its own ccache,
+    with its own settings, and probes and keys the compiler itself."""
+    tokens = shlex.split(command)
+    while len(tokens) > 1 and os.path.basename(tokens[0]) in WRAPPERS:
+        tokens = tokens[1:]
+    return shlex.join(tokens)
+
+
 def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
     """Rewrite the op's build.ninja to use the shared pieces; returns the environment
     additions for Ninja (ccache settings) and what was used, under "used"."""
     path = work / "build.ninja"
     text = path.read_text()
     v = _ninja_vars(text)
-    cxx, post = v.get("cxx", "c++"), v.get("post_cflags", "")
+    cxx, post = unwrap(v.get("cxx", "c++")), v.get("post_cflags", "")
+    for var in ("cxx", "nvcc"):
+        if var in v:
+            text = re.sub(rf"^{var} = .*$", lambda m: f"{var} = {unwrap(v[var])}", text,
+                          count=1, flags=re.M)
     flags = common_flags(v.get("cflags", ""), name, private_dirs)
     launch = ccache()
     used = {"ccache": launch is not None, "glue": False, "pch": False, "linker": "default"}

@@ -7,6 +7,9 @@ by the tests of this file so the pieces are built once.
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -83,6 +86,35 @@ def test_switches_turn_pch_and_ccache_off(cache, tmp_path):
     ninja = build_ninja(cache, "toy_op", op_dir)
     assert "ccache" not in ninja and shared.PCH_HEADER not in ninja
     assert "-include" in ninja  # the registry header is still forced in
+
+
+def test_compiler_cache_on_path_is_not_put_in_front_twice(cache, tmp_path):
+    """cpp_extension (torch 2.12 on) writes ``cxx = ccache c++`` when a ccache is on
+    PATH, as in an activated venv that installed ours; the loader runs its own and must
+    still find the compiler to build and use the shared pieces."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "ccache"
+    wrapper.write_text('#!/bin/sh\nexec "$@"\n')
+    wrapper.chmod(0o755)
+    op_dir = copy_op("toy_op", tmp_path / "wrapped")
+    set_factor(op_dir, 4.0)
+    env = make_env(cache, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    r = result_of(run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env))
+    assert r["compiled"] and r["y"] == [4.0, 4.0, 4.0]
+    used = manifest_of(cache, "toy_op", r["key"])["shared"]
+    assert used["glue"] and used["pch"] == shared.is_gcc("c++"), used
+    cxx = re.search(r"^cxx = (.*)$", build_ninja(cache, "toy_op", op_dir), re.M).group(1)
+    tokens = shlex.split(cxx)
+    assert sum(os.path.basename(t) in shared.WRAPPERS for t in tokens) == int(used["ccache"]), cxx
+    assert os.path.basename(tokens[-1]) not in shared.WRAPPERS, cxx
+
+
+@pytest.mark.parametrize("command, compiler", [
+    ("c++", "c++"), ("ccache c++", "c++"), ("/usr/bin/sccache ccache g++-13", "g++-13"),
+    ("ccache", "ccache"), ("'/opt/my cc/g++' -m64", "'/opt/my cc/g++' -m64")])
+def test_unwrap_drops_only_leading_compiler_caches(command, compiler):
+    assert shared.unwrap(command) == compiler
 
 
 REVERT_THEN_EDIT = """
