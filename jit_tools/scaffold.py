@@ -266,11 +266,13 @@ TORCH_LIBRARY_IMPL($name, CPU, m) {
 CUDA_H = """\
 #pragma once
 // $name: launchers of the CUDA kernels in ${name}_cuda.cu (torch-free). T is float,
-// double, __half or __nv_bfloat16; buffers are contiguous with n elements. Each returns
+// double, ops_common::half_t or bfloat16_t (common/cuda_types.h); buffers are contiguous with n elements. Each returns
 // cudaGetLastError() after its launch.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "common/cuda_types.h"
 
 namespace ${name}_op {
 
@@ -286,8 +288,6 @@ cudaError_t launch_backward(const T* grad, const T* x, T* dx, int64_t n, cudaStr
 CUDA_CU = """\
 // $name: CUDA kernels, torch-free (CUDA headers, ops/common's torch-free headers and
 // $name.h only). Grid-stride loops with 64-bit indices; float accumulation for 16-bit types.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -347,8 +347,8 @@ cudaError_t launch_backward(const T* grad, const T* x, T* dx, int64_t n, cudaStr
 
 ${name}_INSTANTIATE(float)
 ${name}_INSTANTIATE(double)
-${name}_INSTANTIATE(__half)
-${name}_INSTANTIATE(__nv_bfloat16)
+${name}_INSTANTIATE(ops_common::half_t)
+${name}_INSTANTIATE(ops_common::bfloat16_t)
 
 }  // namespace ${name}_op
 """

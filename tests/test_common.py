@@ -1,6 +1,6 @@
-"""The shared helpers of ops/common, specified as tests: the host half and bfloat16
-conversions agree with torch's bit for bit over all 65,536 values of each format (and
-round every float between them as torch does), the scalar math is within a few ulp of
+"""The shared helpers of ops/common, specified as tests: the host and device half and
+bfloat16 conversions agree with torch's bit for bit over all 65,536 values of each format
+(and round every float between them as torch does), the scalar math is within a few ulp of
 torch's, and the CPU multiversioning follows ATen's capability.
 
 Every op's CPU loops are compiled once per capability and pick the clone in force
@@ -54,21 +54,19 @@ def assert_same_bits_or_both_nan(got_bits, want_bits, dtype):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_16_bit_to_float_all_values(probe, fmt):
+def test_16_bit_to_float_all_values(probe, fmt, device):
     dtype = FORMATS[fmt]
     bits = all_bits()
-    got = probe.bits_to_float(bits, fmt)
+    got = probe.bits_to_float(bits.to(device), fmt).cpu()
     want = torch_values(bits, dtype)
     nan = want.isnan()
     assert torch.equal(got.isnan(), nan) and nan.sum() > 0
     assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32))  # -0 too
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_float_to_16_bit_rounds_as_torch(probe, fmt):
+def rounding_cases(dtype: torch.dtype) -> torch.Tensor:
     """Every 16-bit value, the midpoints between neighbours (ties to even) and one float
     ulp either side of them, overflow, NaN and random floats of every magnitude."""
-    dtype = FORMATS[fmt]
     values = torch_values(all_bits(), dtype)
     finite = values[values.isfinite()].double().unique()
     mid = ((finite[1:] + finite[:-1]) / 2).float()
@@ -77,9 +75,49 @@ def test_float_to_16_bit_rounds_as_torch(probe, fmt):
                   torch.tensor([float("inf"), -float("inf"), float("nan"), 3.4e38, -3.4e38,
                                 65504.0, 65519.99, 65520.0, 1e-8, -1e-8, 2.0**-25, 2.0**-24]),
                   torch.randn(100_000) * torch.exp(torch.randn(100_000) * 20)]
-    x = torch.cat([c.float() for c in candidates])
-    got = probe.float_to_bits(x, fmt)
+    return torch.cat([c.float() for c in candidates])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_float_to_16_bit_rounds_as_torch(probe, fmt, device):
+    dtype = FORMATS[fmt]
+    x = rounding_cases(dtype)
+    got = probe.float_to_bits(x.to(device), fmt).cpu()
     assert_same_bits_or_both_nan(got, torch_bits(x, dtype), dtype)
+
+
+BEFORE_SM80 = """
+import sys, torch, jit_loader
+jit_loader.load(sys.argv[1])
+cases = torch.load(sys.argv[2])
+out = {}
+for fmt, x in cases.items():
+    out[fmt] = (torch.ops.common_probe.bits_to_float(torch.arange(65536, dtype=torch.int32).cuda(), fmt).cpu(),
+                torch.ops.common_probe.float_to_bits(x.cuda(), fmt).cpu())
+torch.save(out, sys.argv[3])
+"""
+
+
+@pytest.mark.cuda
+def test_device_conversions_of_gpus_before_sm80(tmp_path):
+    """Built as compute_75 PTX (which the driver compiles for this GPU), the conversions
+    take the code paths of GPUs without bfloat16 instructions; they agree all the same."""
+    cases = {fmt: rounding_cases(dtype) for fmt, dtype in FORMATS.items()}
+    torch.save(cases, tmp_path / "cases.pt")
+    env = dict(os.environ, JIT_LOADER_CUDA_ARCH="7.5+PTX", JIT_LOADER_CACHE=str(tmp_path / "cache"),
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.run([sys.executable, "-c", BEFORE_SM80, str(PROBE), str(tmp_path / "cases.pt"),
+                           str(tmp_path / "out.pt")], env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = torch.load(tmp_path / "out.pt")
+    for fmt, dtype in FORMATS.items():
+        to_float, to_bits = out[fmt]
+        want = torch_values(all_bits(), dtype)
+        nan = want.isnan()
+        assert torch.equal(to_float.isnan(), nan)
+        assert torch.equal(to_float[~nan].view(torch.int32), want[~nan].view(torch.int32))
+        assert_same_bits_or_both_nan(to_bits, torch_bits(cases[fmt], dtype), dtype)
 
 
 def ulp_error(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:

@@ -1,20 +1,20 @@
 #pragma once
 // Host side of a CUDA backend (an op's *_cuda.cpp): the stream and device guard, and the
-// mapping from ATen's scalar types to the CUDA types that torch-free launchers take.
-// at::Half / at::BFloat16 have the bit layout of __half / __nv_bfloat16.
+// mapping from ATen's scalar types to the storage types that torch-free launchers take
+// (common/cuda_types.h: at::Half / at::BFloat16 have the bit layout of half_t / bfloat16_t).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
+
+#include "common/cuda_types.h"
 
 namespace ops_common {
 
 template <typename T> struct cuda_type { using type = T; };
-template <> struct cuda_type<c10::Half> { using type = __half; };
-template <> struct cuda_type<c10::BFloat16> { using type = __nv_bfloat16; };
+template <> struct cuda_type<c10::Half> { using type = half_t; };
+template <> struct cuda_type<c10::BFloat16> { using type = bfloat16_t; };
 template <typename T> using cuda_t = typename cuda_type<T>::type;
 
 // A tensor's data as the CUDA type its launcher takes.

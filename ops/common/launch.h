@@ -1,7 +1,6 @@
 #pragma once
 // Launch configuration for torch-free .cu files: grid sizes for grid-stride loops, and
 // (in CUDA sources) how many blocks the current device holds at once.
-#include <algorithm>
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -10,13 +9,32 @@
 
 namespace ops_common {
 
+// The least and the greatest of a few values (std::min/max need <algorithm>, a large
+// part of what every phase of nvcc parses in a small .cu).
+template <typename T>
+constexpr T min_of(T a, T b) {
+  return b < a ? b : a;
+}
+template <typename T, typename... Rest>
+constexpr T min_of(T a, T b, Rest... rest) {
+  return min_of<T>(min_of<T>(a, b), rest...);
+}
+template <typename T>
+constexpr T max_of(T a, T b) {
+  return a < b ? b : a;
+}
+template <typename T, typename... Rest>
+constexpr T max_of(T a, T b, Rest... rest) {
+  return max_of<T>(max_of<T>(a, b), rest...);
+}
+
 // One block per threads_per_block work items, at most max_blocks (and never past what
 // one launch can address); a grid-stride loop in the kernel covers the rest.
 inline unsigned int grid_size(int64_t work_items, int threads_per_block,
                               int64_t max_blocks = INT32_MAX) {
   const int64_t needed = (work_items + threads_per_block - 1) / threads_per_block;
   return static_cast<unsigned int>(
-      std::max<int64_t>(1, std::min({needed, max_blocks, int64_t(INT32_MAX)})));
+      max_of<int64_t>(1, min_of<int64_t>(needed, max_blocks, INT32_MAX)));
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) {
@@ -34,7 +52,7 @@ inline int multiprocessor_count() {
   if (counts[device] == 0) {
     int count = 1;
     cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-    counts[device] = std::max(count, 1);
+    counts[device] = max_of(count, 1);
   }
   return counts[device];
 }
@@ -56,7 +74,7 @@ inline int blocks_per_sm_by_threads(int threads_per_block) {
     cudaDeviceGetAttribute(&count, cudaDevAttrMaxThreadsPerMultiProcessor, device);
     threads[device] = count;
   }
-  return std::max(1, threads[device] / threads_per_block);
+  return max_of(1, threads[device] / threads_per_block);
 }
 #endif
 

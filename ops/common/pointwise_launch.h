@@ -1,8 +1,8 @@
 #pragma once
 // Torch-free declarations of the pointwise CUDA launchers, for an op's host side
 // (*_cuda.cpp): defined in common/vectorized.cuh and compiled into the op's .cu by
-// OPS_INSTANTIATE_UNARY(Op) or OPS_INSTANTIATE_BINARY(Op) for float, double, __half and
-// __nv_bfloat16. Each runs out[i] = Op::apply(in[i]...) over n contiguous elements on
+// OPS_INSTANTIATE_UNARY(Op) or OPS_INSTANTIATE_BINARY(Op) for float, double, half_t and
+// bfloat16_t. Each runs out[i] = Op::apply(in[i]...) over n contiguous elements on
 // stream and returns cudaGetLastError().
 #include <cuda_runtime_api.h>
 

@@ -14,7 +14,6 @@
 // (declared for its host side in common/pointwise_launch.h).
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -98,7 +97,7 @@ template <int kWidth, int kUnroll, typename F, typename scalar_t, int kArity>
 cudaError_t launch_elementwise_width(cudaStream_t stream, F f, int64_t n, scalar_t* out,
                                      const PointerArray<scalar_t, kArity>& in, int max_waves) {
   auto kernel = elementwise_kernel<kWidth, kUnroll, F, scalar_t, kArity>;
-  const int64_t work = std::max<int64_t>((n / kWidth + kUnroll - 1) / kUnroll, n % kWidth);
+  const int64_t work = max_of<int64_t>((n / kWidth + kUnroll - 1) / kUnroll, n % kWidth);
   int64_t max_blocks = INT32_MAX;
   if (max_waves > 0) {
     // Resident blocks per SM, asked once per kernel: it depends on registers and threads
@@ -106,7 +105,7 @@ cudaError_t launch_elementwise_width(cudaStream_t stream, F f, int64_t n, scalar
     static const int blocks_per_sm = [&] {
       int blocks = 0;
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kElementwiseThreads, 0);
-      return std::max(blocks, 1);
+      return max_of(blocks, 1);
     }();
     max_blocks = resident_blocks(blocks_per_sm) * max_waves;
   }
@@ -167,8 +166,8 @@ cudaError_t launch_pointwise(cudaStream_t stream, int64_t n, T* out, const T* a,
 #define OPS_INSTANTIATE_POINTWISE_TYPES(Op, ...)                                       \
   OPS_INSTANTIATE_POINTWISE_TYPE(Op, float, __VA_ARGS__(float))                        \
   OPS_INSTANTIATE_POINTWISE_TYPE(Op, double, __VA_ARGS__(double))                      \
-  OPS_INSTANTIATE_POINTWISE_TYPE(Op, __half, __VA_ARGS__(__half))                      \
-  OPS_INSTANTIATE_POINTWISE_TYPE(Op, __nv_bfloat16, __VA_ARGS__(__nv_bfloat16))
+  OPS_INSTANTIATE_POINTWISE_TYPE(Op, ops_common::half_t, __VA_ARGS__(ops_common::half_t)) \
+  OPS_INSTANTIATE_POINTWISE_TYPE(Op, ops_common::bfloat16_t, __VA_ARGS__(ops_common::bfloat16_t))
 #define OPS_POINTWISE_ONE_INPUT(T) const T*
 #define OPS_POINTWISE_TWO_INPUTS(T) const T*, const T*
 #define OPS_INSTANTIATE_UNARY(Op) OPS_INSTANTIATE_POINTWISE_TYPES(Op, OPS_POINTWISE_ONE_INPUT)

@@ -12,8 +12,6 @@
 // lists the rois that reach the tile, and sums them in index order with the tile's
 // separable weights in shared memory (a per-pixel variant remains for outputs too large
 // for those weights).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -42,12 +40,8 @@ __device__ __forceinline__ double vmin(double a, double b) { return fmin(a, b); 
 
 // torchvision's CUDA kernel keeps the widths and one side of each area in the storage
 // type: reproduce its rounding for 16-bit boxes so that kept indices agree exactly.
-template <typename T> __device__ __forceinline__ acc_t<T> stored(acc_t<T> v) { return v; }
-template <> __device__ __forceinline__ float stored<__half>(float v) {
-  return __half2float(__float2half_rn(v));
-}
-template <> __device__ __forceinline__ float stored<__nv_bfloat16>(float v) {
-  return __bfloat162float(__float2bfloat16_rn(v));
+template <typename T> __device__ __forceinline__ acc_t<T> stored(acc_t<T> v) {
+  return ops_common::to_acc(ops_common::from_acc<T>(v));
 }
 
 // The overlap test of torchvision's CUDA kernel, operation for operation (fmax/fmin ignore
@@ -657,7 +651,7 @@ cudaError_t launch_roi_align_backward_tiles(const T* grad_t, const A* rois, int6
 
 DETECTION_INSTANTIATE(float)
 DETECTION_INSTANTIATE(double)
-DETECTION_INSTANTIATE(__half)
-DETECTION_INSTANTIATE(__nv_bfloat16)
+DETECTION_INSTANTIATE(ops_common::half_t)
+DETECTION_INSTANTIATE(ops_common::bfloat16_t)
 
 }  // namespace detection

@@ -11,7 +11,6 @@
 // atomics).
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "common/cuda_convert.cuh"
@@ -29,7 +28,7 @@ using ops_common::to_acc;
 // Inputs are read through the read-only data cache, as const __restrict__ pointers are.
 template <typename T>
 __device__ __forceinline__ T ld(const T& element) {
-  return __ldg(&element);
+  return ops_common::load_readonly(&element);
 }
 
 constexpr int kCols = 32;
@@ -209,9 +208,10 @@ int64_t resident_blocks() {
 
 dim3 grid_for(int64_t batch, int64_t state, int64_t max_block_rows) {
   const int64_t blocks = resident_blocks();
-  const int64_t x = std::min({ops_common::ceil_div(state, kCols), blocks, int64_t(INT32_MAX)});
-  const int64_t y = std::min({ops_common::ceil_div(batch, kRows), std::max<int64_t>(1, blocks / x),
-                              max_block_rows, int64_t(65535)});
+  const int64_t x = ops_common::min_of<int64_t>(ops_common::ceil_div(state, kCols), blocks, INT32_MAX);
+  const int64_t y = ops_common::min_of<int64_t>(ops_common::ceil_div(batch, kRows),
+                                                 ops_common::max_of<int64_t>(1, blocks / x),
+                                                 max_block_rows, 65535);
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
 }
 
@@ -238,7 +238,7 @@ cudaError_t forward_small(cudaStream_t stream, int64_t batch, int64_t features, 
                           Matrix<T> gates, Matrix<T> new_h, Matrix<T> new_cell) {
   if (batch * state == 0) return cudaSuccess;
   const auto blocks = static_cast<unsigned>(
-      std::min(ops_common::ceil_div(batch * state, kSmallWarps), resident_blocks()));
+      ops_common::min_of(ops_common::ceil_div(batch * state, kSmallWarps), resident_blocks()));
   forward_small_kernel<T><<<blocks, kSmallWarps * 32, 0, stream>>>(
       batch, features, state, input, weights, bias, old_h, old_cell, hx, gates, new_h, new_cell);
   return cudaGetLastError();
@@ -266,7 +266,7 @@ cudaError_t backward_pointwise(cudaStream_t stream, int64_t batch, int64_t state
     if (err != cudaSuccess) return err;
     constexpr int threads = 256;
     const auto blocks = static_cast<unsigned>(
-        std::min(ops_common::ceil_div(3 * state, threads), resident_blocks()));
+        ops_common::min_of(ops_common::ceil_div(3 * state, threads), resident_blocks()));
     sum_partials_kernel<T><<<blocks, threads, 0, stream>>>(partial, grid.y, 3 * state, d_bias);
   }
   return cudaGetLastError();
@@ -285,8 +285,8 @@ cudaError_t backward_pointwise(cudaStream_t stream, int64_t batch, int64_t state
                                              Matrix<T>, Matrix<T>, T*, acc_t<T>*);
 LLTM_INSTANTIATE(float)
 LLTM_INSTANTIATE(double)
-LLTM_INSTANTIATE(__half)
-LLTM_INSTANTIATE(__nv_bfloat16)
+LLTM_INSTANTIATE(ops_common::half_t)
+LLTM_INSTANTIATE(ops_common::bfloat16_t)
 #undef LLTM_INSTANTIATE
 
 }  // namespace lltm

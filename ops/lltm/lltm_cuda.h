@@ -1,6 +1,6 @@
 #pragma once
 // Torch-free launchers of the LLTM CUDA kernels (lltm_cuda.cu), for the host side
-// (lltm_cuda.cpp). T is float, double, __half or __nv_bfloat16; matrices are strided
+// (lltm_cuda.cpp). T is float, double, ops_common::half_t or bfloat16_t; matrices are strided
 // views, so inputs of any layout are read in place. Each launcher runs on stream and
 // returns cudaGetLastError().
 #include <cuda_runtime_api.h>

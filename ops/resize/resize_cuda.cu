@@ -16,11 +16,8 @@
 //   the output pixels that read it (first_reader/end_reader in resize.h), so there are no
 //   atomics, no zero-fill pass, and results are bitwise identical from run to run. ATen
 //   scatters with atomicAdd into a zeroed buffer, which is neither.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <type_traits>
 #include <cmath>
 #include <cstdint>
@@ -973,7 +970,7 @@ template <typename acc, typename Bound>
 Tiles plan_tiles(int64_t planes, int64_t len, int height, int max_rows, int target, Bound bound) {
   const int64_t cap_max = kMaxTileBytes / int(kTileCols * sizeof(acc));
   int r = max_rows;
-  while (r > 1 && (bound(r) > cap_max || bound(r) > std::max<int64_t>(target, bound(1)))) r /= 2;
+  while (r > 1 && (bound(r) > cap_max || bound(r) > ops_common::max_of<int64_t>(target, bound(1)))) r /= 2;
   Tiles t{};
   if (bound(r) > cap_max) return t;
   t.rows = r;
@@ -1016,7 +1013,7 @@ bool backward_rows_with(const T* grad_output, T* grad_input, const Geometry& g, 
         backward_rows_kernel<T, acc, 4, kGroup, kAhead, kMinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxRowsBytes);
     if (opted != cudaSuccess) return false;
   }
-  const unsigned int grid = static_cast<unsigned int>(std::min<int64_t>(t.count, INT32_MAX));
+  const unsigned int grid = static_cast<unsigned int>(ops_common::min_of<int64_t>(t.count, INT32_MAX));
   backward_rows_kernel<T, acc, 4, kGroup, kAhead, kMinBlocks><<<grid, kRowsThreads, shared, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
   return true;
 }
@@ -1056,7 +1053,7 @@ bool forward_tiled(const T* input, T* output, const Geometry& g, const AxisMap<a
   if (t.rows == 0) return false;
   t.vector = t.vector && reinterpret_cast<uintptr_t>(output) % (4 * sizeof(T)) == 0;
   const size_t shared = size_t(t.cap) * kTileCols * sizeof(acc);
-  const unsigned int grid = static_cast<unsigned int>(std::min<int64_t>(t.count, INT32_MAX));
+  const unsigned int grid = static_cast<unsigned int>(ops_common::min_of<int64_t>(t.count, INT32_MAX));
   // 16-bit types: capping registers for 8 resident blocks was 10% faster; 4-byte types
   // were 7% slower with it.
   // Register caps for more resident blocks, measured on an H100 at 2x upscaling of
@@ -1086,7 +1083,7 @@ bool backward_tiled(const T* grad_output, T* grad_input, const Geometry& g, cons
   if (t.rows == 0) return false;
   t.vector = t.vector && reinterpret_cast<uintptr_t>(grad_input) % (4 * sizeof(T)) == 0;
   const size_t shared = size_t(t.cap) * kTileCols * sizeof(acc);
-  const unsigned int grid = static_cast<unsigned int>(std::min<int64_t>(t.count, INT32_MAX));
+  const unsigned int grid = static_cast<unsigned int>(ops_common::min_of<int64_t>(t.count, INT32_MAX));
   backward_tile_kernel<T, acc, 4><<<grid, kTileThreads, shared, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
   return true;
 }
@@ -1221,8 +1218,8 @@ bool backward_strips(const T* grad_output, T* grad_input, const Geometry& g, con
     if (strips <= 64) {
       window = 0;
       for (int k = 0; k < strips; ++k) {
-        const int x0 = k * kStripCols, x1 = std::min(x0 + kStripCols, g.in_w);
-        window = std::max<int64_t>(window, end_reader(cols, x1 - 1) - (first_reader(cols, x0) & ~3));
+        const int x0 = k * kStripCols, x1 = ops_common::min_of(x0 + kStripCols, g.in_w);
+        window = ops_common::max_of<int64_t>(window, end_reader(cols, x1 - 1) - (first_reader(cols, x0) & ~3));
       }
     }
     // 3 groups per lane (interior strips at 2x) took 60.5 us for (2, 16, 256, 512) -> 2x
@@ -1279,8 +1276,8 @@ cudaError_t backward(const T* grad_output, T* grad_input, const Geometry& g, con
 
 RESIZE_DEFINE_LAUNCHERS(float, float)
 RESIZE_DEFINE_LAUNCHERS(double, double)
-RESIZE_DEFINE_LAUNCHERS(__half, float)
-RESIZE_DEFINE_LAUNCHERS(__nv_bfloat16, float)
+RESIZE_DEFINE_LAUNCHERS(ops_common::half_t, float)
+RESIZE_DEFINE_LAUNCHERS(ops_common::bfloat16_t, float)
 
 #undef RESIZE_DEFINE_LAUNCHERS
 

@@ -1,10 +1,9 @@
 #pragma once
 // Launchers of the CUDA kernels (resize_cuda.cu), torch-free: dense NCHW or NHWC buffers
 // described by a Geometry, the two axis maps, the stream. Each returns cudaGetLastError().
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include "common/cuda_types.h"
 #include "resize.h"
 
 namespace resize_op {
@@ -19,8 +18,8 @@ namespace resize_op {
 
 RESIZE_DECLARE_LAUNCHERS(float, float)
 RESIZE_DECLARE_LAUNCHERS(double, double)
-RESIZE_DECLARE_LAUNCHERS(__half, float)
-RESIZE_DECLARE_LAUNCHERS(__nv_bfloat16, float)
+RESIZE_DECLARE_LAUNCHERS(ops_common::half_t, float)
+RESIZE_DECLARE_LAUNCHERS(ops_common::bfloat16_t, float)
 
 #undef RESIZE_DECLARE_LAUNCHERS
 

@@ -14,8 +14,6 @@
 // The segment kernel reduces through SegmentAcc/accumulate/store_segment; the atomic kernels
 // visit src through for_each_in_range; values-only and value+arg share the extreme kernels.
 // Out-of-range indices are skipped by every kernel, checked or not: never a wild write.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -661,8 +659,8 @@ cudaError_t check_index(const int64_t* index, IndexStrides strides, Shape shape,
                                      bool, cudaStream_t);
 SCATTER_INSTANTIATE(float)
 SCATTER_INSTANTIATE(double)
-SCATTER_INSTANTIATE(__half)
-SCATTER_INSTANTIATE(__nv_bfloat16)
+SCATTER_INSTANTIATE(ops_common::half_t)
+SCATTER_INSTANTIATE(ops_common::bfloat16_t)
 SCATTER_INSTANTIATE(int)
 SCATTER_INSTANTIATE(int64_t)
 #undef SCATTER_INSTANTIATE
@@ -672,8 +670,8 @@ SCATTER_INSTANTIATE(int64_t)
                                          Shape, void*, bool, int64_t*, unsigned long long*,    \
                                          bool, cudaStream_t);
 SCATTER_INSTANTIATE_PACKED(float)
-SCATTER_INSTANTIATE_PACKED(__half)
-SCATTER_INSTANTIATE_PACKED(__nv_bfloat16)
+SCATTER_INSTANTIATE_PACKED(ops_common::half_t)
+SCATTER_INSTANTIATE_PACKED(ops_common::bfloat16_t)
 SCATTER_INSTANTIATE_PACKED(int)
 #undef SCATTER_INSTANTIATE_PACKED
 

@@ -1,7 +1,7 @@
 #pragma once
 // Torch-free launchers of the CUDA scatter kernels (scatter_cuda.cu), called by the host
-// side (scatter_cuda.cpp). T is the CUDA storage type of src (float, double, __half,
-// __nv_bfloat16, int, int64_t); A = ops_common::acc_t<T> is the type of the work buffer
+// side (scatter_cuda.cpp). T is the CUDA storage type of src (float, double,
+// ops_common::half_t, bfloat16_t, int, int64_t); A = ops_common::acc_t<T> is the type of the work buffer
 // [B, N, K] that receives the result (float for 16-bit src). Each returns
 // cudaGetLastError() after its launches.
 #include <cuda_runtime.h>

@@ -50,7 +50,9 @@ template cudaError_t pointwise_variant<float>(cudaStream_t, VariantMath, int, in
                                               const float*);
 template cudaError_t pointwise_variant<double>(cudaStream_t, VariantMath, int, int, int64_t,
                                                double*, const double*);
-template cudaError_t pointwise_variant<__half>(cudaStream_t, VariantMath, int, int, int64_t,
-                                               __half*, const __half*);
-template cudaError_t pointwise_variant<__nv_bfloat16>(cudaStream_t, VariantMath, int, int, int64_t,
-                                                      __nv_bfloat16*, const __nv_bfloat16*);
+template cudaError_t pointwise_variant<ops_common::half_t>(cudaStream_t, VariantMath, int, int,
+                                                           int64_t, ops_common::half_t*,
+                                                           const ops_common::half_t*);
+template cudaError_t pointwise_variant<ops_common::bfloat16_t>(cudaStream_t, VariantMath, int, int,
+                                                               int64_t, ops_common::bfloat16_t*,
+                                                               const ops_common::bfloat16_t*);
