@@ -265,10 +265,30 @@ def fast_linker(root: Path, cxx: str, glue: Path | None, ldflags: str) -> list[s
     flag = "-fuse-ld=gold"
     folder = shared_dir(root) / f"link-{_piece_key('link' + flag, cxx, shlex.split(ldflags), '')}"
 
-    def make(tmp: Path):
-        return _run([cxx, flag, str(glue), *shlex.split(ldflags), "-o", str(tmp / "probe.so")], tmp)
+    def probe(tmp: Path, extra: list[str]):
+        return _run([cxx, flag, *extra, str(glue), *shlex.split(ldflags), "-o", str(tmp / "probe.so")], tmp)
 
-    return [flag] if _build_piece(folder, make) else []
+    def make(tmp: Path):
+        ok, log = probe(tmp, [])
+        if ok:
+            return ok, log
+        # A toolchain whose libstdc++.so development link points nowhere (GNU ld passes
+        # over it, gold stops): the compiler's own -lstdc++ then finds the runtime through
+        # a link of ours, to the shared library the ops already name by soname.
+        runtime = subprocess.run([cxx, "-print-file-name=libstdc++.so.6"], capture_output=True,
+                                 text=True, timeout=60).stdout.strip()
+        if not os.path.isabs(runtime) or not os.path.exists(runtime):
+            return ok, log
+        os.symlink(os.path.realpath(runtime), tmp / "libstdc++.so")
+        ok, second = probe(tmp, [f"-L{tmp}"])
+        if ok:
+            (tmp / "runtime-link").write_text(runtime + "\n")
+        return ok, log + "\nwith a libstdc++.so link of its own:\n" + second
+
+    built = _build_piece(folder, make)
+    if built is None:
+        return []
+    return [flag, f"-L{built}"] if (built / "runtime-link").exists() else [flag]
 
 
 def nvcc_threads() -> int:
@@ -332,7 +352,7 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
             used["glue"] = True
     linker = fast_linker(root, cxx, glue, v.get("ldflags", ""))
     if linker:
-        text = re.sub(r"^ldflags = ", lambda m: f"ldflags = {' '.join(linker)} ", text, count=1, flags=re.M)
+        text = re.sub(r"^ldflags = ", lambda m: f"ldflags = {shlex.join(linker)} ", text, count=1, flags=re.M)
         used["linker"] = "gold"
     if pch is not None:
         # First on the line: a precompiled header must come before any other token.

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -207,3 +208,34 @@ def test_linker_probe_and_switch(cache, tmp_path, monkeypatch):
     assert ("-fuse-ld=gold" in build_ninja(cache, "toy_op", op_dir)) == gold
     monkeypatch.setenv("JIT_LOADER_GOLD", "0")
     assert shared.fast_linker(cache, "c++", Path("/nonexistent.o"), "-shared") == []
+
+
+@pytest.mark.skipif(shutil.which("ld.gold") is None or not shared.is_gcc("c++"),
+                    reason="needs GCC and gold")
+def test_gold_probe_gets_past_a_dangling_libstdcxx_link(tmp_path, monkeypatch):
+    """A toolchain whose libstdc++.so points nowhere (GNU ld passes over it, gold stops
+    there): the probe links with a libstdc++.so of its own, and an op links with gold."""
+    monkeypatch.delenv("JIT_LOADER_GOLD", raising=False)
+    dangling = tmp_path / "dangling"
+    dangling.mkdir()
+    (dangling / "libstdc++.so").symlink_to(tmp_path / "missing" / "libstdc++.so.6")
+    compiler = tmp_path / "bin" / "g++"
+    compiler.parent.mkdir()
+    # Searched after every -L of the command line, as a compiler's own library folder is.
+    compiler.write_text(f'#!/bin/sh\nexec c++ "$@" -L{dangling}\n')
+    compiler.chmod(0o755)
+    obj = tmp_path / "unit.o"
+    (tmp_path / "unit.cpp").write_text("#include <string>\nstd::string unit() { return \"x\"; }\n")
+    subprocess.run(["c++", "-fPIC", "-c", str(tmp_path / "unit.cpp"), "-o", str(obj)], check=True)
+    ldflags = "-shared -l:libstdc++.so.6"
+    plain = subprocess.run([str(compiler), "-fuse-ld=gold", str(obj), *shlex.split(ldflags), "-o",
+                            str(tmp_path / "plain.so")], capture_output=True, text=True)
+    assert plain.returncode != 0 and "libstdc++.so" in plain.stderr  # the failure reproduced
+    flags = shared.fast_linker(tmp_path / "cache", str(compiler), obj, ldflags)
+    assert flags[0] == "-fuse-ld=gold" and flags[1].startswith("-L"), flags
+    out = tmp_path / "op.so"
+    subprocess.run([str(compiler), *flags, str(obj), *shlex.split(ldflags), "-o", str(out)], check=True)
+    needed = subprocess.run(["readelf", "-d", str(out)], capture_output=True, text=True).stdout
+    assert "libstdc++.so.6" in needed
+    # The piece is reused: a second call answers from it.
+    assert shared.fast_linker(tmp_path / "cache", str(compiler), obj, ldflags) == flags
