@@ -518,6 +518,23 @@ struct RowTiles {
   bool vector;
 };
 
+// One input pixel's gradient, gathered from every output pixel that reads it: the slow
+// path of the tiled backward kernels for a tile wider than they planned for.
+template <typename T, typename acc>
+__device__ __forceinline__ acc gather_pixel(const T* src, int64_t out_row, const AxisMap<acc>& rows,
+                                            const AxisMap<acc>& cols, int y, int x) {
+  const int xe = end_reader(cols, x), ye = end_reader(rows, y);
+  acc sum = 0;
+  for (int d = first_reader(rows, y); d < ye; ++d) {
+    acc row_sum = 0;
+    for (int e = first_reader(cols, x); e < xe; ++e) {
+      row_sum += tap_weight(taps(cols, e), x) * to_acc(src[int64_t(d) * out_row + e]);
+    }
+    sum += tap_weight(taps(rows, d), y) * row_sum;
+  }
+  return sum;
+}
+
 template <typename T, typename acc>
 __device__ __forceinline__ void load4(const T* row, int e, int len, bool vector, acc (&v)[4]) {
   if (vector) {
@@ -552,16 +569,7 @@ backward_rows_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_inp
       for (int i = threadIdx.x; i < (y1 - y0) * kTileCols; i += blockDim.x) {
         const int y = y0 + i / kTileCols, x = x0 + i % kTileCols;
         if (x >= x1) continue;
-        const int xe = end_reader(cols, x), ye = end_reader(rows, y);
-        acc sum = 0;
-        for (int d = first_reader(rows, y); d < ye; ++d) {
-          acc row_sum = 0;
-          for (int e = first_reader(cols, x); e < xe; ++e) {
-            row_sum += tap_weight(taps(cols, e), x) * to_acc(src[int64_t(d) * s.out_row + e]);
-          }
-          sum += tap_weight(taps(rows, d), y) * row_sum;
-        }
-        dst[int64_t(y) * s.in_row + x] = from_acc<T>(sum);
+        dst[int64_t(y) * s.in_row + x] = from_acc<T>(gather_pixel(src, s.out_row, rows, cols, y, x));
       }
       continue;
     }
@@ -836,16 +844,7 @@ backward_strip_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_in
     if (nf > 32 * kF) {  // not planned for; correct, slow
       for (int y = y0; y < y1; ++y) {
         for (int x = x0 + lane; x < x1; x += 32) {
-          const int xe = end_reader(cols, x), ye = end_reader(rows, y);
-          acc sum = 0;
-          for (int d = first_reader(rows, y); d < ye; ++d) {
-            acc row_sum = 0;
-            for (int e = first_reader(cols, x); e < xe; ++e) {
-              row_sum += tap_weight(taps(cols, e), x) * to_acc(src[int64_t(d) * s.out_row + e]);
-            }
-            sum += tap_weight(taps(rows, d), y) * row_sum;
-          }
-          dst[int64_t(y) * s.in_row + x] = from_acc<T>(sum);
+          dst[int64_t(y) * s.in_row + x] = from_acc<T>(gather_pixel(src, s.out_row, rows, cols, y, x));
         }
       }
       continue;
