@@ -300,6 +300,34 @@ def nvcc_threads() -> int:
     return min(jobs, 4) if jobs > 1 else 0
 
 
+NVCC_DRIVER = Path(__file__).with_name("nvcc_parallel.py")
+
+
+def parallel_nvcc(root: Path, nvcc: str) -> str | None:
+    """A shim named ``nvcc`` that compiles through :mod:`jit_tools.nvcc_parallel` (the
+    host and device halves of a unit side by side) with this Python and this nvcc; None
+    with ``JIT_LOADER_NVCC_PARALLEL=0``. Named nvcc so that ccache treats it as nvcc."""
+    if _off("JIT_LOADER_NVCC_PARALLEL"):
+        return None
+    tokens = shlex.split(nvcc)
+    if len(tokens) != 1:
+        return None  # a compiler command with options of its own: left as it is
+    real = shutil.which(tokens[0]) or tokens[0]
+    script = ("#!/bin/sh\n# nvcc with the host and device halves side by side (jit_tools/nvcc_parallel.py)\n"
+              f"exec {shlex.quote(sys.executable)} -S -E {shlex.quote(str(NVCC_DRIVER))} "
+              f"{shlex.quote(real)} \"$@\"\n")
+    key = hashlib.sha256((script + (toolchain.file_identity(real) or "")
+                          + hashlib.sha256(NVCC_DRIVER.read_bytes()).hexdigest()).encode()).hexdigest()[:16]
+
+    def make(tmp: Path):
+        (tmp / "nvcc").write_text(script)
+        (tmp / "nvcc").chmod(0o755)
+        return True, script
+
+    built = _build_piece(shared_dir(root) / f"nvcc-{key}", make)
+    return str(built / "nvcc") if built else None
+
+
 def _ninja_escape(path: str) -> str:
     return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
@@ -359,6 +387,12 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
         text = re.sub(r"^cflags = ", lambda m: "cflags = -include " + shlex.quote(str(pch))
                       + " -Winvalid-pch ", text, count=1, flags=re.M)
         used["pch"] = True
+    if "nvcc" in v:
+        shim = parallel_nvcc(root, unwrap(v["nvcc"]))
+        if shim:
+            text = re.sub(r"^nvcc = .*$", lambda m: f"nvcc = {shlex.quote(shim)}", text,
+                          count=1, flags=re.M)
+            used["nvcc"] = "parallel"
     threads = nvcc_threads() if re.search(r"^cuda_cflags = ", text, flags=re.M) else 0
     if threads:
         text = re.sub(r"^cuda_cflags = ", lambda m: f"cuda_cflags = --threads {threads} ", text,

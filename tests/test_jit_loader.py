@@ -334,6 +334,8 @@ def test_cuda_compiles_without_gpu_and_edits_rebuild_one_unit(tmp_path):
     assert "-gencode=arch=compute_80,code=sm_80" in out["ninja"]
     assert "-gencode=arch=compute_90,code=sm_90" in out["ninja"]
     assert "-gencode=arch=compute_90,code=compute_90" in out["ninja"]
+    # nvcc through the driver that compiles the host and device halves side by side
+    assert re.search(r"^nvcc = .*/nvcc-\w+/nvcc$", out["ninja"], re.M), out["ninja"]
     assert out["cuda_kernel"] is True
     assert out["changed_by_cu"] == ["toy_cuda_kernel.cuda.o"]
     assert out["changed_by_cpp"] == ["toy_cuda.o"]
