@@ -25,7 +25,10 @@ from jit_tools.errors import JitLoaderError
 
 LOADER_FORMAT = 2  # bump when the cache layout changes meaning
 DEFAULT_CFLAGS = ("-O3", "-fopenmp")
-DEFAULT_CUDA_CFLAGS = ("-O3", "-lineinfo")
+# nvcc's -O is the host compiler's level only (cicc and ptxas optimise device code at
+# their own -O3 whatever it says); a .cu's host code is kernel launchers, and its compile
+# is on the critical path of every .cu edit (ARCHITECTURE.md, "Shared build pieces").
+DEFAULT_CUDA_CFLAGS = ("-O1", "-lineinfo")
 # Link the C++ runtime that torch itself uses, by its soname. A compiler whose
 # libstdc++.so development link is missing silently falls back to libstdc++.a, and a
 # second, static copy of the C++ runtime inside an op crashes the first time it formats
