@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine (plain python3 with torch, no venv): CUDA tests, checks and
 # benchmarks, each stage's output kept under $OUT.
-# Stages: env build tests loadertests alltests demo bench suite opbench variants loader
+# Stages: env build tests loadertests alltests demo bench suite opbench variants hostopt loader
 #   bash experiments/gpu_run.sh env build tests       # default: all stages
 #   PYTEST_WORKERS=15 ALLTESTS_TIMEOUT=560 bash experiments/gpu_run.sh env alltests
 #   LOADER_ARGS="--ops toy,sigmoid,lltm" bash experiments/gpu_run.sh loader
@@ -51,6 +51,7 @@ for stage in "${stages[@]}"; do
             python3 -m experiments.bench_detection 2>&1 | tee "$OUT/bench_detection.txt" | tail -20 || status=1
             python3 -m experiments.detection_postprocess 2>&1 | tee "$OUT/detection_postprocess.txt" | tail -8 || status=1
             python3 -m experiments.gnn_scatter 2>&1 | tr '\r' '\n' | grep -v "it/s" | tee "$OUT/gnn_scatter.txt" | tail -8 || status=1 ;;
+    hostopt) python3 -m experiments.bench_host_opt --json "$OUT/bench_host_opt.json" 2>&1 | tee "$OUT/bench_host_opt.txt" || status=1 ;;
     loader) python3 -m experiments.bench_loader ${LOADER_ARGS:-} --json "$OUT/bench_loader.json" 2>&1 | tee "$OUT/bench_loader.txt" || status=1 ;;
     *) echo "unknown stage $stage"; status=1 ;;
   esac
