@@ -34,7 +34,6 @@ import re
 import secrets
 import shlex
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -70,8 +69,6 @@ _WRAPPER_TAIL = ('".text\\n");\n'
                  '#ifdef __cplusplus\n'
                  '}\n'
                  '#endif\n')
-_DATA_LINE = re.compile(r'^"\.quad [^\n]*\\n"\n', re.M)
-_QUAD = re.compile(r"0x([0-9a-fA-F]{16})")
 _ARRAY_SIZE = re.compile(r"fatbinData\[\d+\]")
 
 
@@ -227,13 +224,18 @@ def _write_deps(path: str, target: str, parts: list[list[str]]) -> None:
         f.write(f"{esc(target)} : " + " \\\n    ".join(esc(d) for d in deps) + "\n")
 
 
-def _data_and_wrapper(embedded_c: str) -> tuple[bytes, str]:
-    """The fatbinary's bytes and its C wrapper less the data lines (array size left out)."""
+def _wrapper_of(embedded_c: str, data_size: int) -> str | None:
+    """The C wrapper fatbinary wrote, less its data lines (array size left out); None
+    when those lines do not hold exactly ``data_size`` bytes (the binary fatbinary wrote
+    beside it, which the assembler then takes)."""
     text = open(embedded_c).read()
-    data = b"".join(struct.pack("<Q", int(h, 16)) for h in _QUAD.findall(
-        "".join(_DATA_LINE.findall(text))))
-    wrapper = _ARRAY_SIZE.sub("fatbinData[]", _DATA_LINE.sub("", text))
-    return data, wrapper
+    label = '"fatbinData:\\n"\n'
+    start = text.find(label)
+    end = text.find('".text\\n");', start)
+    if start < 0 or end < 0 or data_size % 8 or text.count("0x", start, end) * 8 != data_size:
+        return None
+    start += len(label)
+    return _ARRAY_SIZE.sub("fatbinData[]", text[:start] + text[end:])
 
 
 class _Runner:
@@ -313,8 +315,11 @@ def compile_cu(nvcc: str, args: list[str], tmp: str, module_id: str | None = Non
     # the data as an .incbin of a file, and stops at assembly; the assembler reads the
     # data once the device side has written it.
     embedded = _option(fatbinary.argv, "--embedded-fatbin")
-    fatbinary.argv = _replace_option(fatbinary.argv, "--embedded-fatbin", embedded + ".nvcc")
     data_file = os.path.join(tmp, "fatbin.bin")
+    fatbinary.argv = _replace_option(fatbinary.argv, "--embedded-fatbin", embedded + ".nvcc")
+    if _option(fatbinary.argv, "--create") is not None:
+        raise Unrecognised("fatbinary --create")
+    fatbinary.argv.append(f"--create={data_file}")
     with open(embedded, "w") as f:
         f.write(_WRAPPER_HEAD + f'".incbin \\"{data_file}\\"\\n"\n' + _WRAPPER_TAIL)
     output = _option(compile_.argv, "-o")
@@ -337,15 +342,14 @@ def compile_cu(nvcc: str, args: list[str], tmp: str, module_id: str | None = Non
     known_wrapper = True
 
     def fatbin_data() -> None:
-        """The fatbinary's bytes into the file the assembler reads."""
+        """Whether the wrapper fatbinary wrote is the one the host compile included, its
+        data the binary the assembler reads."""
         nonlocal known_wrapper
         try:
-            data, wrapper = _data_and_wrapper(embedded + ".nvcc")
-            with open(data_file, "wb") as f:
-                f.write(data)
-            known_wrapper = wrapper == _WRAPPER_HEAD + _WRAPPER_TAIL
-        except (OSError, ValueError):
-            known_wrapper = False
+            wrapper = _wrapper_of(embedded + ".nvcc", os.path.getsize(data_file))
+        except OSError:
+            wrapper = None
+        known_wrapper = wrapper == _WRAPPER_HEAD + _WRAPPER_TAIL
 
     runner = _Runner(env, steps)
     device = [s for s in steps if s.kind in ("device-pre", "cicc", "ptxas", "fatbinary")]
