@@ -187,3 +187,17 @@ def test_shim_is_named_nvcc_and_has_an_off_switch(tmp_path, monkeypatch):
     assert shared.parallel_nvcc(tmp_path, NVCC) == shim  # built once
     monkeypatch.setenv("JIT_LOADER_NVCC_PARALLEL", "0")
     assert shared.parallel_nvcc(tmp_path, NVCC) is None
+
+
+def test_host_optimisation_level_leaves_device_code_alone(unit, tmp_path):
+    """The loader compiles a .cu's host half at -O1 (DEFAULT_CUDA_CFLAGS): nvcc's -O is
+    the host compiler's level, and the device code is the same bytes at -O1 and -O3."""
+    from jit_tools.key import DEFAULT_CUDA_CFLAGS
+    assert "-O1" in DEFAULT_CUDA_CFLAGS
+    fatbins = {}
+    for level in ("-O1", "-O3"):
+        obj = tmp_path / f"unit{level}.o"
+        subprocess.run([NVCC, level, "-lineinfo", *TWO_ARCHS, "-c", str(unit), "-o", str(obj)],
+                       check=True, capture_output=True)
+        fatbins[level] = sections(obj)[".nv_fatbin"]
+    assert len(fatbins["-O1"]) > 1000 and fatbins["-O1"] == fatbins["-O3"]
