@@ -29,11 +29,13 @@ needs only the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -70,6 +72,12 @@ _WRAPPER_TAIL = ('".text\\n");\n'
                  '}\n'
                  '#endif\n')
 _ARRAY_SIZE = re.compile(r"fatbinData\[\d+\]")
+
+
+# The steps running now, stopped with this process; none starts once it is stopping.
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.RLock()  # re-entrant: the handler may run while the main thread holds it
+_STOPPING = threading.Event()
 
 
 class Unrecognised(Exception):
@@ -248,12 +256,13 @@ class _Runner:
         self.failed: Step | None = None
 
     def start(self, step: Step) -> bool:
-        with self.lock:
-            if self.failed is not None and self.failed.index < step.index:
+        with self.lock, _LIVE_LOCK:
+            if _STOPPING.is_set() or (self.failed is not None and self.failed.index < step.index):
                 step.killed = True
                 return False
             step.proc = subprocess.Popen(step.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                          env=self.env)
+            _LIVE.add(step.proc)
         return True
 
     def wait(self, step: Step) -> bool:
@@ -261,6 +270,8 @@ class _Runner:
             return False
         step.stdout, step.stderr = step.proc.communicate()
         step.returncode = step.proc.returncode
+        with _LIVE_LOCK:
+            _LIVE.discard(step.proc)
         if step.returncode != 0:
             with self.lock:
                 if self.failed is None or step.index < self.failed.index:
@@ -397,8 +408,20 @@ def compile_cu(nvcc: str, args: list[str], tmp: str, module_id: str | None = Non
     return status
 
 
+def _stop(signum, frame):
+    """SIGTERM (Ninja stopping a build): stop the steps, then leave through ``finally``
+    so that the temporary folder goes too."""
+    with _LIVE_LOCK:
+        _STOPPING.set()
+        for proc in _LIVE:
+            with contextlib.suppress(OSError):
+                proc.kill()
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str]) -> int:
     nvcc, args = argv[0], argv[1:]
+    signal.signal(signal.SIGTERM, _stop)
     tmp = tempfile.mkdtemp(prefix="nvcc-parallel-")
     try:
         try:

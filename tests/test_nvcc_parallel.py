@@ -201,3 +201,22 @@ def test_host_optimisation_level_leaves_device_code_alone(unit, tmp_path):
                        check=True, capture_output=True)
         fatbins[level] = sections(obj)[".nv_fatbin"]
     assert len(fatbins["-O1"]) > 1000 and fatbins["-O1"] == fatbins["-O3"]
+
+
+def test_stopped_driver_leaves_no_temporary_files(unit, tmp_path):
+    """Ninja stops a build with SIGTERM: the steps stop and the driver's folder goes."""
+    import signal
+    import time
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    proc = subprocess.Popen([sys.executable, "-S", "-E", nvcc_parallel.__file__, NVCC, *TWO_ARCHS,
+                             "-c", str(unit), "-o", str(tmp_path / "unit.o")],
+                            env=dict(os.environ, TMPDIR=str(tmpdir)))
+    deadline = time.monotonic() + 60
+    while not any(tmpdir.glob("nvcc-parallel-*/*.cpp4.ii")) and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the steps are under way
+    assert proc.poll() is None, "the compile ended before it could be stopped"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert list(tmpdir.iterdir()) == []
+    assert not (tmp_path / "unit.o").exists()
