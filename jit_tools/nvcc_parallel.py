@@ -130,6 +130,8 @@ def plan(nvcc: str, args: list[str], tmp: str) -> tuple[dict, list[Step], str | 
             i = args.index(name)
             del args[i:i + 2]
     args = [a for a in args if not a.startswith(("--threads=", "-t="))]
+    if any(a in ("-MT", "-MQ", "-MP", "-M", "-MM") or a.startswith(("-MT=", "-MQ=")) for a in args):
+        raise Unrecognised("dependency options other than -MD/-MMD/-MF")
     proc = subprocess.run([nvcc, "--dryrun", *args], capture_output=True, text=True,
                           env=dict(os.environ, TMPDIR=tmp))
     if proc.returncode != 0:
@@ -182,6 +184,8 @@ def plan(nvcc: str, args: list[str], tmp: str) -> tuple[dict, list[Step], str | 
     compile_ = steps[-1]
     if embedded is None or _option(compile_.argv, "-o") is None:
         raise Unrecognised("outputs")
+    if depfile is not None and "-MMD" in args:
+        depfile = "-MMD:" + depfile  # user headers only, as nvcc -MMD writes them
     return env, steps, depfile
 
 
@@ -345,9 +349,11 @@ def compile_cu(nvcc: str, args: list[str], tmp: str, module_id: str | None = Non
     # 3. Dependencies: every preprocessing pass writes its own; merged at the end.
     dep_parts = []
     if depfile:
+        dep_flag = "-MMD" if depfile.startswith("-MMD:") else "-MD"
+        depfile = depfile.removeprefix("-MMD:")
         for i, pre in enumerate(by_kind("host-pre") + by_kind("device-pre")):
             part = os.path.join(tmp, f"deps{i}.d")
-            pre.argv[1:1] = ["-MD", "-MF", part]
+            pre.argv[1:1] = [dep_flag, "-MF", part]
             dep_parts.append(part)
 
     known_wrapper = True

@@ -120,17 +120,18 @@ def test_object_holds_the_bytes_nvcc_writes(unit, tmp_path, capfd, archs, parall
     assert our_sections == ref_sections
 
 
-def test_dependency_file_lists_what_nvcc_lists(unit, tmp_path, capfd):
+@pytest.mark.parametrize("dep_flag", ["-MD", "-MMD"])
+def test_dependency_file_lists_what_nvcc_lists(unit, tmp_path, capfd, dep_flag):
     ref_dir, our_dir = tmp_path / "nvcc", tmp_path / "driver"
     ref_dir.mkdir()
     our_dir.mkdir()
-    subprocess.run([NVCC, "-MD", "-MF", "unit.o.d", *ONE_ARCH, "-c", str(unit), "-o", "unit.o"],
+    subprocess.run([NVCC, dep_flag, "-MF", "unit.o.d", *ONE_ARCH, "-c", str(unit), "-o", "unit.o"],
                    cwd=ref_dir, check=True, capture_output=True)
     (our_dir / "tmp").mkdir()
     cwd = os.getcwd()
     os.chdir(our_dir)
     try:
-        status = nvcc_parallel.compile_cu(NVCC, ["-MD", "-MF", "unit.o.d", *ONE_ARCH, "-c", str(unit),
+        status = nvcc_parallel.compile_cu(NVCC, [dep_flag, "-MF", "unit.o.d", *ONE_ARCH, "-c", str(unit),
                                                  "-o", "unit.o"], str(our_dir / "tmp"))
     finally:
         os.chdir(cwd)
