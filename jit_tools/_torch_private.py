@@ -7,6 +7,7 @@ this file.
 
 from __future__ import annotations
 
+import contextlib
 import types
 
 import torch
@@ -104,3 +105,108 @@ def custom_op_overload(fn) -> "OpOverload | None":
     in a private attribute; None for anything else."""
     op = getattr(fn, "_opoverload", None)
     return op if isinstance(op, OpOverload) else None
+
+
+def has_schema(name: str) -> bool:
+    """Whether the dispatcher entry ``ns::op`` or ``ns::op.overload`` has a schema (an
+    entry can outlive its declaration while kernels are registered for it)."""
+    base, _, overload = name.partition(".")
+    return any(s.overload_name == overload
+               for s in torch._C._jit_get_schemas_for_operator(base))
+
+
+def registrations_of(qualname: str) -> str:
+    """The dispatcher's report of what is registered for ``ns::op``, each with the place
+    that registered it, for messages that must say who holds an operator."""
+    return str(torch._C._dispatch_dump(qualname)).strip()
+
+
+class _Retired:
+    """Stands in for the native callables of a Python op object whose operator entry was
+    freed: any use raises, where the stale pointer would have touched freed memory."""
+
+    def __init__(self, message: str):
+        self._message = message
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(self._message)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise RuntimeError(self._message)
+
+
+def retire_op_objects(qualnames, template: str) -> int:
+    """Point every live ``OpOverload``/``OpOverloadPacket`` of ``qualnames`` (``ns::op``
+    or ``ns::op.overload``) at a :class:`_Retired` stand-in. torch's op objects keep a raw
+    handle into the dispatcher's operator entry, which the dispatcher frees once the
+    last registration goes; Python code (a variable, a traced graph) may still hold
+    them. They can be anywhere, so the garbage collector's list of objects is searched
+    (only when an operator is withdrawn, never on an ordinary reload). Returns how many
+    were retired."""
+    import gc
+    names = set(qualnames)
+    bases = {n.split(".", 1)[0] for n in names}
+    count = 0
+    for obj in gc.get_objects():
+        cls = type(obj)  # not isinstance: it would dereference weak proxies and lazy modules
+        if issubclass(cls, OpOverload):
+            name = obj._name
+            if name not in names and obj._schema.name not in bases:
+                continue
+        elif issubclass(cls, OpOverloadPacket):
+            name = obj._qualified_op_name
+            if name not in bases:
+                continue
+        else:
+            continue
+        ns, _, op = name.partition("::")
+        stand_in = _Retired(template.format(name=name, ns=ns, op=op.split(".")[0]))
+        vars(obj)["_op"] = stand_in
+        if issubclass(cls, OpOverload):
+            # _cpp_dispatch_handle and _op_dk are the other callables holding the
+            # handle; _handle is a cached property that would look the name up again.
+            for attr in ("_cpp_dispatch_handle", "_op_dk", "_handle"):
+                vars(obj)[attr] = stand_in
+            vars(obj)["_pyobj_dispatcher"] = None
+        count += 1
+    return count
+
+
+def reset_compiled_code() -> None:
+    """Make torch.compile trace again: a compiled graph holds the op objects of the
+    schema it was traced with. ``torch._dynamo.reset`` is public; it is called only
+    when dynamo was imported (importing it costs seconds)."""
+    import sys
+    if "torch._dynamo" in sys.modules:
+        torch._dynamo.reset()
+
+
+def torchscript_users(qualnames) -> list[str]:
+    """Names of the TorchScript functions and methods that call one of ``qualnames``.
+    TorchScript resolves an operator once, at compile time, into a native handle that
+    nothing can retire; such an operator must stay where it is. Looks at the functions
+    of Python's compilation unit (scripted and traced functions and modules) and at
+    every live ScriptModule (``torch.jit.load`` gives them a unit of their own)."""
+    import gc
+    bases = {q.split(".", 1)[0] for q in qualnames}
+    found = []
+
+    def scan(label, graph_text):
+        if any(f"{b}(" in graph_text or f"{b}." in graph_text for b in bases):
+            found.append(label)
+
+    try:
+        for fn in torch.jit._state._python_cu.get_functions():
+            scan(fn.qualified_name, str(fn.graph))
+    except (AttributeError, RuntimeError):
+        pass
+    script_module = torch.jit.ScriptModule
+    for obj in gc.get_objects():
+        if issubclass(type(obj), script_module):
+            with contextlib.suppress(AttributeError, RuntimeError):
+                for name in obj._c._method_names():
+                    scan(f"{obj._c._type().qualified_name()}.{name}",
+                         str(obj._c._get_method(name).graph))
+    return sorted(set(found))

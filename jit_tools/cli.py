@@ -363,8 +363,20 @@ def _doomed(builds: list[dict], args) -> list[dict]:
 
 
 def _clean_op(name: str, args, totals: dict) -> None:
-    verb = "would remove" if args.dry_run else "removed"
     store = stores.current()
+    # Nothing of an op is removed while a process builds or loads it: the build it is
+    # making, or was just handed by another process, would be gone before it holds it.
+    with store.quiet(name) as busy:
+        if busy is not None:
+            builds = pipeline.cached_builds(name)
+            print(f"skipped       {name}  {busy}; clean again once it is done")
+            totals["skipped"] += len(builds)
+            return
+        _clean_quiet_op(store, name, args, totals)
+
+
+def _clean_quiet_op(store, name: str, args, totals: dict) -> None:
+    verb = "would remove" if args.dry_run else "removed"
     op_cache = store.op_folder(name)
     builds = pipeline.cached_builds(name)
     doomed = _doomed(builds, args)
@@ -388,24 +400,18 @@ def _clean_op(name: str, args, totals: dict) -> None:
             totals["skipped"] += 1
             remaining += 1
 
-    # Work folders go when the op is cleaned entirely; .tmp- leftovers always. Both
-    # only while no build of the op runs (a running build writes into them).
+    # Work folders go when the op is cleaned entirely; .tmp- leftovers always. The caller
+    # holds the op's build lock, so no build writes into them now.
     extra = _leftovers(name)
     if remaining == 0 and not args.broken:
         extra += store.work_folders(name)
-    if not extra:
-        return
-    with stores.current().build_lock_if_free(name) as builder:
-        if builder is not None:
-            print(f"skipped       {name} work folders: process {builder} is building {name} now")
-            return
-        for path in extra:
-            size = _folder_size(path)
-            kind = "left by an interrupted build" if path.name.startswith(".tmp-") else "ninja work folder"
-            if not args.dry_run:
-                shutil.rmtree(path, ignore_errors=True)
-            print(f"{verb:<13} {name}/{path.relative_to(op_cache)}  {_size(size)}, {kind}")
-            totals["bytes"] += size
+    for path in extra:
+        size = _folder_size(path)
+        kind = "left by an interrupted build" if path.name.startswith(".tmp-") else "ninja work folder"
+        if not args.dry_run:
+            shutil.rmtree(path, ignore_errors=True)
+        print(f"{verb:<13} {name}/{path.relative_to(op_cache)}  {_size(size)}, {kind}")
+        totals["bytes"] += size
 
 
 def cmd_clean(args) -> int:

@@ -13,7 +13,8 @@ import re
 import time
 from pathlib import Path
 
-from jit_tools import build as builder, key as keys, registry, shared, sources, store as stores, surface, toolchain
+from jit_tools import (_torch_private, build as builder, key as keys, registry, shared, sources,
+                       store as stores, surface, toolchain)
 from jit_tools.errors import (BuildError, CacheError, CorruptBuild, JitLoaderError, OpNotFoundError,
                                SourcesChanged)
 from jit_tools.log import logger
@@ -55,10 +56,15 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
         registry.destroy_module_libraries(state.module)
         registry.unregister(old)
     try:
-        registry.register(lib, state.name, previous_schemas)
+        try:
+            registry.register(lib, state.name, previous_schemas)
+        except registry.SchemaChanged as refusal:
+            _free_for_new_schemas(state, refusal, list(previous_schemas))
+            registry.register(lib, state.name)
     except JitLoaderError:
         if old is not None:
             registry.register(old)
+            registry.keepalive(state.namespaces)
             registry.clear_ops_cache(state.namespaces)
             surface.import_surface(state)
         raise
@@ -74,6 +80,28 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
     no_cuda = manifest["config"].get("no_cuda_reason")
     if no_cuda and namespaces:
         state.loader_libs += registry.missing_cuda_kernels(state.name, namespaces, no_cuda)
+
+
+def _free_for_new_schemas(state: OpState, refusal: JitLoaderError, qualnames: list[str]) -> None:
+    """A new build declares an operator with another schema than the live one: free the
+    old operator entries (the dispatcher keeps a kernel's C++ signature for an entry's
+    whole life, so only a new entry takes the new signature). Refused, with the reason,
+    when something outside the loader's reach holds them."""
+    scripted = _torch_private.torchscript_users(qualnames)
+    if scripted:
+        raise JitLoaderError(
+            f"{str(refusal).splitlines()[0]} TorchScript code compiled against the old schema "
+            f"({', '.join(scripted)}) holds the operator, and TorchScript cannot let go of it: "
+            "restart Python (in Jupyter, restart the kernel) to use the new build; the previous "
+            "build stays loaded.") from refusal
+    registry.release(state.namespaces)
+    held = registry.holders(qualnames)
+    if held:
+        raise JitLoaderError(
+            f"{str(refusal).splitlines()[0]} Registrations made outside op {state.name!r}'s "
+            "sources and Python surface still hold the old operator, so it cannot take the new "
+            "schema: destroy them (their torch.library.Library objects) and load again; the "
+            "previous build stays loaded.\n" + "\n".join(held)) from refusal
 
 
 def _find_build(name: str, key: str, readonly_too: bool = True) -> tuple[stores.CacheStore, dict | None]:
@@ -110,42 +138,44 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
     compiled = False
     log_path = None
     corrupt_retries = changed_retries = 0
-    while True:
-        store, manifest = _find_build(state.name, key, readonly_too=corrupt_retries == 0)
-        if manifest is None:
+    # Held until the build found is held: `clean` never removes it in between.
+    with stores.current().loading(state.name):
+        while True:
+            store, manifest = _find_build(state.name, key, readonly_too=corrupt_retries == 0)
+            if manifest is None:
+                try:
+                    with store.build_lock(state.name) as lock_fd:
+                        manifest = store.manifest(state.name, key)  # another process built it
+                        if manifest is None:
+                            manifest, log_path = builder.build(
+                                store, state.name, state.op_dir, state.options, key, config,
+                                compiled_sources, toolchain.verbose(verbose), lock_fd,
+                                hashes=keys.input_hashes(inputs))
+                            compiled = True
+                            with contextlib.suppress(OSError):
+                                store.prune(state.name, key)
+                                shared.prune(store.root)
+                except SourcesChanged as e:
+                    # Publish only what the key names: take the sources as they are now.
+                    changed_retries += 1
+                    if changed_retries > MAX_CHANGED_RETRIES:
+                        raise JitLoaderError(
+                            f"{e}; the sources kept changing during {changed_retries} builds in a "
+                            "row, so nothing was published. Load again once the edits settle.") from e
+                    logger.info("%s; building the current sources", e)
+                    key, config, compiled_sources, inputs = keys.compute_key(
+                        state.name, state.op_dir, state.options, state.sources)
+                    snapshot = sources.snapshot(state.op_dir if state.sources is None else None,
+                                                inputs, surface_file(state))
+                    continue
             try:
-                with store.build_lock(state.name) as lock_fd:
-                    manifest = store.manifest(state.name, key)  # another process built it
-                    if manifest is None:
-                        manifest, log_path = builder.build(
-                            store, state.name, state.op_dir, state.options, key, config,
-                            compiled_sources, toolchain.verbose(verbose), lock_fd,
-                            hashes=keys.input_hashes(inputs))
-                        compiled = True
-                        with contextlib.suppress(OSError):
-                            store.prune(state.name, key)
-                            shared.prune(store.root)
-            except SourcesChanged as e:
-                # Publish only what the key names: take the sources as they are now.
-                changed_retries += 1
-                if changed_retries > MAX_CHANGED_RETRIES:
-                    raise JitLoaderError(
-                        f"{e}; the sources kept changing during {changed_retries} builds in a "
-                        "row, so nothing was published. Load again once the edits settle.") from e
-                logger.info("%s; building the current sources", e)
-                key, config, compiled_sources, inputs = keys.compute_key(
-                    state.name, state.op_dir, state.options, state.sources)
-                snapshot = sources.snapshot(state.op_dir if state.sources is None else None,
-                                            inputs, surface_file(state))
-                continue
-        try:
-            _activate(state, store, manifest, key)
-            break
-        except CorruptBuild as e:
-            corrupt_retries += 1
-            if corrupt_retries > 1:
-                raise
-            logger.warning("%s; rebuilding", e)
+                _activate(state, store, manifest, key)
+                break
+            except CorruptBuild as e:
+                corrupt_retries += 1
+                if corrupt_retries > 1:
+                    raise
+                logger.warning("%s; rebuilding", e)
     state.snapshot = snapshot
     state.info = BuildInfo(
         key=key, library=state.library, compiled=compiled,
@@ -178,21 +208,41 @@ def refresh(state: OpState, verbose: bool | None) -> bool:
                 state.op_dir, ", ".join(others), state.name, state.name)
     surface_key = str(surface_path) if surface_path else None
     old_surface = state.snapshot.get(surface_key) if surface_key else None
-    native_changed = ensure_current(state, verbose)
-    surface_changed = surface_key is not None and (
-        state.module is None or state.surface_error is not None
-        or old_surface != state.snapshot.get(surface_key))
-    if native_changed or surface_changed:
-        surface.import_surface(state)
+    with _busy(state):
+        native_changed = ensure_current(state, verbose)
+        surface_changed = surface_key is not None and (
+            state.module is None or state.surface_error is not None
+            or old_surface != state.snapshot.get(surface_key))
+        if native_changed or surface_changed:
+            surface.import_surface(state)
     return native_changed or surface_changed
 
 
+@contextlib.contextmanager
+def _busy(state: OpState):
+    """Mark ``state`` as being loaded (see ``OpState.busy``); re-entry is a no-op."""
+    if state.busy:
+        yield
+        return
+    state.busy = True
+    try:
+        yield
+    finally:
+        state.busy = False
+
+
 def load_library(name_or_path, verbose: bool | None = None, **options) -> OpState:
+    """The native library of an op, up to date; what an op's Python surface calls first.
+    Called from the surface while the loader itself is loading that op, it returns the
+    state as it is: the loader is already bringing it up to date."""
     op_dir = sources.resolve_op_dir(name_or_path)
     opts = keys.options(**options) or None  # none given: keep those of the current build
     with LOCK:
         state = state_for(op_dir, opts)
-        ensure_current(state, verbose)
+        if state.busy:
+            return state
+        with _busy(state):
+            ensure_current(state, verbose)
         return state
 
 

@@ -58,14 +58,26 @@ def namespaces_of(lib) -> list[str]:
     return lib.jit_loader_namespaces().decode().split()
 
 
+class SchemaChanged(JitLoaderError):
+    """The dispatcher refused a build because an operator it declares already exists
+    with another schema or kernel signature (the previous build's)."""
+
+
 def register(lib, op_name: str = "", previous_schemas: dict[str, list[str]] | None = None) -> None:
     """Perform a build's registrations; a JitLoaderError explaining the dispatcher's
-    refusal in one line otherwise (nothing of the build stays registered then)."""
+    refusal in one line otherwise (nothing of the build stays registered then):
+    :class:`SchemaChanged` when an operator's schema differs from the live one's."""
     buf = ctypes.create_string_buffer(16384)
     if lib.jit_loader_register(buf, len(buf)) != 0:
-        raise JitLoaderError(explain_refusal(op_name, buf.value.decode(errors="replace"),
-                                             previous_schemas or {}))
+        message = buf.value.decode(errors="replace")
+        text = explain_refusal(op_name, message, previous_schemas or {})
+        if previous_schemas and is_schema_change(message):
+            raise SchemaChanged(text)
+        raise JitLoaderError(text)
     namespaces = namespaces_of(lib)
+    # Keep-alive registrations of ops this build no longer declares are ours, not the
+    # user's dangling kernels: let them go first (the entries are freed).
+    release(namespaces, undeclared(namespaces))
     dangling = [d for d in _torch_private.dangling_impls()
                 if any(f"{ns}::" in d for ns in namespaces)]
     if dangling:
@@ -88,18 +100,21 @@ def explain_refusal(op_name: str, message: str, previous_schemas: dict[str, list
         return (f"op {op_name!r} declares namespace {m.group(1)!r}, which another op folder{where} "
                 f"already declared in this process; namespaces are process-wide: rename one "
                 f"TORCH_LIBRARY namespace, or load one of the two per process.\n{message}")
-    if previous_schemas and re.search(
-            r"Mismatch in kernel C\+\+ signatures|different schema|schema mismatch|"
-            r"already has a schema|Tried to register", message, re.IGNORECASE):
+    if previous_schemas and is_schema_change(message):
         new = re.search(r"operator: (\S+?\(.*)", message)
         qual = new.group(1).split("(")[0] if new else None
         old = previous_schemas.get(qual, []) if qual else []
         changed = (f"{qual} was `{old[0]}`, the new build has `{new.group(1).strip()}`"
                    if new and old else "an operator's schema or kernel signature changed")
-        return (f"op {op_name!r} changed a schema: {changed}. The dispatcher cannot change a "
-                f"schema in a live process: restart Python (in Jupyter, restart the kernel) to "
-                f"use the new build; the previous build stays loaded.\n{message}")
+        return (f"op {op_name!r} changed a schema: {changed}.\n{message}")
     return f"registering op {op_name!r} with the dispatcher failed: {message}"
+
+
+def is_schema_change(message: str) -> bool:
+    """Whether the dispatcher's refusal says an operator exists with another schema or
+    C++ kernel signature."""
+    return re.search(r"Mismatch in kernel C\+\+ signatures|different schema|schema mismatch|"
+                     r"already has a schema|Tried to register", message, re.IGNORECASE) is not None
 
 
 def current_schemas(namespaces: Iterable[str]) -> dict[str, list[str]]:
@@ -113,27 +128,75 @@ def unregister(lib) -> None:
 
 
 def ops_in(namespace: str) -> list[str]:
-    """Names of the operators registered in ``namespace``."""
+    """Names (``op`` or ``op.overload``) of the operators declared in ``namespace``.
+    An entry the dispatcher keeps only for kernels (no schema: an op whose declaration
+    was withdrawn) is not an operator anyone can call, so it is left out."""
     prefix = namespace + "::"
-    return sorted({n[len(prefix):] for n in _torch_private.dispatcher_op_names()
-                   if n.startswith(prefix)})
+    return sorted(n[len(prefix):] for n in _torch_private.dispatcher_op_names()
+                  if n.startswith(prefix) and _torch_private.has_schema(n))
 
 
 def keepalive(namespaces: Iterable[str]) -> None:
     """Hold one harmless registration per op so the dispatcher never frees an operator
     entry between withdrawing an old build and registering the new one: Python code
-    may hold ``torch.ops.ns.op.default`` objects that point at it."""
+    may hold ``torch.ops.ns.op.default`` objects that point at it. One library per op,
+    so that an op a new build no longer declares can be let go alone."""
     for ns in namespaces:
-        lib = KEEPALIVE.get(ns)
-        if lib is None:
-            lib = KEEPALIVE[ns] = torch.library.Library(ns, "FRAGMENT")
-            lib._jit_ops = set()
+        held = KEEPALIVE.setdefault(ns, {})
         for op in ops_in(ns):
-            if op in lib._jit_ops:
+            if op in held:
                 continue
-            with contextlib.suppress(RuntimeError):
+            lib = torch.library.Library(ns, "FRAGMENT")
+            try:
                 lib.impl(op, _keepalive_kernel, "PrivateUse3")
-                lib._jit_ops.add(op)
+            except RuntimeError:
+                _torch_private.destroy_library(lib)
+                continue
+            held[op] = lib
+
+
+def release(namespaces: Iterable[str], ops: Iterable[str] | None = None) -> list[str]:
+    """Let go of the keep-alive registrations of ``ops`` (``ns::op`` names; all ops of
+    ``namespaces`` when None), so the dispatcher frees the operator entries nothing else
+    holds. Every Python object that pointed at a freed entry is retired (calling it raises
+    a clear error instead of touching freed memory), torch.ops forgets the ops, and
+    torch.compile recompiles. Returns the ``ns::op`` names whose entries are gone."""
+    namespaces = list(namespaces)
+    wanted = None if ops is None else set(ops)
+    before = {n for n in _torch_private.dispatcher_op_names()
+              if n.split("::", 1)[0] in namespaces}
+    for ns in namespaces:
+        held = KEEPALIVE.get(ns, {})
+        for op in list(held):
+            if wanted is None or f"{ns}::{op}" in wanted:
+                _torch_private.destroy_library(held.pop(op))
+    gone = sorted(before - set(_torch_private.dispatcher_op_names()))
+    if gone:
+        _torch_private.retire_op_objects(
+            gone, "{name} belongs to a build that was replaced: the operator was withdrawn or "
+                  "changed its schema in a reload. Look it up again (torch.ops.{ns}.{op}, or "
+                  "the op's handle, which always follows the newest build).")
+        clear_ops_cache(namespaces)
+        _torch_private.reset_compiled_code()
+    return gone
+
+
+def holders(qualnames: Iterable[str]) -> list[str]:
+    """What, besides the loader, still holds registrations on ``qualnames`` (the
+    dispatcher's own report for each), e.g. a ``torch.library.Library`` made in a
+    notebook cell; such an operator entry cannot be freed."""
+    out = []
+    for q in qualnames:
+        if q in _torch_private.dispatcher_op_names():
+            out.append(_torch_private.registrations_of(q))
+    return out
+
+
+def undeclared(namespaces: Iterable[str]) -> list[str]:
+    """``ns::op`` of the keep-alive registrations whose operator no longer has a schema:
+    a new build stopped declaring it (its source was deleted, or the m.def removed)."""
+    return [f"{ns}::{op}" for ns in namespaces for op in KEEPALIVE.get(ns, {})
+            if not _torch_private.has_schema(f"{ns}::{op}")]
 
 
 def _keepalive_kernel(*args, **kwargs):

@@ -46,6 +46,10 @@ class OpState:
     surface_text: str | None = None  # source of the last surface that imported
     surface_error: BaseException | None = None  # the surface file fails to import
     surface_hint_given: bool = False  # told the user their .py is not named <op>.py
+    # Set while the loader activates a build or imports the surface: the surface's own
+    # load_library(__file__) must then return at once, or a failing activation would
+    # import the surface, which would start the activation again, without end.
+    busy: bool = False
     # Explicit source files (cpp_extension-style ``load(name, sources)``); None: every
     # source in op_dir. With a list, op_dir is their common folder and there is no
     # Python surface.

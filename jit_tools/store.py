@@ -318,6 +318,50 @@ class CacheStore:
         finally:
             os.close(fd)
 
+    @contextlib.contextmanager
+    def loading(self, name: str):
+        """Shared flock on ``<op>/use.lock`` for the whole of a load: from looking for a
+        build, through waiting for another process's build, to holding the one found.
+        Cleaning takes it exclusively, so it never removes a build between the moment a
+        process finds (or is about to be handed) it and the moment it holds it."""
+        if self.readonly:
+            yield
+            return
+        try:
+            fd = os.open(self.ensure_op(name) / "use.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+        except (OSError, CacheError):
+            yield  # an unwritable cache: the load reports it where it writes
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def quiet(self, name: str):
+        """Exclusive access for cleaning op ``name``: yields None while no process builds
+        it or is loading it (its build lock and ``use.lock`` taken without waiting), else
+        a few words saying which process is busy with it. Nothing is left to wait for."""
+        with self.build_lock_if_free(name) as builder:
+            if builder is not None:
+                yield f"process {builder} is building {name} now"
+                return
+            try:
+                fd = os.open(self.op_folder(name) / "use.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+            except OSError:
+                yield None
+                return
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    yield f"a process is loading {name} now"
+                    return
+                yield None
+            finally:
+                os.close(fd)
+
     def hold(self, name: str, key: str):
         """Keep a shared flock on a build while this process uses it (close to release),
         so that cleaning can tell it is in use."""
@@ -384,11 +428,29 @@ class CacheStore:
         shutil.rmtree(self.entry(name, key), ignore_errors=True)
 
     def remove(self, entry: str | os.PathLike) -> bool:
-        """Delete one build unless a live process holds it; True when removed."""
+        """Delete one build unless a live process holds it; True when removed. The build
+        leaves its key by a rename while its manifest is locked, so no process can take
+        it into use half-deleted."""
         entry = Path(entry)
-        if self.in_use(entry):
-            return False
-        shutil.rmtree(entry, ignore_errors=True)
+        try:
+            fd = os.open(entry / "manifest.json", os.O_RDONLY)
+        except OSError:
+            fd = None  # no manifest: a broken build nobody can hold
+        try:
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return False
+            doomed = entry.with_name(f"{TMP_PREFIX}removed-{entry.name}-{os.getpid()}")
+            try:
+                os.rename(entry, doomed)
+            except OSError:
+                return False
+        finally:
+            if fd is not None:
+                os.close(fd)
+        shutil.rmtree(doomed, ignore_errors=True)
         return not entry.exists()
 
     def prune(self, name: str, keep_key: str) -> None:

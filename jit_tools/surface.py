@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from jit_tools import registry, sources
+from jit_tools.log import logger
 from jit_tools.state import OpState
 
 
@@ -64,7 +65,11 @@ def import_surface(state: OpState) -> None:
         state.surface_error = err
         sys.modules.pop(name, None)
         if previous is not None and state.surface_text is not None:
-            state.module = _execute(name, path, state.surface_text)
+            try:
+                state.module = _execute(name, path, state.surface_text)
+            except Exception as again:  # the error the caller sees is the first one
+                logger.warning("the previous Python surface of %r did not import again either: %s",
+                               state.name, again)
         raise
     state.module, state.surface_text, state.surface_error = module, text, None
 

@@ -1,0 +1,319 @@
+"""Reload edges a researcher meets in a live notebook: an op's schema changes, a source is
+deleted, an activation fails while the op's Python surface is imported, ``clean`` runs
+while another process builds.
+
+Like test_jit_loader.py, each scenario runs real builds in fresh processes against a
+private cache, with a timeout: none of them may hang.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+from test_jit_loader import ROOT, copy_op, make_env, result_of, run_py
+
+TIMEOUT = 600  # a hang fails the test instead of blocking the suite
+
+
+def scaffold(tmp_path: Path, name: str, env: dict) -> Path:
+    proc = subprocess.run([sys.executable, "-m", "jit_loader", "new", name, "--dir", str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return tmp_path / name
+
+
+# The scaffold's forward gains an argument (schema, both kernels' C++ signatures, the
+# Python surface's autograd), the commonest edit while an op is written. Before, a load
+# after it never returned: the failed activation imported the surface, whose
+# load_library(__file__) started the activation again.
+SCHEMA_CHANGE = """
+    import json, re, torch, jit_loader
+    from pathlib import Path
+    op_dir = Path({path!r})
+    cpp, py = op_dir / "sch_op.cpp", op_dir / "sch_op.py"
+    cpp_text, py_text = cpp.read_text(), py.read_text()
+    out = {{}}
+    op = jit_loader.load(op_dir)
+    x = torch.randn(5, dtype=torch.float64)
+    out["before"] = torch.allclose(op.sch_op(x), x * x.abs())
+    held = torch.ops.sch_op.forward.default  # a variable holding the old operator
+    compiled = torch.compile(lambda t: torch.ops.sch_op.forward(t) + 1, backend="eager")
+    out["compiled_before"] = torch.allclose(compiled(x), x * x.abs() + 1)
+
+    cpp.write_text(cpp_text
+        .replace('m.def("forward(Tensor x) -> Tensor");',
+                 'm.def("forward(Tensor x, float scale=1.0) -> Tensor");')
+        .replace("at::Tensor forward_cpu(const at::Tensor& x) {{",
+                 "at::Tensor forward_cpu(const at::Tensor& x, double scale) {{")
+        .replace("  return y;\\n}}\\n\\nat::Tensor backward_cpu", "  return y * scale;\\n}}\\n\\nat::Tensor backward_cpu"))
+    py.write_text(py_text
+        .replace("def _forward_fake(x):", "def _forward_fake(x, scale=1.0):")
+        .replace("    (x,) = inputs\\n    ctx.save_for_backward(x)",
+                 "    x, scale = inputs\\n    ctx.save_for_backward(x)\\n    ctx.scale = scale")
+        .replace("    return torch.ops.sch_op.backward(grad, x)",
+                 "    return torch.ops.sch_op.backward(grad, x) * ctx.scale, None")
+        .replace("def sch_op(x: torch.Tensor) -> torch.Tensor:",
+                 "def sch_op(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:")
+        .replace("return torch.ops.sch_op.forward(x)", "return torch.ops.sch_op.forward(x, scale)"))
+    jit_loader.load(op_dir)
+    out["schema"] = str(torch.ops.sch_op.forward.default._schema)
+    out["new_call"] = torch.allclose(torch.ops.sch_op.forward(x, 3.0), 3 * x * x.abs())
+    out["handle_follows"] = torch.allclose(op.sch_op(x, 2.0), 2 * x * x.abs())
+    xg = x.clone().requires_grad_()
+    out["gradcheck"] = torch.autograd.gradcheck(lambda t: op.sch_op(t, 2.5), (xg,))
+    try:
+        torch.ops.sch_op.forward(x, "not a number")
+        out["bad_call"] = "ran"
+    except RuntimeError as e:
+        out["bad_call"] = str(e).splitlines()[0]
+    try:
+        held(x)
+        out["held"] = "ran"
+    except RuntimeError as e:
+        out["held"] = str(e)
+    out["compiled_after"] = torch.allclose(compiled(x), x * x.abs() + 1)  # traced again
+    compiled_new = torch.compile(lambda t: torch.ops.sch_op.forward(t, 2.0), backend="eager",
+                                 fullgraph=True)
+    out["compiled_new"] = torch.allclose(compiled_new(x), 2 * x * x.abs())
+
+    cpp.write_text(cpp_text)
+    py.write_text(py_text)
+    jit_loader.load(op_dir)  # and back: the earlier build, its schema again
+    out["reverted"] = str(torch.ops.sch_op.forward.default._schema)
+    out["reverted_call"] = torch.allclose(op.sch_op(x), x * x.abs())
+    out["reverted_compiled"] = torch.allclose(compiled(x), x * x.abs() + 1)
+    print(json.dumps(out))
+"""
+
+
+def test_schema_change_reloads_live_with_the_surface(tmp_path):
+    env = make_env(tmp_path / "cache")
+    op_dir = scaffold(tmp_path, "sch_op", env)
+    r = result_of(run_py(SCHEMA_CHANGE.format(path=str(op_dir)), env, timeout=TIMEOUT))
+    assert r["before"] and r["compiled_before"]
+    assert r["schema"] == "sch_op::forward(Tensor x, float scale=1.) -> Tensor", r["schema"]
+    assert r["new_call"] and r["handle_follows"] and r["gradcheck"]
+    assert "sch_op::forward" in r["bad_call"] and "scale" in r["bad_call"], r["bad_call"]
+    assert r["held"].startswith("sch_op::forward belongs to a build that was replaced"), r["held"]
+    assert "torch.ops.sch_op.forward" in r["held"]
+    assert r["compiled_after"] and r["compiled_new"]
+    assert r["reverted"] == "sch_op::forward(Tensor x) -> Tensor", r["reverted"]
+    assert r["reverted_call"] and r["reverted_compiled"]
+
+
+# A failing activation with a surface present ends in one error, and so does a surface
+# interrupted while it imports (KeyboardInterrupt ends the call; the next load recovers).
+FAILURES = """
+    import json, torch, jit_loader
+    from pathlib import Path
+    op_dir = Path({path!r})
+    cpp, py = op_dir / "fail_op.cpp", op_dir / "fail_op.py"
+    cpp_text, py_text = cpp.read_text(), py.read_text()
+    out = {{}}
+    op = jit_loader.load(op_dir)
+    x = torch.randn(4)
+    cpp.write_text(cpp_text.replace('m.impl("forward", &forward_cpu);',
+                                    'm.impl("forward", &forward_cpu);\\n  m.impl("forwrd", &forward_cpu);'))
+    try:
+        jit_loader.load(op_dir)
+        out["dangling"] = "loaded"
+    except jit_loader.JitLoaderError as e:
+        out["dangling"] = str(e).splitlines()[0]
+    out["still_runs"] = torch.allclose(op.fail_op(x), x * x.abs())
+    cpp.write_text(cpp_text)
+    py.write_text(py_text.replace("jit_loader.load_library(__file__)",
+                                  "jit_loader.load_library(__file__)\\nraise KeyboardInterrupt"))
+    try:
+        jit_loader.load(op_dir)
+        out["interrupt"] = "loaded"
+    except KeyboardInterrupt:
+        out["interrupt"] = "interrupted"
+    py.write_text(py_text)
+    jit_loader.load(op_dir)
+    out["recovered"] = torch.allclose(op.fail_op(x), x * x.abs())
+    print(json.dumps(out))
+"""
+
+
+def test_failed_activation_and_interrupt_end_in_one_error(tmp_path):
+    env = make_env(tmp_path / "cache")
+    op_dir = scaffold(tmp_path, "fail_op", env)
+    r = result_of(run_py(FAILURES.format(path=str(op_dir)), env, timeout=TIMEOUT))
+    assert "fail_op::forwrd" in r["dangling"] and "no m.def declares" in r["dangling"], r["dangling"]
+    assert r["still_runs"]
+    assert r["interrupt"] == "interrupted"
+    assert r["recovered"]
+
+
+# Where the old operator truly cannot go: TorchScript resolved it to a native handle at
+# compile time, and a Library made in a notebook cell holds a kernel for it. Each keeps
+# the one-line refusal, the previous build keeps running, and once the holder is gone
+# (the Library destroyed) the change loads.
+HELD_ELSEWHERE = """
+    import json, torch, jit_loader
+    from pathlib import Path
+    op_dir = Path({path!r})
+    source = op_dir / "toy_op.cpp"
+    original = source.read_text()
+    changed = (original
+        .replace('m.def("scale(Tensor x) -> Tensor");', 'm.def("scale(Tensor x, float f) -> Tensor");')
+        .replace("at::Tensor scale_cpu(const at::Tensor& x) {{",
+                 "at::Tensor scale_cpu(const at::Tensor& x, double f) {{")
+        .replace("return x * kFactor;", "return x * kFactor * f;"))
+    out = {{}}
+
+    def first_line_of_reload():
+        try:
+            jit_loader.load(op_dir)
+            return "loaded"
+        except jit_loader.JitLoaderError as e:
+            return str(e).splitlines()[0]
+
+    jit_loader.load(op_dir)
+    notebook_lib = torch.library.Library("toy_op", "FRAGMENT")
+    notebook_lib.impl("scale", lambda x: x.new_empty(x.shape), "Meta")
+    source.write_text(changed)
+    out["library"] = first_line_of_reload()
+    out["library_old_runs"] = torch.ops.toy_op.scale(torch.ones(2)).tolist()
+    notebook_lib._destroy()
+    out["after_destroy"] = first_line_of_reload()
+    out["new_runs"] = torch.ops.toy_op.scale(torch.ones(2), 3.0).tolist()
+
+    source.write_text(original)
+    jit_loader.load(op_dir)
+    scripted = torch.jit.trace(lambda t: torch.ops.toy_op.scale(t), torch.ones(2))
+    source.write_text(changed)
+    out["torchscript"] = first_line_of_reload()
+    out["scripted_runs"] = scripted(torch.ones(2)).tolist()
+    print(json.dumps(out))
+"""
+
+
+def test_schema_change_refused_only_where_something_else_holds_the_op(tmp_path):
+    op_dir = copy_op("toy_op", tmp_path)
+    r = result_of(run_py(HELD_ELSEWHERE.format(path=str(op_dir)), make_env(tmp_path / "cache"),
+                         timeout=TIMEOUT))
+    assert r["library"].startswith("op 'toy_op' changed a schema: toy_op::scale was "
+                                   "`toy_op::scale(Tensor x) -> Tensor`"), r["library"]
+    assert "Registrations made outside op 'toy_op'" in r["library"]
+    assert r["library_old_runs"] == [2.0, 2.0]
+    assert r["after_destroy"] == "loaded"
+    assert r["new_runs"] == [6.0, 6.0]
+    assert "TorchScript code compiled against the old schema" in r["torchscript"], r["torchscript"]
+    assert "restart" in r["torchscript"] and "previous build stays loaded" in r["torchscript"]
+    assert r["scripted_runs"] == [2.0, 2.0]
+
+
+EXTRA_CPP = """#include <ATen/ATen.h>
+#include <torch/library.h>
+
+at::Tensor twice_cpu(const at::Tensor& x) { return x * 2; }
+
+TORCH_LIBRARY_FRAGMENT(toy_op, m) { m.def("twice(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(toy_op, CPU, m) { m.impl("twice", &twice_cpu); }
+"""
+
+DELETED_SOURCE = """
+    import json, torch, jit_loader
+    from pathlib import Path
+    op_dir = Path({path!r})
+    extra = op_dir / "extra.cpp"
+    out = {{}}
+    op = jit_loader.load(op_dir)
+    held = torch.ops.toy_op.twice.default
+    out["twice"] = op.twice(torch.ones(2)).tolist()
+    text = extra.read_text()
+    extra.unlink()
+    jit_loader.load(op_dir)
+    out["scale"] = op.scale(torch.ones(2)).tolist()
+    out["ops"] = jit_loader.ops_in("toy_op")
+    for label, call in (("torch_ops", lambda: torch.ops.toy_op.twice(torch.ones(2))),
+                        ("handle", lambda: op.twice(torch.ones(2))),
+                        ("held", lambda: held(torch.ones(2)))):
+        try:
+            call()
+            out[label] = "ran"
+        except (AttributeError, RuntimeError) as e:
+            out[label] = str(e).splitlines()[0]
+    extra.write_text(text)
+    jit_loader.load(op_dir)
+    out["back"] = op.twice(torch.ones(2)).tolist()
+    print(json.dumps(out))
+"""
+
+
+def test_deleted_source_withdraws_its_op_and_keeps_the_rest(tmp_path):
+    op_dir = copy_op("toy_op", tmp_path)
+    (op_dir / "extra.cpp").write_text(EXTRA_CPP)
+    r = result_of(run_py(DELETED_SOURCE.format(path=str(op_dir)), make_env(tmp_path / "cache"),
+                         timeout=TIMEOUT))
+    assert r["twice"] == [2.0, 2.0]
+    assert r["scale"] == [2.0, 2.0]
+    assert r["ops"] == ["scale"]
+    assert "twice" in r["torch_ops"] and "no attribute" in r["torch_ops"], r["torch_ops"]
+    assert "twice" in r["handle"], r["handle"]
+    assert r["held"].startswith("toy_op::twice belongs to a build that was replaced"), r["held"]
+    assert r["back"] == [2.0, 2.0]
+
+
+SLOW_CXX = """#!/bin/sh
+# A compiler that takes a few seconds longer per unit: room for `clean` to run while
+# the op builds and while a second process waits for that build.
+sleep 4
+exec c++ "$@"
+"""
+
+BUILD = """
+    import json, sys, torch, jit_loader
+    op = jit_loader.load({path!r})
+    print(json.dumps({{"compiled": op.build.compiled, "y": torch.ops.toy_op.scale(torch.ones(2)).tolist()}}))
+"""
+
+
+def test_clean_in_a_loop_never_removes_a_build_being_made_or_handed_over(tmp_path):
+    op_dir = copy_op("toy_op", tmp_path)
+    wrapper = tmp_path / "slow-cxx"
+    wrapper.write_text(SLOW_CXX)
+    wrapper.chmod(0o755)
+    env = make_env(tmp_path / "cache", CXX=str(wrapper))
+    code = textwrap.dedent(BUILD.format(path=str(op_dir)))
+
+    def start():
+        return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    done = threading.Event()
+    cleans = []
+
+    def clean_loop():
+        while not done.is_set():
+            proc = subprocess.run([sys.executable, "-m", "jit_loader", "clean", "toy_op"], cwd=ROOT,
+                                  env=env, capture_output=True, text=True, timeout=120)
+            cleans.append(proc)
+
+    builder = start()
+    time.sleep(1.0)
+    waiter = start()  # waits on the builder's lock, then is handed the build
+    cleaner = threading.Thread(target=clean_loop)
+    cleaner.start()
+    try:
+        outs = [p.communicate(timeout=TIMEOUT) for p in (builder, waiter)]
+    finally:
+        done.set()
+        cleaner.join(timeout=300)
+        for p in (builder, waiter):
+            p.kill()
+    for p, (stdout, stderr) in zip((builder, waiter), outs):
+        assert p.returncode == 0, stdout + stderr
+    first, second = (result_of(subprocess.CompletedProcess([], 0, o[0], o[1])) for o in outs)
+    assert first == {"compiled": True, "y": [2.0, 2.0]}
+    assert second == {"compiled": False, "y": [2.0, 2.0]}  # the build it was handed was there
+    assert cleans and all(c.returncode == 0 for c in cleans), [c.stderr for c in cleans]
+    assert any("building toy_op now" in c.stdout or "loading toy_op now" in c.stdout
+               for c in cleans), [c.stdout for c in cleans]
