@@ -34,6 +34,7 @@ Environment variables:
                            else DEFAULT_CUDA_ARCH)
     JIT_LOADER_VERBOSE     1 streams the full compiler output
     JIT_LOADER_KEEP        builds kept per op in the cache (default 8)
+    JIT_LOADER_MAX_SIZE    bound on the whole cache (e.g. "20G"; least recently used builds go)
     MAX_JOBS               parallel compile jobs (default: number of cores)
 
 This module is the public API only; the work is done in the package ``jit_tools``

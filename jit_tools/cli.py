@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from jit_tools import _torch_private, pipeline, scaffold, sources, store as stores, toolchain
-from jit_tools.errors import BuildError, JitLoaderError, OpNotFoundError
+from jit_tools import _torch_private, pipeline, scaffold, shared, sources, store as stores, toolchain
+from jit_tools.errors import BuildError, CacheError, JitLoaderError, OpNotFoundError
 from jit_tools.store import CacheStore
 
 LOW_DISK_BYTES = 2 * 1024**3     # below this much free space, doctor warns
@@ -69,12 +69,7 @@ def _age(seconds: float) -> str:
 
 
 def _folder_size(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for f in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(root, f)).st_size
-    return total
+    return stores.folder_bytes(path)
 
 
 def _op_caches() -> list[str]:
@@ -165,8 +160,12 @@ def cmd_list(args) -> int:
     verify = "full" if args.verify else "changed"
     ops = [_describe_op(name, op_dir, verify) for name, op_dir in _ops_to_list(args.paths)]
     cache = stores.cache_dir()
+    pieces = shared.pieces(cache)
+    ccache_bytes = stores.folder_bytes(shared.ccache_store(cache))
     if args.json:
-        print(json.dumps({"cache": str(cache), "ops": ops}, indent=2))
+        print(json.dumps({"cache": str(cache), "ops": ops, "shared": pieces,
+                          "ccache": {"path": str(shared.ccache_store(cache)), "bytes": ccache_bytes}},
+                         indent=2))
         return 0
     source = "JIT_LOADER_CACHE" if os.environ.get("JIT_LOADER_CACHE") else "set JIT_LOADER_CACHE to move it"
     print(f"cache: {cache}  ({source})")
@@ -201,6 +200,14 @@ def cmd_list(args) -> int:
         if op["leftovers"]:
             print(f"    {len(op['leftovers'])} leftover(s) of interrupted builds "
                   "(python -m jit_loader clean --broken removes them)")
+    if pieces or ccache_bytes:
+        print(f"\nshared by every op: {shared.shared_dir(cache)}")
+        for p in pieces:
+            state = "" if p["ok"] else "  (refused by the compiler; builds go without it)"
+            print(f"  {Path(p['path']).name:<28} {_size(p['bytes']):>9}  {p['kind']}, last used "
+                  f"{_age(time.time() - p['last_used'])} ago{state}")
+        print(f"  ccache store                 {_size(ccache_bytes):>9}  {shared.ccache_store(cache)}")
+        print("  (python -m jit_loader clean --shared removes them while no build runs)")
     if any(op["builds"] for op in ops):
         print("\n* marks the build a new process would load now")
     return 0
@@ -344,8 +351,10 @@ def cmd_build(args) -> int:
 # --------------------------------------------------------------------------------------
 
 
-def _doomed(builds: list[dict], args) -> list[dict]:
-    """The builds (newest first) that ``clean`` removes with these options."""
+def _doomed(builds: list[dict], args, current: str | None = None) -> list[dict]:
+    """The builds (newest first) that ``clean`` removes with these options. Narrowed by
+    --keep or --older-than, it never removes ``current``: the build a new process of this
+    op would load now."""
     if args.broken:
         return [b for b in builds if not b["valid"]]
     filtered = args.keep is not None or args.older_than is not None
@@ -356,10 +365,29 @@ def _doomed(builds: list[dict], args) -> list[dict]:
     for b in builds:
         if not b["valid"] or not filtered:
             doomed.append(b)
+        elif b["key"] == current:
+            continue
         elif b["key"] not in kept_newest and (
                 args.older_than is None or now - b.get("created", now) > args.older_than * 86400):
             doomed.append(b)
     return doomed
+
+
+def _current_key(name: str) -> str | None:
+    """The key a new process of op ``name`` would load now (its folder's current sources
+    and default options), or None when that cannot be told (the folder is gone)."""
+    try:
+        op_dir = _resolve(name)
+    except (OpNotFoundError, JitLoaderError):
+        builds = pipeline.cached_builds(name)
+        folder = next((b.get("op_dir") for b in builds if b.get("op_dir")), None)
+        if folder is None or not Path(folder).is_dir():
+            return None
+        op_dir = Path(folder)
+    try:
+        return pipeline.op_key(op_dir)[0]
+    except JitLoaderError:
+        return None
 
 
 def _clean_op(name: str, args, totals: dict) -> None:
@@ -379,7 +407,8 @@ def _clean_quiet_op(store, name: str, args, totals: dict) -> None:
     verb = "would remove" if args.dry_run else "removed"
     op_cache = store.op_folder(name)
     builds = pipeline.cached_builds(name)
-    doomed = _doomed(builds, args)
+    current = _current_key(name) if args.keep is not None or args.older_than is not None else None
+    doomed = _doomed(builds, args, current)
     remaining = len(builds) - len(doomed)
     for b in doomed:
         entry = Path(b["path"])
@@ -414,6 +443,58 @@ def _clean_quiet_op(store, name: str, args, totals: dict) -> None:
         totals["bytes"] += size
 
 
+def _shrink(args, totals: dict) -> None:
+    """--max-size: least recently used builds go until the cache fits."""
+    store = stores.current()
+    try:
+        bound = stores.parse_size(args.max_size)
+    except CacheError as e:
+        raise SystemExit(f"clean: --max-size: {e}") from None
+    before = store.bytes_used()
+    if args.dry_run:
+        print(f"dry run: the cache holds {_size(before)}; --max-size {args.max_size} would remove "
+              "least recently used builds until it fits")
+        return
+    for entry in store.shrink(bound):
+        print(f"{'removed':<13} {entry.parent.parent.name}/{entry.name}  least recently used")
+        totals["removed"] += 1
+    totals["bytes"] += max(0, before - store.bytes_used())
+    if store.bytes_used() > bound:
+        print(f"the cache still holds {_size(store.bytes_used())}: the rest is in use, being built, "
+              "or shared pieces and ccache's store (python -m jit_loader clean --shared)")
+
+
+def _clean_shared(args, totals: dict) -> None:
+    """Shared pieces (glue objects, precompiled headers, link probes) and ccache's store:
+    removed only while no build of this cache runs (every op's build lock taken without
+    waiting), so no build can be using them."""
+    verb = "would remove" if args.dry_run else "removed"
+    store = stores.current()
+    with contextlib.ExitStack() as stack:
+        for name in store.op_names():
+            busy = stack.enter_context(store.build_lock_if_free(name))
+            if busy is not None:
+                print(f"skipped       shared pieces  process {busy} is building {name} now; "
+                      "clean again once it is done")
+                return
+        if shared.owned(store.root):
+            for piece in shared.pieces(store.root):
+                path = Path(piece["path"])
+                if args.dry_run or shared.remove_piece(store.root, path):
+                    print(f"{verb:<13} _shared/{path.name}  {_size(piece['bytes'])}, {piece['kind']} "
+                          f"piece, last used {_age(time.time() - piece['last_used'])} ago")
+                    totals["bytes"] += piece["bytes"]
+                else:
+                    print(f"skipped       _shared/{path.name}  being built now")
+        ccache_dir = shared.ccache_store(store.root)
+        if ccache_dir.is_dir():
+            size = stores.folder_bytes(ccache_dir)
+            if not args.dry_run:
+                shutil.rmtree(ccache_dir, ignore_errors=True)
+            print(f"{verb:<13} _ccache  {_size(size)}, ccache's store of compiled objects")
+            totals["bytes"] += size
+
+
 def cmd_clean(args) -> int:
     if args.keep is not None and args.keep < 0 or args.older_than is not None and args.older_than < 0:
         print("clean: --keep and --older-than must not be negative", file=sys.stderr)
@@ -439,8 +520,14 @@ def cmd_clean(args) -> int:
     if not args.ops:
         names = cached
     totals = {"removed": 0, "skipped": 0, "bytes": 0}
-    for name in dict.fromkeys(names):
-        _clean_op(name, args, totals)
+    if args.max_size is not None:
+        _shrink(args, totals)
+    elif not args.shared:
+        for name in dict.fromkeys(names):
+            _clean_op(name, args, totals)
+    everything = not args.ops and args.keep is None and args.older_than is None and not args.broken
+    if args.shared or (everything and args.max_size is None):
+        _clean_shared(args, totals)
     freed = _size(totals["bytes"])
     if args.dry_run:
         print(f"dry run: would free {freed}; nothing was removed")
@@ -716,8 +803,15 @@ def _check_cache() -> list[tuple[str, str]]:
     builds = sum(len(pipeline.cached_builds(n)) for n in ops)
     used = sum(_folder_size(root / n) for n in ops)
     where = "from JIT_LOADER_CACHE" if os.environ.get("JIT_LOADER_CACHE") else "default location"
+    pieces = shared.pieces(root)
+    ccache_bytes = stores.folder_bytes(shared.ccache_store(root))
+    kinds = ", ".join(f"{k} {_size(sum(p['bytes'] for p in pieces if p['kind'] == k))}"
+                      for k in sorted({p["kind"] for p in pieces}))
     summary = (f"cache {root} ({where}): writable, {_size(free)} free; "
-               f"{builds} build(s) of {len(ops)} op(s) use {_size(used)}")
+               f"{builds} build(s) of {len(ops)} op(s) use {_size(used)}; "
+               f"{len(pieces)} shared piece(s) in {shared.shared_dir(root)} use "
+               f"{_size(sum(p['bytes'] for p in pieces))}" + (f" ({kinds})" if kinds else "")
+               + f"; ccache's store {_size(ccache_bytes)}")
     if free < LOW_DISK_BYTES:
         return [("WARN", f"{summary}. Low on space: a CUDA build needs a few hundred MB; free space, "
                          "run python -m jit_loader clean, or set JIT_LOADER_CACHE elsewhere")]
@@ -889,6 +983,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", type=int, metavar="N", help="keep the N newest good builds of each op")
     p.add_argument("--broken", action="store_true",
                    help="only broken builds and leftovers of interrupted builds; keep every good build")
+    p.add_argument("--shared", action="store_true",
+                   help="only the shared build pieces (precompiled headers, glue objects, link "
+                        "probes) and ccache's store; plain `clean` removes them too")
+    p.add_argument("--max-size", metavar="SIZE", default=None,
+                   help="remove least recently used builds until the cache fits in SIZE "
+                        "(e.g. 10G); JIT_LOADER_MAX_SIZE applies the same bound after every build")
     p.add_argument("-n", "--dry-run", action="store_true", help="show what would be removed, remove nothing")
     p.set_defaults(func=cmd_clean)
 

@@ -155,6 +155,11 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                             with contextlib.suppress(OSError):
                                 store.prune(state.name, key)
                                 shared.prune(store.root)
+                            bound = stores.max_size()
+                            if bound is not None:
+                                for entry in store.shrink(bound, building=(state.name, key)):
+                                    logger.info("removed build %s: the cache is over "
+                                                "JIT_LOADER_MAX_SIZE", entry)
                 except SourcesChanged as e:
                     # Publish only what the key names: take the sources as they are now.
                     changed_retries += 1

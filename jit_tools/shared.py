@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from jit_tools import key as keys, toolchain
+from jit_tools.store import folder_bytes
 from jit_tools.log import logger
 
 PCH_HEADER = "jit_loader_lean.h"
@@ -434,3 +435,56 @@ def prune(root: Path, days: float = SHARED_KEEP_DAYS) -> list[Path]:
         shutil.rmtree(piece, ignore_errors=True)
         removed.append(piece)
     return removed
+
+
+def pieces(root: Path) -> list[dict]:
+    """The shared pieces of the cache at ``root``: one dict per piece folder with its
+    ``path``, ``kind`` (glue, pch, link, nvcc...), ``bytes``, ``last_used`` (the time a
+    build last used it) and ``ok`` (False: the compiler refused it; builds go without)."""
+    folder = shared_dir(root)
+    out = []
+    if not folder.is_dir():
+        return out
+    for piece in sorted(folder.iterdir()):
+        if not piece.is_dir():
+            continue
+        stamp = piece / "ok"
+        try:
+            last = (stamp if stamp.exists() else piece).stat().st_mtime
+        except OSError:
+            continue
+        out.append({"path": str(piece), "kind": piece.name.split("-", 1)[0].lstrip("."),
+                    "bytes": folder_bytes(piece), "last_used": last, "ok": stamp.exists()})
+    return out
+
+
+def ccache_store(root: Path) -> Path:
+    """ccache's store for the builds of the cache at ``root``."""
+    return root / "_ccache"
+
+
+def owned(root: Path) -> bool:
+    """Whether the pieces live inside this cache (not a ``JIT_LOADER_SHARED_DIR`` that
+    other caches' builds use too, which a clean of this cache cannot see)."""
+    return shared_dir(root) == root / "_shared"
+
+
+def remove_piece(root: Path, piece: Path) -> bool:
+    """Remove one piece unless it is being built (its lock taken without waiting). The
+    caller makes sure no build of this cache runs (it holds every op's build lock)."""
+    lock = shared_dir(root) / f"{piece.name}.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        doomed = piece.with_name(f".tmp-removed-{piece.name}-{os.getpid()}")
+        try:
+            os.rename(piece, doomed)
+        except OSError:
+            return False
+        shutil.rmtree(doomed, ignore_errors=True)
+        return True
+    finally:
+        os.close(fd)

@@ -91,6 +91,34 @@ def keep_count() -> int:
         return DEFAULT_KEEP
 
 
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as ``500M``, ``10G`` or ``1.5T`` (binary units)."""
+    import re
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if m is None:
+        raise CacheError(f"size {text!r} is not a size such as 500M, 10G or 1.5T")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def max_size() -> int | None:
+    """The cache's size bound in bytes (``JIT_LOADER_MAX_SIZE``; unset: none)."""
+    text = os.environ.get("JIT_LOADER_MAX_SIZE", "").strip()
+    return parse_size(text) if text else None
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (0 when it is gone)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+    return total
+
+
 def _holder(fd: int) -> tuple[str, float | None]:
     """(pid, start time) that the process holding a build lock wrote into it."""
     fields = os.pread(fd, 64, 0).decode(errors="replace").split()
@@ -365,8 +393,12 @@ class CacheStore:
     def hold(self, name: str, key: str):
         """Keep a shared flock on a build while this process uses it (close to release),
         so that cleaning can tell it is in use."""
-        fd = os.open(self.entry(name, key) / "manifest.json", os.O_RDONLY)
+        entry = self.entry(name, key)
+        fd = os.open(entry / "manifest.json", os.O_RDONLY)
         fcntl.flock(fd, fcntl.LOCK_SH)
+        if not self.readonly:
+            with contextlib.suppress(OSError):
+                os.utime(entry)  # last use: what JIT_LOADER_MAX_SIZE keeps longest
         return os.fdopen(fd, "rb")
 
     @staticmethod
@@ -452,6 +484,46 @@ class CacheStore:
                 os.close(fd)
         shutil.rmtree(doomed, ignore_errors=True)
         return not entry.exists()
+
+    def bytes_used(self) -> int:
+        """Bytes of everything under the cache folder."""
+        return folder_bytes(self.root)
+
+    def least_recently_used(self) -> list[tuple[float, str, Path]]:
+        """Every build of every op as (last use, op, folder), least recently used first."""
+        out = []
+        for name in self.op_names():
+            for entry in self.builds_folder(name).iterdir():
+                if entry.name.startswith(TMP_PREFIX):
+                    continue
+                with contextlib.suppress(OSError):
+                    out.append((entry.stat().st_mtime, name, entry))
+        out.sort()
+        return out
+
+    def shrink(self, bound: int, building: tuple[str, str] | None = None) -> list[Path]:
+        """Remove least recently used builds until the cache holds at most ``bound``
+        bytes. Never a build a process holds, nor one of an op a process is building or
+        loading; ``building`` is (op, key) of the build this process has just published
+        while it holds that op's build lock (the key is kept, the op's other builds may go).
+        Returns the folders removed."""
+        removed = []
+        used = self.bytes_used()
+        for _last, name, entry in self.least_recently_used():
+            if used <= bound:
+                break
+            if building is not None and (name, entry.name) == building:
+                continue
+            size = folder_bytes(entry)
+            if building is not None and name == building[0]:
+                gone = self.remove(entry)
+            else:
+                with self.quiet(name) as busy:
+                    gone = busy is None and self.remove(entry)
+            if gone:
+                used -= size
+                removed.append(entry)
+        return removed
 
     def prune(self, name: str, keep_key: str) -> None:
         """Bound the builds kept per op (JIT_LOADER_KEEP), oldest first, skipping any

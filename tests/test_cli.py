@@ -239,6 +239,80 @@ def test_clean_older_than_and_keep(built, tmp_path):
     assert list((cache / "toy_op").glob("work-*"))  # not cleaned entirely: work folder stays
 
 
+def test_clean_keep_never_removes_the_build_a_new_process_loads(built, tmp_path):
+    cache = cache_copy(built, tmp_path)
+    current = build_folder(cache, built.key)
+    manifest = json.loads((current / "manifest.json").read_text())
+    manifest["created"] = time.time() - 5 * 86400  # older than both builds below
+    (current / "manifest.json").write_text(json.dumps(manifest))
+    newest = fake_build(cache, built.key, "1" * 20, days_old=1)
+    middle = fake_build(cache, built.key, "2" * 20, days_old=2)
+
+    out = run_cli("clean", "--keep", "1", cache=cache)
+    assert out.returncode == 0, out.stderr
+    assert newest.exists() and not middle.exists()
+    assert current.exists(), out.stdout  # not among the newest, but a new process loads it
+    listing = run_cli("list", built.op_dir, cache=cache)
+    assert f"* {built.key}" in listing.stdout
+
+
+def test_clean_max_size_removes_least_recently_used_builds(built, tmp_path):
+    cache = cache_copy(built, tmp_path)
+    current = build_folder(cache, built.key)
+    unused = fake_build(cache, built.key, "1" * 20, days_old=1)
+    used = fake_build(cache, built.key, "2" * 20, days_old=3)  # older, but used lately
+    week = time.time() - 7 * 86400
+    os.utime(unused, (week, week))
+    total = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
+    one = sum(f.stat().st_size for f in unused.rglob("*") if f.is_file())
+    out = run_cli("clean", "--max-size", str(total - one // 2), cache=cache)
+    assert out.returncode == 0, out.stderr
+    assert f"removed       toy_op/{unused.name}  least recently used" in out.stdout
+    assert not unused.exists() and used.exists() and current.exists()
+    bad = run_cli("clean", "--max-size", "lots", cache=cache)
+    assert bad.returncode != 0 and "'lots' is not a size such as 500M" in bad.stderr
+
+
+def test_shared_pieces_and_ccache_are_reported_and_cleaned_only_while_no_build_runs(built, tmp_path):
+    import fcntl
+    cache = cache_copy(built, tmp_path)
+    piece = cache / "_shared" / "pch-0123456789abcdef"
+    piece.mkdir(parents=True)
+    (piece / "jit_loader_lean.h.gch").write_bytes(b"x" * 300_000)
+    (piece / "ok").write_text("1.0\n")
+    shutil.rmtree(cache / "_ccache", ignore_errors=True)  # the build's own, if any
+    (cache / "_ccache").mkdir()
+    (cache / "_ccache" / "object").write_bytes(b"y" * 50_000)
+    env = {"JIT_LOADER_SHARED_DIR": ""}  # the pieces of this cache, inside it
+
+    listing = run_cli("list", "--json", cache=cache, env=env)
+    doc = json.loads(listing.stdout)
+    (pch,) = [p for p in doc["shared"] if p["kind"] == "pch"]
+    assert pch["bytes"] >= 300_000 and pch["ok"]
+    assert doc["ccache"]["bytes"] >= 50_000
+    text = run_cli("list", cache=cache, env=env).stdout
+    assert "pch-0123456789abcdef" in text and "ccache store" in text
+    doctor = run_cli("doctor", cache=cache, env=env).stdout
+    summary = next(l for l in doctor.splitlines() if "build(s) of" in l)
+    assert "1 shared piece(s)" in summary and "pch 300.0 kB" in summary, summary
+    assert "ccache's store 50.0 kB" in summary, summary
+
+    lock = os.open(cache / "toy_op" / "build.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a build of toy_op under way
+        out = run_cli("clean", "--shared", cache=cache, env=env)
+        assert out.returncode == 0, out.stderr
+        assert "skipped       shared pieces" in out.stdout and "building toy_op now" in out.stdout
+        assert piece.is_dir() and (cache / "_ccache").is_dir()
+    finally:
+        os.close(lock)
+    out = run_cli("clean", "--shared", cache=cache, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "removed       _shared/pch-0123456789abcdef" in out.stdout
+    assert not piece.exists() and not (cache / "_ccache").exists()
+    assert build_folder(cache, built.key).is_dir()  # builds are not shared pieces
+
+
 def test_clean_broken_removes_damage_that_doctor_reports(built, tmp_path):
     cache = cache_copy(built, tmp_path)
     good = fake_build(cache, built.key, "1" * 20, days_old=1)
