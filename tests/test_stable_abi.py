@@ -173,3 +173,12 @@ def test_stable_key_names_the_target_version_not_the_torch_build(tmp_path, monke
     monkeypatch.setattr(torch.version, "git_version", "0" * 40)
     assert jit_loader.op_key(stable_dir)[0] == stable_key  # another torch: same build
     assert jit_loader.op_key(aten_dir)[0] != aten_key      # an ATen build stays exact
+
+
+@pytest.mark.parametrize("name, abi_name", [("sigmoid", "stable"), ("gelu", "stable"),
+                                            ("lltm", "aten"), ("scatter", "aten")])
+def test_bundled_ops_build_against_their_abi(name, abi_name):
+    """Ops whose autograd lives in Python are stable; the two with C++ autograd, ATen."""
+    config = jit_loader.op_key(name)[1]
+    assert config.get("abi", "aten") == abi_name
+    assert ("-DTORCH_TARGET_VERSION=0x020b000000000000" in config["cflags"]) == (abi_name == "stable")
