@@ -6,6 +6,10 @@ Prints, for tiny fixture ops built in a private cache:
   * warm load of the cached op in a new process (after `import torch`);
   * the no-change check inside a live process (what every `load`/`reload` costs);
   * rebuild after editing one .cu vs one .cpp of a two-unit op (CUDA part needs nvcc);
+  * the same tiny op on the LibTorch stable ABI (tests/fixtures/stable_op): cold build
+    with its shared pieces absent and present, rebuild after editing its .cpp; and the
+    same function through tvm_ffi.cpp.load_inline, cold and after an edit
+    (apache-tvm-ffi, optional: the row says "not installed" without it);
   * with --ops: for the tiny op and each bundled op, cold build without the shared
     build pieces (glue object, precompiled header, compiler cache all empty) and with
     them present, rebuild after editing the .cu, after editing the .cpp (the .cu edit
@@ -132,6 +136,78 @@ load("toy_op_ext", [src], extra_include_paths=[os.path.dirname(src)],
      extra_cflags=["-O3"], is_python_module=False, build_directory=build_dir, verbose=False)
 print(json.dumps({"seconds": time.perf_counter() - t, "cpu": cpu() - c}))
 """
+
+
+STABLE_EDIT = """
+    import json, time, torch, jit_loader
+    from pathlib import Path
+    op_dir = Path({path!r})
+    op = jit_loader.load_library(op_dir)
+    assert not op.build.compiled
+    source = op_dir / "stable_op.cpp"
+    # A change of code (a comment would be a preprocessed-mode compiler-cache hit).
+    source.write_text(source.read_text() + "\\nint jit_bench_edit() {{ return 1; }}\\n")
+    t = time.perf_counter()
+    op.reload()
+    seconds = time.perf_counter() - t
+    y = torch.ops.stable_op.scale(torch.ones(1)).item()
+    print(json.dumps({{"seconds": seconds, "compiled": op.build.compiled, "y": y}}))
+"""
+
+# The same function as the stable op, through Apache TVM-FFI's JIT (no torch headers).
+TVM_FFI = """
+    import json, sys, time, torch, tvm_ffi.cpp
+    source = r'''
+    #include <tvm/ffi/container/tensor.h>
+    #include <tvm/ffi/function.h>
+    void scale(tvm::ffi::TensorView x, tvm::ffi::TensorView y) {
+      const float* src = static_cast<const float*>(x.data_ptr());
+      float* dst = static_cast<float*>(y.data_ptr());
+      for (int64_t i = 0; i < x.size(0); ++i) dst[i] = src[i] * FACTOR;
+    }
+    '''
+    out = {}
+    for label, factor in (("cold", "2.0f"), ("edit", "3.0f")):
+        t = time.perf_counter()
+        mod = tvm_ffi.cpp.load_inline(name="scale_" + label, cpp_sources=source.replace("FACTOR", factor),
+                                      functions=["scale"], build_directory=sys.argv[1] + "/" + label)
+        x = torch.ones(4)
+        y = torch.empty_like(x)
+        mod.scale(x, y)
+        out[label] = time.perf_counter() - t
+    print(json.dumps(out))
+"""
+
+
+def stable_rows(tmp: Path, base_env: dict) -> list[dict]:
+    """The tiny stable op: cold build with the stable pieces absent (they are built too),
+    cold build of a copy with them present, then the copy's .cpp edited in a live process;
+    the same function through tvm_ffi.cpp.load_inline where it is installed."""
+    env = {**base_env, "JIT_LOADER_CACHE": str(tmp / "c4")}
+    first, second = tmp / "stable_a" / "stable_op", tmp / "stable_b" / "stable_op"
+    shutil.copytree(FIXTURES / "stable_op", first)
+    shutil.copytree(FIXTURES / "stable_op", second)
+    header = second / "stable_op.h"
+    header.write_text(header.read_text().replace("kFactor = 2.0f", "kFactor = 3.0f"))
+    absent = run(COLD_BUILD.format(path=str(first)), env)
+    present = run(COLD_BUILD.format(path=str(second)), env)
+    edit = run(STABLE_EDIT.format(path=str(second)), env)
+    assert absent["compiled"] and present["compiled"] and edit["compiled"] and edit["y"] == 3.0
+    rows = [
+        {"measurement": "stable ABI: cold build, shared pieces absent", "value": absent["seconds"], "unit": "s"},
+        {"measurement": "stable ABI: cold build, shared pieces present", "value": present["seconds"], "unit": "s"},
+        {"measurement": "stable ABI: rebuild after editing the .cpp", "value": edit["seconds"], "unit": "s"},
+    ]
+    try:
+        import tvm_ffi  # noqa: F401
+    except ImportError:
+        rows.append({"measurement": "tvm_ffi.cpp.load_inline", "value": "not installed", "unit": ""})
+        return rows
+    tvm = run(TVM_FFI, base_env, str(tmp / "tvm"))
+    rows.append({"measurement": "tvm_ffi.cpp.load_inline: cold", "value": tvm["cold"], "unit": "s"})
+    rows.append({"measurement": "tvm_ffi.cpp.load_inline: after an edit", "value": tvm["edit"], "unit": "s"})
+    rows.append({"measurement": "  tvm_ffi edit / stable edit", "value": tvm["edit"] / edit["seconds"], "unit": "x"})
+    return rows
 
 
 def run(code: str, env: dict, *args: str) -> dict:
@@ -335,6 +411,8 @@ def main(argv=None) -> int:
                          "unit": "s"})
             rows.append({"measurement": "rebuild after editing the .cpp", "value": edits["toy_cuda.cpp"],
                          "unit": "s"})
+
+        rows += stable_rows(tmp, base_env)
 
     env_info = environment()
     print(f"# loader benchmark: {env_info['device']}, torch {env_info['torch']}, {env_info['date']}, "

@@ -63,7 +63,7 @@ _NINJA_ENV = ("CXX", "CC", "PYTORCH_NVCC", "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPEND
 def write_ninja_file(name: str, config: dict, sources: list[Path], work: Path) -> None:
     """torch's build.ninja for the op, with the registry header force-included into
     every translation unit and the glue linked in."""
-    header, glue = keys.REGISTRY_HEADER, keys.GLUE_SOURCE
+    header, glue = keys.support_files(config)
     names = {glue.stem: glue}
     for source in sources:
         stem = source.stem + (".cuda" if source.suffix in src.CUDA_SUFFIXES else "")

@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from jit_tools import toolchain
+from jit_tools import abi, toolchain
 from jit_tools.errors import JitLoaderError
 
 # torch's argument -> the value(s) jit_loader accepts, and why others cannot work.
@@ -84,7 +84,15 @@ def inline_sources(cpp_sources, cuda_sources=None, functions=None, *,
     """The files torch's ``load_inline`` writes (``main.cpp``, ``cuda.cu``), same text."""
     cpp = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources or [])
     cuda = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or [])
-    if not no_implicit_headers:
+    # Stable ABI text gets no ATen header: torch/extension.h would make its unit ATen's
+    # (one ABI per op) and cost it ATen's compile time.
+    stable = any(abi.is_stable_text(text) for text in cpp)
+    if stable and functions is not None:
+        raise JitLoaderError("load_inline: functions= binds with pybind11 through "
+                             "torch/extension.h, which stable ABI sources cannot include; "
+                             "register the functions with STABLE_TORCH_LIBRARY and call them "
+                             "as torch.ops.<namespace>.<name>")
+    if not no_implicit_headers and not stable:
         cpp.insert(0, "#include <torch/extension.h>")
     if functions is not None:
         if isinstance(functions, str):

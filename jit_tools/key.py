@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from jit_tools import _torch_private, sources, toolchain
+from jit_tools import _torch_private, abi as abis, sources, toolchain
 from jit_tools.errors import JitLoaderError
 
 LOADER_FORMAT = 2  # bump when the cache layout changes meaning
@@ -40,6 +40,14 @@ REGISTRY_HEADER = CSRC / "jit_loader_registry.h"
 GLUE_SOURCE = CSRC / "jit_loader_glue.cpp"
 SUPPORT_HASH = hashlib.sha256(
     REGISTRY_HEADER.read_bytes() + GLUE_SOURCE.read_bytes()).hexdigest()[:16]
+
+
+def support_files(cfg: dict) -> tuple[Path, Path]:
+    """The registry header force-included into the build's units and the glue linked
+    into it, for the build's ABI."""
+    if cfg.get("abi") == abis.STABLE:
+        return abis.STABLE_REGISTRY_HEADER, abis.STABLE_GLUE_SOURCE
+    return REGISTRY_HEADER, GLUE_SOURCE
 
 
 def options(extra_cflags=(), extra_cuda_cflags=(), extra_ldflags=(), extra_include_paths=(),
@@ -66,7 +74,7 @@ def include_dirs(op_dir: Path, opts: dict) -> list[Path]:
 
 
 def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
-           cuda_only: Callable[[Path], bool] | None = None) -> dict:
+           cuda_only: Callable[[Path], bool] | None = None, abi: str = abis.ATEN) -> dict:
     """Everything besides file contents that decides what the build produces."""
     cuda_only = cuda_only or (lambda p: sources.is_cuda_source(p, name))
     has_cuda_sources = any(cuda_only(p) for p in all_sources)
@@ -75,7 +83,7 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
     home = toolchain.cuda_home() if with_cuda else None
     cuda_includes = ([f"-isystem {shlex.quote(d)}" for d in toolchain.pip_cuda_includes(home)]
                      if with_cuda else [])
-    return {
+    cfg = {
         "format": LOADER_FORMAT,
         "support": SUPPORT_HASH,
         "name": name,
@@ -95,6 +103,23 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
         "include_dirs": [str(p) for p in include_dirs(op_dir, opts)],
         "no_cuda_reason": no_cuda,
     }
+    return stable_config(cfg) if abi == abis.STABLE else cfg
+
+
+def stable_config(cfg: dict) -> dict:
+    """A stable build's configuration: the stable registry header and glue, the target
+    version in place of the exact torch build (the library loads in every torch from
+    the target on, so a prebuilt cache layer serves them all), and no Python ABI (a
+    stable library uses none). torch's CUDA version stays where CUDA is built: the
+    kernels link against its runtime."""
+    out = dict(cfg, abi=abis.STABLE, support=abis.STABLE_SUPPORT_HASH, torch=abis.TARGET_NAME)
+    del out["torch_git"], out["python"]
+    if not out["with_cuda"]:
+        out["torch_cuda"] = None
+    out["cflags"] = [abis.TARGET_FLAG, *out["cflags"]]
+    if out["with_cuda"]:
+        out["cuda_cflags"] = [abis.TARGET_FLAG, *out["cuda_cflags"]]
+    return out
 
 
 def input_hashes(files) -> dict[str, str]:
@@ -128,7 +153,8 @@ def compute_key(name: str, op_dir: Path, opts: dict, source_list: Sequence[Path]
     if not all_sources:
         raise JitLoaderError(
             f"op {name!r}: no C++/CUDA source ({', '.join(sources.SOURCE_SUFFIXES)}) in {op_dir}")
-    cfg = config(name, op_dir, opts, all_sources, cuda_only)
+    abi = abis.folder_abi(name, all_sources, include_dirs(op_dir, opts))
+    cfg = config(name, op_dir, opts, all_sources, cuda_only, abi)
     compiled = [p for p in all_sources if cfg["with_cuda"] or not cuda_only(p)]
     headers = sources.local_headers(all_sources, include_dirs(op_dir, opts))
     digest = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode())

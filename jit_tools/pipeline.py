@@ -128,13 +128,6 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
     if key == state.key:
         state.snapshot = snapshot
         return False
-    stable = sources.stable_registration(inputs)
-    if stable is not None:
-        raise JitLoaderError(
-            f"{stable[0]}:{stable[1]}: op {state.name!r} registers with STABLE_TORCH_LIBRARY*, "
-            "which jit_loader cannot withdraw, so the op could not be reloaded in a live "
-            "process; register with TORCH_LIBRARY / TORCH_LIBRARY_IMPL instead (the same "
-            "schema and kernels), or build it with torch.utils.cpp_extension")
     compiled = False
     log_path = None
     corrupt_retries = changed_retries = 0

@@ -29,13 +29,14 @@ from pathlib import Path
 
 import torch
 
-from jit_tools import key as keys, toolchain
+from jit_tools import abi as abis, key as keys, toolchain
 from jit_tools.store import folder_bytes
 from jit_tools.log import logger
 
 PCH_HEADER = "jit_loader_lean.h"
 PCH_TEXT = "// The lean header set the ops' C++ units use, precompiled once.\n" \
            "#pragma once\n#include <ATen/ATen.h>\n#include <torch/library.h>\n"
+STABLE_PCH_HEADER = "jit_loader_stable.h"  # the stable ABI's set: jit_tools/abi.py
 SHARED_KEEP_DAYS = 30
 FAILED = "FAILED"  # marker file: the compiler refused to build this piece
 
@@ -143,11 +144,14 @@ def common_flags(cflags: str, name: str, private_dirs) -> list[str]:
             continue
         if tok.startswith("-DTORCH_EXTENSION_NAME=") or tok in private:
             continue
-        if tok == "-include" and i + 1 < len(tokens) and tokens[i + 1] == str(keys.REGISTRY_HEADER):
+        if tok == "-include" and i + 1 < len(tokens) and tokens[i + 1] in REGISTRY_HEADERS:
             skip = True
             continue
         out.append(tok)
     return out
+
+
+REGISTRY_HEADERS = (str(keys.REGISTRY_HEADER), str(abis.STABLE_REGISTRY_HEADER))
 
 
 def _piece_key(kind: str, cxx: str, flags: list[str], post: str) -> str:
@@ -210,35 +214,40 @@ def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[bool, str]
 
 
 def glue_object(root: Path, cxx: str, flags: list[str], post: str,
-                launcher: list[str], env: dict | None = None) -> Path | None:
-    """The glue compiled once for these flags: the path of its object file."""
-    folder = shared_dir(root) / f"glue-{_piece_key('glue', cxx, flags, post)}"
+                launcher: list[str], env: dict | None = None,
+                source: Path = keys.GLUE_SOURCE) -> Path | None:
+    """The glue (``source``: the ATen one or the stable ABI's) compiled once for these
+    flags: the path of its object file."""
+    kind = "glue" if source == keys.GLUE_SOURCE else "stable-glue" + abis.STABLE_SUPPORT_HASH
+    folder = shared_dir(root) / f"glue-{_piece_key(kind, cxx, flags, post)}"
 
     def make(tmp: Path):
-        return _run([*launcher, cxx, *flags, "-c", str(keys.GLUE_SOURCE), "-o",
+        return _run([*launcher, cxx, *flags, "-c", str(source), "-o",
                      str(tmp / "jit_loader_glue.o"), *shlex.split(post)], tmp, env)
 
     built = _build_piece(folder, make)
     return built / "jit_loader_glue.o" if built else None
 
 
-def precompiled_header(root: Path, cxx: str, flags: list[str], post: str) -> Path | None:
-    """The lean header set precompiled with exactly the units' flags: the path of the
-    header (its .gch beside it), or None where disabled or refused."""
+def precompiled_header(root: Path, cxx: str, flags: list[str], post: str,
+                       header: str = PCH_HEADER, text: str = PCH_TEXT) -> Path | None:
+    """A header set (the lean ATen one, or the stable ABI's) precompiled with exactly
+    the units' flags: the path of the header (its .gch beside it), or None where
+    disabled or refused."""
     if _off("JIT_LOADER_PCH") or not is_gcc(cxx):
         return None
-    folder = shared_dir(root) / f"pch-{_piece_key('pch' + PCH_TEXT, cxx, flags, post)}"
+    folder = shared_dir(root) / f"pch-{_piece_key('pch' + text, cxx, flags, post)}"
 
     def make(tmp: Path):
-        (tmp / PCH_HEADER).write_text(PCH_TEXT)
-        return _run([cxx, *flags, "-x", "c++-header", PCH_HEADER, "-o", PCH_HEADER + ".gch",
+        (tmp / header).write_text(text)
+        return _run([cxx, *flags, "-x", "c++-header", header, "-o", header + ".gch",
                      *shlex.split(post)], tmp)
 
     built = _build_piece(folder, make)
     if built is None:
         return None
-    _pch_checksum(built / (PCH_HEADER + ".gch"))
-    return built / PCH_HEADER
+    _pch_checksum(built / (header + ".gch"))
+    return built / header
 
 
 def _pch_checksum(gch: Path) -> None:
@@ -346,6 +355,15 @@ def unwrap(command: str) -> str:
     return shlex.join(tokens)
 
 
+def pieces_for(ninja_text: str) -> tuple[Path, str, str]:
+    """(glue source, precompiled header name, its text) for the ABI a build.ninja
+    speaks: a stable build compiles the stable glue, and its units include nothing of
+    ATen, so their header set is the stable one."""
+    if str(abis.STABLE_GLUE_SOURCE) in ninja_text:
+        return abis.STABLE_GLUE_SOURCE, STABLE_PCH_HEADER, abis.STABLE_PCH_TEXT
+    return keys.GLUE_SOURCE, PCH_HEADER, PCH_TEXT
+
+
 def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
     """Rewrite the op's build.ninja to use the shared pieces; returns the environment
     additions for Ninja (ccache settings) and what was used, under "used"."""
@@ -364,18 +382,20 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
     if launch:
         env = ccache_env(root)
         (root / "_ccache").mkdir(parents=True, exist_ok=True)
+    glue_source, pch_header, pch_text = pieces_for(text)
     # The two pieces build side by side (each under its own lock) unless MAX_JOBS=1.
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(1) as pool:
-        make_glue = lambda: glue_object(root, cxx, flags, post, [launch] if launch else [], env)
+        make_glue = lambda: glue_object(root, cxx, flags, post, [launch] if launch else [], env,
+                                        glue_source)
         glue_job = pool.submit(make_glue) if toolchain.max_jobs() != "1" else None
-        pch = precompiled_header(root, cxx, flags, post)
+        pch = precompiled_header(root, cxx, flags, post, pch_header, pch_text)
         glue = glue_job.result() if glue_job is not None else make_glue()
     if glue is not None:
-        glue_line = f"build jit_loader_glue.o: compile {keys.GLUE_SOURCE}\n"
+        glue_line = f"build {glue_source.stem}.o: compile {glue_source}\n"
         if glue_line in text:
             text = text.replace(glue_line, "")
-            text = re.sub(r"^(build \S+\.so: link .*?) jit_loader_glue\.o",
+            text = re.sub(rf"^(build \S+\.so: link .*?) {glue_source.stem}\.o",
                           lambda m: m.group(1) + " " + _ninja_escape(str(glue)), text,
                           flags=re.M)
             used["glue"] = True

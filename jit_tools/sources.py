@@ -152,22 +152,6 @@ def snapshot(op_dir: Path | None, files: Iterable[Path], surface: Path | None) -
     return snap
 
 
-_STABLE_RE = re.compile(rb"^[ \t]*STABLE_TORCH_LIBRARY\w*\s*\(", re.MULTILINE)
-
-
-def stable_registration(files: Iterable[Path]) -> tuple[Path, int] | None:
-    """(file, line) of the first ``STABLE_TORCH_LIBRARY*`` block in ``files``, if any."""
-    for path in files:
-        try:
-            text = path.read_bytes()
-        except OSError:
-            continue
-        m = _STABLE_RE.search(text)
-        if m:
-            return path, text.count(b"\n", 0, m.start()) + 1
-    return None
-
-
 def common_folder(files: Sequence[Path]) -> Path:
     """The deepest folder holding every file of ``files``."""
     return Path(os.path.commonpath([str(p.parent) for p in files]))

@@ -151,23 +151,6 @@ def test_flags_make_another_build_on_the_command_line_too(tmp_path):
     assert out["plain"]["key"] != key and out["plain"]["compiled"] is True
 
 
-def test_stable_abi_registration_is_refused_with_the_reason(tmp_path):
-    op_dir = tmp_path / "stable_op"
-    op_dir.mkdir()
-    (op_dir / "stable_op.cpp").write_text(textwrap.dedent("""\
-        #include <torch/csrc/stable/library.h>
-
-        STABLE_TORCH_LIBRARY(stable_op, m) {
-          m.def("twice(Tensor x) -> Tensor");
-        }
-        """))
-    with pytest.raises(jit_loader.JitLoaderError) as err:
-        jit_loader.load(op_dir)
-    first = str(err.value).splitlines()[0]
-    assert first.startswith(f"{op_dir / 'stable_op.cpp'}:3: ")
-    assert "STABLE_TORCH_LIBRARY" in first and "TORCH_LIBRARY" in first
-
-
 @pytest.mark.parametrize("kwargs, named", [
     ({"build_directory": "/tmp/elsewhere"}, "build_directory"),
     ({"is_standalone": True}, "is_standalone"),

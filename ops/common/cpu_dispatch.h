@@ -2,17 +2,18 @@
 // One CPU multiversioning scheme for every op's vectorised loops. Cached builds are
 // shared across machines, so they cannot be built with -mavx2 or -march=native; instead
 // a loop body is compiled three times (the x86-64 baseline, AVX2+FMA, AVX-512) and each
-// call takes the clone that ATen's own kernels use: at::get_cpu_capability(), which the
-// environment variable ATEN_CPU_CAPABILITY=default|avx2|avx512 forces (ATen trusts that
-// variable; here a clone the CPU cannot run is never taken). The baseline (SSE2) runs the
-// same loops about 4x slower than AVX2.
+// call takes the clone that ATen's own kernels use: the best the CPU has, unless the
+// environment variable ATEN_CPU_CAPABILITY=default|avx2|avx512 asks for less, read here
+// as ATen reads it (torch-free, so that stable-ABI units use it too; ATen trusts that
+// variable, here a clone the CPU cannot run is never taken). The baseline (SSE2) runs
+// the same loops about 4x slower than AVX2.
 //
 //   OPS_CPU_CLONES(name, body): defines name(args...), which calls the always-inline
 //   function template body(args...) compiled for the capability in force.
 //   OPS_CPU_CLONES_ISA(name, body): the same, calling body(CpuIsaTag<isa>{}, args...),
 //   for bodies that use a capability's instructions directly (under if constexpr).
-#include <ATen/Version.h>
-
+#include <cctype>
+#include <cstdlib>
 #include <string>
 
 namespace ops_common {
@@ -36,7 +37,9 @@ struct CpuIsaTag {
 inline CpuIsa cpu_isa() {
   static const CpuIsa isa = [] {
 #if defined(__x86_64__) && defined(__GNUC__)
-    const std::string capability = at::get_cpu_capability();
+    const char* env = std::getenv("ATEN_CPU_CAPABILITY");
+    std::string capability = env != nullptr && *env != '\0' ? env : "avx512";
+    for (char& c : capability) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     __builtin_cpu_init();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&

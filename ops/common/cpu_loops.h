@@ -1,6 +1,7 @@
 #pragma once
 // Elementwise CPU loop shared by the pointwise ops: out[i] = Op(in_0[i], ..., in_k[i])
-// over contiguous buffers, split across threads by at::parallel_for. The inner loop is
+// over contiguous buffers, split across threads by torch::stable::parallel_for (torch's
+// intra-op pool, as at::parallel_for). The inner loop is
 // plain code that GCC vectorises, compiled once per CPU capability (cpu_dispatch.h);
 // 16-bit data is loaded to float and rounded back once with the branch-free
 // conversions of cpu_convert.h, and computed with the fast exp (kFastMath), as on CUDA.
@@ -8,9 +9,9 @@
 // dependent chain per vector (an exp and a division), and a block gives the core several
 // independent chains to overlap (sigmoid: 1.28x the speed of one vector at a time on the
 // 2-core AMD EPYC development machine).
-#include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -134,7 +135,7 @@ template <typename Op, typename scalar_t, typename... In>
 void parallel_map(int64_t n, scalar_t* out, const In*... in) {
   using Storage = CpuStorage<scalar_t>;
   using T = typename Storage::type;
-  at::parallel_for(0, n, kCpuGrainSize, [&](int64_t begin, int64_t end) {
+  torch::stable::parallel_for(0, n, kCpuGrainSize, [&](int64_t begin, int64_t end) {
     map_contiguous(Storage{}, Op{}, end - begin, reinterpret_cast<T*>(out) + begin,
                    (reinterpret_cast<const T*>(in) + begin)...);
   });

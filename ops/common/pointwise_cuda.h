@@ -1,38 +1,36 @@
 #pragma once
-// CUDA host side of the elementwise ops (an op's *_cuda.cpp): the checks and layout of
-// common/pointwise.h, device guard, current stream and dtype dispatch around the
-// torch-free launchers that the op's .cu instantiates (common/pointwise_launch.h).
-#include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
-
-#include "common/cuda_host.h"
+// CUDA host side of the elementwise ops (an op's *_cuda.cpp), on the stable ABI: the
+// checks and layout of common/pointwise.h, device guard, current stream and dtype
+// dispatch around the torch-free launchers that the op's .cu instantiates
+// (common/pointwise_launch.h).
 #include "common/pointwise.h"
 #include "common/pointwise_launch.h"
+#include "common/stable_cuda_host.h"
 
 namespace ops_common {
 
 template <typename Op>
-at::Tensor pointwise_forward_cuda(const at::Tensor& x) {
+Tensor pointwise_forward_cuda(const Tensor& x) {
   check_pointwise_input(Op::kName, "x", x);
-  const c10::cuda::CUDAGuard guard(x.device());
-  const at::Tensor xc = x.contiguous();
-  at::Tensor y = empty_contiguous_like(xc);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, xc.scalar_type(), Op::kName, [&] {
-    OPS_CHECK_LAUNCH(launch_pointwise<Op>(current_stream(), xc.numel(), cuda_ptr<scalar_t>(y),
+  const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
+  const Tensor xc = torch::stable::contiguous(x);
+  Tensor y = torch::stable::empty_like(xc);
+  OPS_DISPATCH_FLOATING(xc.scalar_type(), Op::kName, [&] {
+    OPS_CHECK_LAUNCH(launch_pointwise<Op>(current_stream(xc), xc.numel(), cuda_ptr<scalar_t>(y),
                                           cuda_ptr<scalar_t>(xc)));
   });
   return y;
 }
 
 template <typename Op>
-at::Tensor pointwise_backward_cuda(const at::Tensor& grad, const at::Tensor& saved) {
+Tensor pointwise_backward_cuda(const Tensor& grad, const Tensor& saved) {
   check_pointwise_grad(Op::kName, grad, Op::kSavedName, saved);
-  const c10::cuda::CUDAGuard guard(saved.device());
-  const at::Tensor gc = grad.contiguous();
-  const at::Tensor sc = saved.contiguous();
-  at::Tensor dx = empty_contiguous_like(sc);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, sc.scalar_type(), Op::kName, [&] {
-    OPS_CHECK_LAUNCH(launch_pointwise<Op>(current_stream(), sc.numel(), cuda_ptr<scalar_t>(dx),
+  const torch::stable::accelerator::DeviceGuard guard(saved.get_device_index());
+  const Tensor gc = torch::stable::contiguous(grad);
+  const Tensor sc = torch::stable::contiguous(saved);
+  Tensor dx = torch::stable::empty_like(sc);
+  OPS_DISPATCH_FLOATING(sc.scalar_type(), Op::kName, [&] {
+    OPS_CHECK_LAUNCH(launch_pointwise<Op>(current_stream(sc), sc.numel(), cuda_ptr<scalar_t>(dx),
                                           cuda_ptr<scalar_t>(gc), cuda_ptr<scalar_t>(sc)));
   });
   return dx;

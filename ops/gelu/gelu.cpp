@@ -1,18 +1,17 @@
 // gelu, the sigmoid approximation x * sigmoid(1.702 x): schema and CPU kernels. The
 // math is in gelu.h, the loops and checks are the shared pointwise ones
 // (common/pointwise.h).
-#include <ATen/ATen.h>
-#include <torch/library.h>
+#include <torch/csrc/stable/library.h>
 
 #include "common/pointwise.h"
 #include "gelu.h"
 
-TORCH_LIBRARY(gelu, m) {
+STABLE_TORCH_LIBRARY(gelu, m) {
   m.def("forward(Tensor x) -> Tensor");
   m.def("backward(Tensor grad, Tensor x) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(gelu, CPU, m) {
-  m.impl("forward", &ops_common::pointwise_forward_cpu<gelu_op::Forward>);
-  m.impl("backward", &ops_common::pointwise_backward_cpu<gelu_op::Backward>);
+STABLE_TORCH_LIBRARY_IMPL(gelu, CPU, m) {
+  m.impl("forward", TORCH_BOX(&ops_common::pointwise_forward_cpu<gelu_op::Forward>));
+  m.impl("backward", TORCH_BOX(&ops_common::pointwise_backward_cpu<gelu_op::Backward>));
 }

@@ -5,6 +5,7 @@
 // feature so each task reduces its own share of the bias gradient, in order. Autograd is
 // C++ because at the tutorial's size the cell is overhead-bound: a Python autograd kernel
 // costs more than the fused forward itself.
+// ATen, not the stable ABI: the stable ABI has no autograd, and the C++ autograd is the point.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>

@@ -3,6 +3,7 @@
 // kernels. Autograd is a torch::autograd::Function in C++, as in PyTorch Geometric's
 // torch_scatter, registered for the Autograd key, so the op is differentiable from Python,
 // TorchScript and C++ alike.
+// ATen, not the stable ABI: the stable ABI has no autograd, and the C++ autograd is the point.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Dispatch_v2.h>

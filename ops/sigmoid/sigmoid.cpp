@@ -1,17 +1,16 @@
 // sigmoid: schema and CPU kernels. The math is in sigmoid.h, the loops and checks are
 // the shared pointwise ones (common/pointwise.h).
-#include <ATen/ATen.h>
-#include <torch/library.h>
+#include <torch/csrc/stable/library.h>
 
 #include "common/pointwise.h"
 #include "sigmoid.h"
 
-TORCH_LIBRARY(sigmoid, m) {
+STABLE_TORCH_LIBRARY(sigmoid, m) {
   m.def("forward(Tensor x) -> Tensor");
   m.def("backward(Tensor grad, Tensor y) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(sigmoid, CPU, m) {
-  m.impl("forward", &ops_common::pointwise_forward_cpu<sigmoid_op::Forward>);
-  m.impl("backward", &ops_common::pointwise_backward_cpu<sigmoid_op::Backward>);
+STABLE_TORCH_LIBRARY_IMPL(sigmoid, CPU, m) {
+  m.impl("forward", TORCH_BOX(&ops_common::pointwise_forward_cpu<sigmoid_op::Forward>));
+  m.impl("backward", TORCH_BOX(&ops_common::pointwise_backward_cpu<sigmoid_op::Backward>));
 }

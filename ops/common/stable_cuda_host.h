@@ -1,0 +1,55 @@
+#pragma once
+// Host side of a stable-ABI CUDA backend (an op's *_cuda.cpp), the twin of
+// common/cuda_host.h: device guard, the current stream, and the mapping from torch's
+// scalar types to the storage types the torch-free launchers take (common/cuda_types.h:
+// c10::Half / c10::BFloat16 have the bit layout of half_t / bfloat16_t).
+#include <cuda_runtime_api.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/c/shim.h>
+#include <torch/csrc/stable/macros.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
+
+#include "common/cuda_types.h"
+
+// torch's shims declare their CUDA functions only where USE_CUDA is defined before their
+// first inclusion, which the precompiled header set is not; these are the shims' own
+// declarations (the functions exist in every CUDA build of torch).
+extern "C" {
+AOTITorchError aoti_torch_get_current_cuda_stream(int32_t device_index, void** ret_stream);
+AOTITorchError torch_c10_cuda_check_msg(int32_t err, const char* filename,
+                                        const char* function_name, uint32_t line_number,
+                                        bool include_device_assertions, char** error_msg);
+void torch_c10_cuda_free_error_msg(char* error_msg);
+}
+
+namespace ops_common {
+
+template <typename T> struct cuda_type { using type = T; };
+template <> struct cuda_type<c10::Half> { using type = half_t; };
+template <> struct cuda_type<c10::BFloat16> { using type = bfloat16_t; };
+template <typename T> using cuda_t = typename cuda_type<T>::type;
+
+// A tensor's data as the CUDA type its launcher takes.
+template <typename scalar_t>
+inline cuda_t<scalar_t>* cuda_ptr(torch::stable::Tensor& t) {
+  return reinterpret_cast<cuda_t<scalar_t>*>(t.mutable_data_ptr<scalar_t>());
+}
+template <typename scalar_t>
+inline const cuda_t<scalar_t>* cuda_ptr(const torch::stable::Tensor& t) {
+  return reinterpret_cast<const cuda_t<scalar_t>*>(t.const_data_ptr<scalar_t>());
+}
+
+// torch's current stream on the tensor's device (the one a device guard made current).
+inline cudaStream_t current_stream(const torch::stable::Tensor& t) {
+  void* stream = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream));
+  return static_cast<cudaStream_t>(stream);
+}
+
+}  // namespace ops_common
+
+// A launcher returns cudaGetLastError() after its launches; this turns a failure into an
+// error naming the CUDA error, as STD_CUDA_KERNEL_LAUNCH_CHECK does.
+#define OPS_CHECK_LAUNCH(expr) STD_CUDA_CHECK(expr)
