@@ -53,6 +53,7 @@ from jit_tools import prebuilt as _prebuilt
 from jit_tools import registry as _registry
 from jit_tools import sources as _sources
 from jit_tools.errors import BuildError, CacheError, JitLoaderError, OpNotFoundError
+from jit_tools.fake import check_same_device
 from jit_tools.handle import ExtensionModule, Op
 from jit_tools.key import DEFAULT_CFLAGS, DEFAULT_CUDA_CFLAGS, DEFAULT_LDFLAGS
 from jit_tools.sources import OPS_DIR, available_ops
@@ -75,6 +76,7 @@ __all__ = [
     "remove_build",
     "loaded_ops",
     "check",
+    "check_same_device",
     "Op",
     "BuildInfo",
     "JitLoaderError",

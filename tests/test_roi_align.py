@@ -225,6 +225,17 @@ def test_cuda_backward_matches_cpu(op, channels, output_size, sampling_ratio, al
     assert_close(got, want, torch.float64)
 
 
+def test_fake_kernels_reject_meta_mixed_with_cpu(op):
+    x = feature_map("cpu", torch.float32)
+    rois = reference.random_rois(4, 2, 13, 17, device="cpu")
+    with pytest.raises(RuntimeError, match=r"detection.roi_align: rois is on meta but input is on cpu"):
+        op.roi_align(x, rois.to("meta"), 3)
+    grad = torch.randn(4, 5, 3, 3, device="meta")
+    with pytest.raises(RuntimeError,
+                       match=r"detection.roi_align_backward: rois is on cpu but grad is on meta"):
+        torch.ops.detection.roi_align_backward(grad, rois, 1.0, 3, 3, 2, 5, 13, 17, -1, False)
+
+
 def test_bad_inputs(op, device):
     x = feature_map(device, torch.float32)
     rois = reference.random_rois(4, 2, 13, 17, device=device)

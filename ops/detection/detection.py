@@ -49,7 +49,9 @@ def _check(cond: bool, message) -> None:
     torch._check(cond, message)
 
 
-def _check_nms_fake(op: str, boxes, scores) -> None:
+def _check_nms_fake(op: str, boxes, scores, idxs=None) -> None:
+    # Before the data-dependent output length, which would hide a device mismatch.
+    jit_loader.check_same_device(op, boxes=boxes, scores=scores, idxs=idxs)
     _check(boxes.dim() == 2 and boxes.shape[1] == 4,
            lambda: f"{op}: boxes must have shape (N, 4), got {tuple(boxes.shape)}")
     _check(scores.dim() == 1 and scores.shape[0] == boxes.shape[0],
@@ -68,7 +70,7 @@ def _nms_fake(boxes, scores, iou_threshold):
 
 @torch.library.register_fake("detection::batched_nms", lib=LIB)
 def _batched_nms_fake(boxes, scores, idxs, iou_threshold):
-    _check_nms_fake("detection.batched_nms", boxes, scores)
+    _check_nms_fake("detection.batched_nms", boxes, scores, idxs)
     kept = torch.library.get_ctx().new_dynamic_size()
     return boxes.new_empty((kept,), dtype=torch.long)
 
@@ -76,6 +78,7 @@ def _batched_nms_fake(boxes, scores, idxs, iou_threshold):
 # Shape functions of roi_align for torch.compile and opcheck.
 @torch.library.register_fake("detection::roi_align", lib=LIB)
 def _roi_align_fake(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
+    jit_loader.check_same_device("detection.roi_align", input=input, rois=rois)
     _check(input.dim() == 4, lambda: f"detection.roi_align: input must be a 4-D tensor, got {input.dim()}-D")
     _check(rois.dim() == 2 and rois.shape[1] == 5,
            lambda: f"detection.roi_align: rois must have shape (K, 5), got {tuple(rois.shape)}")
@@ -85,6 +88,7 @@ def _roi_align_fake(input, rois, spatial_scale, pooled_height, pooled_width, sam
 @torch.library.register_fake("detection::roi_align_backward", lib=LIB)
 def _roi_align_backward_fake(grad, rois, spatial_scale, pooled_height, pooled_width, batch_size,
                              channels, height, width, sampling_ratio, aligned):
+    jit_loader.check_same_device("detection.roi_align_backward", grad=grad, rois=rois)
     return grad.new_empty((batch_size, channels, height, width))
 
 
