@@ -29,6 +29,14 @@ Behaviour worth knowing:
   A roi's batch index outside ``[0, N)`` is an error on the CPU; on CUDA it is not
   checked (that would need a sync) and the roi gives zeros.
 * The CUDA backward of ROIAlign is deterministic (a gather, no atomics).
+* Adaptive sampling (``sampling_ratio <= 0``) takes torchvision's ``ceil(bin)`` samples per
+  bin and axis up to the map's length along that axis plus 2 (samples count one pixel
+  beyond each border, so a longer bin is larger than the whole map). Every roi up to
+  ``output_size`` times the map is sampled exactly as torchvision samples it; a longer one
+  (a diverged box regressor's ``[0, 0, 0, 1e9, 1e9]``) is sampled at that many evenly
+  spaced points: the same average over its bins at fewer points, at a cost of at most
+  ``output_size**2`` passes over the map, where torchvision's 10^16 samples per bin never
+  finish.
 """
 
 from __future__ import annotations
