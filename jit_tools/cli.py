@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jit_tools import _torch_private, pipeline, scaffold, sources, store as stores, toolchain
+from jit_tools import _torch_private, key as keys, pipeline, scaffold, sources, store as stores, toolchain
 from jit_tools.errors import BuildError, JitLoaderError, OpNotFoundError
 from jit_tools.store import CacheStore
 
@@ -128,21 +128,52 @@ def _ops_to_list(paths: list[str]) -> list[tuple[str, Path | None]]:
     return unique
 
 
+def _dropin_call(name: str, op_dir: Path, manifests: list[dict]) -> dict | None:
+    """The ``load(name=..., sources=[...], <options>)`` call that made the newest build of
+    ``name``, when it was made that way (torch's model: a source list, not an op folder);
+    None for an op folder's builds."""
+    if not manifests:
+        return None
+    newest = manifests[0]
+    listed = sorted(newest.get("sources", []))
+    walked = sorted(str(p) for p in sources.walk_sources(op_dir)
+                    if newest.get("config", {}).get("with_cuda") or not sources.is_cuda_source(p, name))
+    if name == op_dir.name and listed == walked:
+        return None
+    return {"sources": listed, "options": newest.get("options")}
+
+
+def _call_text(name: str, call: dict) -> str:
+    args = [f"name={name!r}", f"sources={[os.path.basename(s) for s in call['sources']]!r}"]
+    args += [f"{k}={v!r}" for k, v in (call["options"] or {}).items()]
+    return f"load({', '.join(args)})"
+
+
 def _describe_op(name: str, op_dir: Path | None, verify: str = "changed") -> dict:
     now = time.time()
     info: dict = {"name": name, "path": str(op_dir) if op_dir else None,
-                  "current_key": None, "error": None}
+                  "current_key": None, "error": None, "dropin_call": None}
+    manifests = pipeline.cached_builds(name, verify)
+    call = _dropin_call(name, op_dir, manifests) if op_dir is not None else None
     if op_dir is None:
         info["error"] = "its source folder no longer exists"
+    elif call is not None and call["options"] is None:
+        info.update(dropin_call=call, error="built by load(name=..., sources=[...]) with options "
+                                            "this cache did not record; run that call again")
     else:
         try:
-            key, config = pipeline.op_key(op_dir)
+            if call is None:
+                key, config = pipeline.op_key(op_dir)
+            else:  # the key the same load(name=..., sources=[...]) call computes now
+                info["dropin_call"] = call
+                key, config, _, _ = keys.compute_key(name, op_dir, call["options"],
+                                                     [Path(s) for s in call["sources"]])
             info.update(current_key=key, with_cuda=config["with_cuda"],
                         cuda_arch=config["cuda_arch"], no_cuda_reason=config["no_cuda_reason"])
-        except JitLoaderError as e:
+        except (JitLoaderError, OSError) as e:
             info["error"] = str(e).splitlines()[0]
     builds = []
-    for b in pipeline.cached_builds(name, verify):
+    for b in manifests:
         config = b.get("config", {})
         builds.append({
             "key": b["key"], "path": b["path"], "size_bytes": _folder_size(Path(b["path"])),
@@ -175,8 +206,15 @@ def cmd_list(args) -> int:
     for op in ops:
         print()
         print(f"{op['name']}  {op['path'] or '(source folder gone)'}")
+        call = op["dropin_call"]
         if op["error"]:
             print(f"  cannot compute the current key: {op['error']}")
+        elif call is not None:
+            state = ("loads build {} (cached, no compile)" if op["current_cached"] else
+                     "compiles build {} (not cached; run that call once to prebuild it: "
+                     "python -m jit_loader build takes op folders, not source lists)")
+            print(f"  a new process calling jit_loader.{_call_text(op['name'], call)} "
+                  + state.format(op["current_key"]))
         elif op["current_cached"]:
             print(f"  a new process loads build {op['current_key']} (cached, no compile)")
         else:

@@ -148,6 +148,19 @@ def test_refuses_to_overwrite_an_existing_test_file(tmp_path, capsys):
     assert test_file.read_text() == "# mine\n"
 
 
+def test_refusal_exits_non_zero_from_the_command_line(tmp_path):
+    """What a shell script sees: `python -m jit_loader new` that refuses fails."""
+    (tmp_path / "my_op").mkdir()
+    root = Path(__file__).resolve().parents[1]
+    for args in (["my_op", "--dir", str(tmp_path)], ["9lives", "--dir", str(tmp_path)]):
+        out = subprocess.run([sys.executable, "-m", "jit_loader", "new", *args], cwd=root,
+                             capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": str(root)})
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert out.stderr.startswith("new: ") and not out.stdout
+    assert [p.name for p in tmp_path.iterdir()] == ["my_op"]
+
+
 @pytest.mark.parametrize("name, why", [
     ("9lives", "must start with a letter"),
     ("my-op", "must start with a letter and hold only ASCII letters"),
