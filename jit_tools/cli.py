@@ -819,7 +819,7 @@ def cmd_doctor(args) -> int:
 
 def cmd_new(args) -> int:
     try:
-        made = scaffold.create(args.name, args.dir, cuda=args.cuda)
+        made = scaffold.create(args.name, args.dir, cuda=args.cuda, schema=args.schema)
     except scaffold.ScaffoldError as e:
         print(f"new: {e}", file=sys.stderr)
         return 2
@@ -852,6 +852,7 @@ examples:
   python -m jit_loader build lltm --cuda-arch "8.0;9.0"
   python -m jit_loader clean --older-than 30   drop builds older than a month
   python -m jit_loader new my_op --cuda        start a new op (CPU and CUDA kernels, tests)
+  python -m jit_loader new rms --schema "rms(Tensor x, Tensor weight, float eps) -> Tensor"
 
 The cache lives in $JIT_LOADER_CACHE (default ~/.cache/jit_loader).
 """
@@ -943,7 +944,9 @@ def _parser() -> argparse.ArgumentParser:
                     "__init__.py and test_NAME.py; with --cuda also NAME_cuda.cu (torch-free "
                     "kernels and launchers), NAME_cuda.h and NAME_cuda.cpp (the CUDA host side). "
                     "The op computes y = x * |x| as a placeholder: replace the math in NAME.h "
-                    "and reference.py. Its dispatcher namespace is NAME (torch.ops.NAME.forward "
+                    "and reference.py. With --schema every file follows the schema's arguments "
+                    "(checks, kernels, fake kernels, one gradient per tensor, reference, tests). "
+                    "Its dispatcher namespace is NAME (torch.ops.NAME.forward "
                     "and .backward). When --dir is a folder named ops beside a tests folder (this "
                     "repository's layout) the test file goes to tests/test_NAME.py; elsewhere it "
                     "goes into the op folder with a conftest.py registering the cuda marker. "
@@ -955,6 +958,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda", action="store_true",
                    help="also generate the CUDA kernel (NAME_cuda.cu) and its host side (NAME_cuda.cpp); "
                         "they are compiled only where nvcc and a CUDA build of torch are present")
+    p.add_argument("--schema", metavar="SCHEMA",
+                   help='the op\'s arguments, e.g. "NAME(Tensor x, Tensor weight, float eps=1e-06) -> '
+                        'Tensor" (Tensor, float, int, bool; one Tensor result): every file follows it, '
+                        "with one gradient per tensor argument and an elementwise placeholder math "
+                        "to replace (default: NAME(Tensor x) -> Tensor, y = x * |x|)")
     p.add_argument("--dir", metavar="PATH",
                    help="create the op folder in PATH (created if missing; default: ./ops when the "
                         "current folder has one, else the current folder). The op loads from any "

@@ -472,8 +472,8 @@ def test_build_error_drops_torch_context_around_the_users_error(tmp_path):
     assert text[0] == f"{op}/op.cpp:9: 'undefined_thing' was not declared in this scope"
     assert text[2:7] == ["FAILED: op.o", f"{op}/op.cpp: In lambda function:",
                          f"{op}/op.cpp:9:62: error: 'undefined_thing' was not declared in this scope",
-                         "    9 |     for (int64_t i = 0; i < x.numel(); ++i) out[i] = in[i] * undefined_thing;",
-                         "      |                                                              ^~~~~~~~~~~~~~~"]
+                         "    9 |     for (int64_t i = 0; i < x.numel(); ++i) out[i] = in[i] * undefined_thing;",  # noqa: E501
+                         "      |                                                              ^~~~~~~~~~~~~~~"]  # noqa: E501
     assert not any("Dispatch_v2.h" in l or "AT_PRIVATE_CASE" in l or "__VA_ARGS__" in l for l in text)
     # An error in a torch header keeps the chain from the user's file that leads to it.
     assert text[7:10] == [f"In file included from {op}/op_helpers.h:2,",
