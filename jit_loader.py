@@ -53,7 +53,9 @@ from jit_tools import pipeline as _pipeline
 from jit_tools import prebuilt as _prebuilt
 from jit_tools import registry as _registry
 from jit_tools import sources as _sources
+from jit_tools.check import check
 from jit_tools.errors import BuildError, CacheError, JitLoaderError, OpNotFoundError
+from jit_tools.fake import check_same_device
 from jit_tools.handle import ExtensionModule, Op
 from jit_tools.key import DEFAULT_CFLAGS, DEFAULT_CUDA_CFLAGS, DEFAULT_LDFLAGS
 from jit_tools.sources import OPS_DIR, available_ops
@@ -76,6 +78,7 @@ __all__ = [
     "remove_build",
     "loaded_ops",
     "check",
+    "check_same_device",
     "Op",
     "BuildInfo",
     "JitLoaderError",
@@ -139,10 +142,10 @@ def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] |
     source_files = _dropin.paths(sources)
     options = _dropin.unsupported(torch_options)
     is_python_module = options.pop("is_python_module", True)
-    _dropin.check_with_cuda(options.pop("with_cuda", None), [Path(s) for s in source_files])
+    with_cuda = _dropin.check_with_cuda(options.pop("with_cuda", None), [Path(s) for s in source_files])
     if options:
         raise TypeError(f"load() got unexpected keyword arguments: {', '.join(sorted(options))}")
-    state = _pipeline.load_sources(name, source_files, verbose, **flags)
+    state = _pipeline.load_sources(name, source_files, verbose, with_cuda=with_cuda, **flags)
     return _module_or_library(state, is_python_module)
 
 
@@ -254,12 +257,6 @@ def build_in_use(entry: str | os.PathLike) -> bool:
 def remove_build(entry: str | os.PathLike) -> bool:
     """Delete one cached build unless a live process holds it; True when removed."""
     return _pipeline.remove_build(entry)
-
-
-def check(*args, **kwargs):
-    """One-line correctness check of an op; see :func:`jit_tools.check.check`."""
-    from jit_tools.check import check as _check
-    return _check(*args, **kwargs)
 
 
 def load_ipython_extension(ipython) -> None:

@@ -20,10 +20,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from experiments.benchutil import format_table, save_json
 
-from experiments.benchutil import format_table, save_json  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = """
     import json, sys, time, torch, jit_loader

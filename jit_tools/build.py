@@ -215,6 +215,49 @@ def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
     return str(log_path)
 
 
+_INCLUDED_FROM = re.compile(r"^(?:In file included| {5,}) from (?P<file>[^\s:][^:]*):\d+[:,]")
+_CONTEXT = re.compile(r"^(?P<file>[^\s:][^:]*):(?:\d+:)*\s+(?:required (?:from|by)|"
+                      r"in (?:expansion|definition) of macro|note: in (?:expansion|definition) of macro)")
+_SNIPPET = re.compile(r"^ *\d* \| ")
+_FILE = re.compile(r"^(?P<file>[^\s:][^:]*):")
+
+
+def _is_local(file: str, local_dirs: Sequence[Path]) -> bool:
+    return any(file.startswith(str(d) + os.sep) for d in local_dirs)
+
+
+def user_lines(output: list[str], local_dirs: Sequence[Path]) -> list[str]:
+    """The compiler's output less the context that lies outside the user's files: a chain
+    of "In file included from" that starts in torch's headers and leads to a message about
+    the user's file (g++ prints one before an error inside an ``AT_DISPATCH`` lambda), and
+    torch's "required from" / macro notes with their source snippets. Errors anywhere, the
+    chain that leads to an error in a torch header, and every line about the user's files
+    stay."""
+    kept: list[str] = []
+    chain: list[str] = []
+    dropping = False
+    for line in output:
+        m = _INCLUDED_FROM.match(line)
+        if m:
+            chain.append(line)
+            continue
+        if chain:  # a chain ends at the first line that is not part of it
+            about = _FILE.match(line)
+            if (_is_local(_INCLUDED_FROM.match(chain[0]).group("file"), local_dirs)
+                    or not (about and _is_local(about.group("file"), local_dirs))):
+                kept += chain
+            chain = []
+        m = _CONTEXT.match(line)
+        if m and not _is_local(m.group("file"), local_dirs):
+            dropping = True
+            continue
+        if dropping and _SNIPPET.match(line):
+            continue
+        dropping = False
+        kept.append(line)
+    return kept + chain
+
+
 def _build_error(name, lines, returncode, log_path, local_dirs, cache_root) -> BuildError:
     log = "".join(lines)
     err = first_error(log, local_dirs)
@@ -233,7 +276,7 @@ def _build_error(name, lines, returncode, log_path, local_dirs, cache_root) -> B
     # output (the full log has the commands).
     commands = {m.group(3).strip() for m in map(_NINJA_STATUS.match, lines) if m}
     output = [l for l in lines if not _NINJA_STATUS.match(l) and l.strip() not in commands]
-    tail = "".join(output[-30:])
+    tail = "".join(user_lines(output, local_dirs)[-30:])
     return BuildError(f"{first}\nbuilding op {name!r} failed; full log: {log_path}\n{tail}",
                       log_path=str(log_path), file=file, line=line, log=log)
 
@@ -349,6 +392,7 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
         manifest = store.publish(name, key, work / f"{name}.so", Path(log_path), {
             "op_dir": str(op_dir),
             "sources": [str(s) for s in sources],
+            "options": opts,
             "config": config,
             "created": time.time(),
             "build_seconds": round(time.perf_counter() - started, 3),

@@ -29,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from jit_tools import _torch_private, pipeline, scaffold, shared, sources, store as stores, toolchain
+from jit_tools import (_torch_private, key as keys, pipeline, scaffold, shared, sources, store as stores,
+                       toolchain)
 from jit_tools.errors import BuildError, CacheError, JitLoaderError, OpNotFoundError
 from jit_tools.store import CacheStore
 
@@ -123,21 +124,52 @@ def _ops_to_list(paths: list[str]) -> list[tuple[str, Path | None]]:
     return unique
 
 
+def _dropin_call(name: str, op_dir: Path, manifests: list[dict]) -> dict | None:
+    """The ``load(name=..., sources=[...], <options>)`` call that made the newest build of
+    ``name``, when it was made that way (torch's model: a source list, not an op folder);
+    None for an op folder's builds."""
+    if not manifests:
+        return None
+    newest = manifests[0]
+    listed = sorted(newest.get("sources", []))
+    walked = sorted(str(p) for p in sources.walk_sources(op_dir)
+                    if newest.get("config", {}).get("with_cuda") or not sources.is_cuda_source(p, name))
+    if name == op_dir.name and listed == walked:
+        return None
+    return {"sources": listed, "options": newest.get("options")}
+
+
+def _call_text(name: str, call: dict) -> str:
+    args = [f"name={name!r}", f"sources={[os.path.basename(s) for s in call['sources']]!r}"]
+    args += [f"{k}={v!r}" for k, v in (call["options"] or {}).items()]
+    return f"load({', '.join(args)})"
+
+
 def _describe_op(name: str, op_dir: Path | None, verify: str = "changed") -> dict:
     now = time.time()
     info: dict = {"name": name, "path": str(op_dir) if op_dir else None,
-                  "current_key": None, "error": None}
+                  "current_key": None, "error": None, "dropin_call": None}
+    manifests = pipeline.cached_builds(name, verify)
+    call = _dropin_call(name, op_dir, manifests) if op_dir is not None else None
     if op_dir is None:
         info["error"] = "its source folder no longer exists"
+    elif call is not None and call["options"] is None:
+        info.update(dropin_call=call, error="built by load(name=..., sources=[...]) with options "
+                                            "this cache did not record; run that call again")
     else:
         try:
-            key, config = pipeline.op_key(op_dir)
+            if call is None:
+                key, config = pipeline.op_key(op_dir)
+            else:  # the key the same load(name=..., sources=[...]) call computes now
+                info["dropin_call"] = call
+                key, config, _, _ = keys.compute_key(name, op_dir, call["options"],
+                                                     [Path(s) for s in call["sources"]])
             info.update(current_key=key, with_cuda=config["with_cuda"],
                         cuda_arch=config["cuda_arch"], no_cuda_reason=config["no_cuda_reason"])
-        except JitLoaderError as e:
+        except (JitLoaderError, OSError) as e:
             info["error"] = str(e).splitlines()[0]
     builds = []
-    for b in pipeline.cached_builds(name, verify):
+    for b in manifests:
         config = b.get("config", {})
         builds.append({
             "key": b["key"], "path": b["path"], "size_bytes": _folder_size(Path(b["path"])),
@@ -174,8 +206,15 @@ def cmd_list(args) -> int:
     for op in ops:
         print()
         print(f"{op['name']}  {op['path'] or '(source folder gone)'}")
+        call = op["dropin_call"]
         if op["error"]:
             print(f"  cannot compute the current key: {op['error']}")
+        elif call is not None:
+            state = ("loads build {} (cached, no compile)" if op["current_cached"] else
+                     "compiles build {} (not cached; run that call once to prebuild it: "
+                     "python -m jit_loader build takes op folders, not source lists)")
+            print(f"  a new process calling jit_loader.{_call_text(op['name'], call)} "
+                  + state.format(op["current_key"]))
         elif op["current_cached"]:
             print(f"  a new process loads build {op['current_key']} (cached, no compile)")
         else:
@@ -881,7 +920,7 @@ def cmd_doctor(args) -> int:
 
 def cmd_new(args) -> int:
     try:
-        made = scaffold.create(args.name, args.dir, cuda=args.cuda)
+        made = scaffold.create(args.name, args.dir, cuda=args.cuda, schema=args.schema)
     except scaffold.ScaffoldError as e:
         print(f"new: {e}", file=sys.stderr)
         return 2
@@ -914,6 +953,7 @@ examples:
   python -m jit_loader build lltm --cuda-arch "8.0;9.0"
   python -m jit_loader clean --older-than 30   drop builds older than a month
   python -m jit_loader new my_op --cuda        start a new op (CPU and CUDA kernels, tests)
+  python -m jit_loader new rms --schema "rms(Tensor x, Tensor weight, float eps) -> Tensor"
 
 The cache lives in $JIT_LOADER_CACHE (default ~/.cache/jit_loader).
 """
@@ -1011,7 +1051,9 @@ def _parser() -> argparse.ArgumentParser:
                     "__init__.py and test_NAME.py; with --cuda also NAME_cuda.cu (torch-free "
                     "kernels and launchers), NAME_cuda.h and NAME_cuda.cpp (the CUDA host side). "
                     "The op computes y = x * |x| as a placeholder: replace the math in NAME.h "
-                    "and reference.py. Its dispatcher namespace is NAME (torch.ops.NAME.forward "
+                    "and reference.py. With --schema every file follows the schema's arguments "
+                    "(checks, kernels, fake kernels, one gradient per tensor, reference, tests). "
+                    "Its dispatcher namespace is NAME (torch.ops.NAME.forward "
                     "and .backward). When --dir is a folder named ops beside a tests folder (this "
                     "repository's layout) the test file goes to tests/test_NAME.py; elsewhere it "
                     "goes into the op folder with a conftest.py registering the cuda marker. "
@@ -1023,6 +1065,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda", action="store_true",
                    help="also generate the CUDA kernel (NAME_cuda.cu) and its host side (NAME_cuda.cpp); "
                         "they are compiled only where nvcc and a CUDA build of torch are present")
+    p.add_argument("--schema", metavar="SCHEMA",
+                   help='the op\'s arguments, e.g. "NAME(Tensor x, Tensor weight, float eps=1e-06) -> '
+                        'Tensor" (Tensor, float, int, bool; one Tensor result): every file follows it, '
+                        "with one gradient per tensor argument and an elementwise placeholder math "
+                        "to replace (default: NAME(Tensor x) -> Tensor, y = x * |x|)")
     p.add_argument("--dir", metavar="PATH",
                    help="create the op folder in PATH (created if missing; default: ./ops when the "
                         "current folder has one, else the current folder). The op loads from any "

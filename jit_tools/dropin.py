@@ -61,21 +61,20 @@ def paths(value) -> list[str]:
     return [str(v) for v in value]
 
 
-def check_with_cuda(with_cuda: bool | None, source_files: list[Path]) -> None:
-    """torch's ``with_cuda``: None decides from the sources, as jit_loader always does.
-    An explicit value must agree, since jit_loader builds CUDA exactly when there are
-    ``.cu`` sources and a CUDA toolchain."""
+def check_with_cuda(with_cuda: bool | None, source_files: list[Path]) -> bool | None:
+    """torch's ``with_cuda``: None decides from the sources (CUDA when there is a ``.cu``),
+    True also builds C++-only sources with CUDA's include paths and libraries (host code
+    calling the CUDA runtime). Returns the ``with_cuda`` build option: True only where
+    it adds to what the sources decide."""
     if with_cuda is None:
-        return
+        return None
     has_cu = any(p.suffix == ".cu" for p in source_files)
-    if with_cuda and not has_cu:
-        raise JitLoaderError("with_cuda=True without .cu sources is not supported: jit_loader "
-                             "adds CUDA flags only to ops with .cu sources")
     if with_cuda and toolchain.why_no_cuda():
         raise JitLoaderError(f"with_cuda=True, but CUDA cannot be built: {toolchain.why_no_cuda()}")
     if not with_cuda and has_cu:
         raise JitLoaderError("with_cuda=False with .cu sources is not supported: leave the .cu "
                              "files out of sources instead")
+    return True if with_cuda and not has_cu else None
 
 
 def inline_sources(cpp_sources, cuda_sources=None, functions=None, *,

@@ -51,9 +51,13 @@ def support_files(cfg: dict) -> tuple[Path, Path]:
 
 
 def options(extra_cflags=(), extra_cuda_cflags=(), extra_ldflags=(), extra_include_paths=(),
-            cuda_arch=None) -> dict:
-    """The build options of ``load`` as a canonical dict (empty ones left out)."""
+            cuda_arch=None, with_cuda=None) -> dict:
+    """The build options of ``load`` as a canonical dict (empty ones left out).
+    ``with_cuda=True`` builds with CUDA (include paths, arch list, CUDA libraries) even
+    without a CUDA source, as torch's ``cpp_extension.load(with_cuda=True)`` does."""
     opts = {}
+    if with_cuda:
+        opts["with_cuda"] = True
     if extra_cflags:
         opts["extra_cflags"] = list(extra_cflags)
     if extra_cuda_cflags:
@@ -77,7 +81,7 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
            cuda_only: Callable[[Path], bool] | None = None, abi: str = abis.ATEN) -> dict:
     """Everything besides file contents that decides what the build produces."""
     cuda_only = cuda_only or (lambda p: sources.is_cuda_source(p, name))
-    has_cuda_sources = any(cuda_only(p) for p in all_sources)
+    has_cuda_sources = opts.get("with_cuda", False) or any(cuda_only(p) for p in all_sources)
     no_cuda = toolchain.why_no_cuda() if has_cuda_sources else None
     with_cuda = has_cuda_sources and no_cuda is None
     home = toolchain.cuda_home() if with_cuda else None

@@ -4,7 +4,9 @@ The generated op is small but complete, so that it builds and its tests pass bef
 line of it is changed: ``y = x * |x|`` (a signed square, whose gradient ``2 |x|``
 depends on the input) with a CPU kernel, optionally a CUDA kernel, the Python surface
 with its fake kernels and autograd, a plain-PyTorch reference and a test file. One
-replaces the math in ``<name>.h`` and the reference, then grows the rest.
+replaces the math in ``<name>.h`` and the reference, then grows the rest. With a schema
+(``new NAME --schema "NAME(Tensor x, Tensor weight, float eps) -> Tensor"``) the files of
+jit_tools/scaffold_schema.py, written from its arguments, take the place of these.
 
 Where the files go: the op folder ``<dir>/<name>/``. When ``<dir>`` is a folder named
 ``ops`` beside a ``tests`` folder (this repository's layout), the test file goes to
@@ -21,6 +23,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
+from jit_tools import op_schema, scaffold_schema
 from jit_tools.errors import JitLoaderError
 
 
@@ -93,10 +96,19 @@ class Plan:
         return next(p for p in self.files if p.name == f"test_{self.name}.py")
 
 
-def plan(name: str, directory: str | os.PathLike | None = None, cuda: bool = False) -> Plan:
+def plan(name: str, directory: str | os.PathLike | None = None, cuda: bool = False,
+         schema: str | None = None) -> Plan:
     """The files ``new`` writes, without writing them; raises :class:`ScaffoldError`
-    for a bad name or when any of them exists already."""
+    for a bad name or schema, or when any of them exists already. Without ``schema`` the
+    op is ``y = f(x)``; with one (``"NAME(Tensor x, Tensor weight, float eps) -> Tensor"``)
+    every file follows its arguments (jit_tools/scaffold_schema.py)."""
     validate_name(name)
+    parsed = None
+    if schema is not None:
+        try:
+            parsed = op_schema.parse_schema(schema, name)
+        except op_schema.SchemaError as e:
+            raise ScaffoldError(f"--schema: {e}") from None
     base = (Path(directory).expanduser() if directory is not None else default_dir()).resolve()
     if base.exists() and not base.is_dir():
         raise ScaffoldError(f"--dir {str(base)!r} is a file, not a folder")
@@ -116,23 +128,32 @@ def plan(name: str, directory: str | os.PathLike | None = None, cuda: bool = Fal
         devices=(CUDA_DEVICES if cuda else 'DEVICES = ["cpu"]  # the op has no CUDA kernel'),
         devices_note=" on CPU and CUDA" if cuda else " on CPU",
     )
-    templates = [
-        (f"{name}.h", MATH_H), (f"{name}_host.h", HOST_H), (f"{name}.cpp", CPU_CPP),
-    ]
-    if cuda:
-        templates += [(f"{name}_cuda.h", CUDA_H), (f"{name}_cuda.cu", CUDA_CU),
-                      (f"{name}_cuda.cpp", CUDA_CPP)]
-    templates += [(f"{name}.py", SURFACE_PY), ("reference.py", REFERENCE_PY), ("__init__.py", INIT_PY)]
+    if parsed is None:
+        templates = [
+            (f"{name}.h", MATH_H), (f"{name}_host.h", HOST_H), (f"{name}.cpp", CPU_CPP),
+        ]
+        if cuda:
+            templates += [(f"{name}_cuda.h", CUDA_H), (f"{name}_cuda.cu", CUDA_CU),
+                          (f"{name}_cuda.cpp", CUDA_CPP)]
+        templates += [(f"{name}.py", SURFACE_PY), ("reference.py", REFERENCE_PY), ("__init__.py", INIT_PY)]
+        test = TEST_PY + (TEST_CUDA_PY if cuda else "")
+    else:
+        fields.update(scaffold_schema.fields(parsed))
+        templates = [(string.Template(f).substitute(name=name), t)
+                     for f, t in scaffold_schema.templates(cuda)]
+        test = (scaffold_schema.TEST_PY + (scaffold_schema.TEST_OTHERS_PY if len(parsed.tensors) > 1 else "")
+                + (scaffold_schema.TEST_CUDA_PY if cuda else ""))
     files = {op_dir / fname: string.Template(text).substitute(fields) for fname, text in templates}
     if not in_repo_layout:
         files[op_dir / "conftest.py"] = CONFTEST_PY
-    files[test_path] = string.Template(TEST_PY + (TEST_CUDA_PY if cuda else "")).substitute(fields)
+    files[test_path] = string.Template(test).substitute(fields)
     return Plan(name=name, op_dir=op_dir, files=files)
 
 
-def create(name: str, directory: str | os.PathLike | None = None, cuda: bool = False) -> Plan:
+def create(name: str, directory: str | os.PathLike | None = None, cuda: bool = False,
+           schema: str | None = None) -> Plan:
     """Write the op folder (and its test file); returns what was written."""
-    p = plan(name, directory, cuda)
+    p = plan(name, directory, cuda, schema)
     p.op_dir.parent.mkdir(parents=True, exist_ok=True)
     p.op_dir.mkdir()  # fails, rather than merge, if it appeared since plan()
     for path, text in p.files.items():
@@ -440,6 +461,7 @@ def _forward_fake(x):
 @torch.library.register_fake("$name::backward", lib=LIB)
 def _backward_fake(grad, x):
     op = "$name.backward"
+    jit_loader.check_same_device(op, x=x, grad=grad)
     _check_floating(op, "x", x)
     torch._check(grad.dtype == x.dtype,
                  lambda: f"{op}: grad has dtype {grad.dtype} but x has dtype {x.dtype}")
@@ -693,6 +715,12 @@ def test_rejects_non_floating_input(op, device, dtype, dtype_name):
         torch.ops.$name.forward(x)
     with pytest.raises(RuntimeError, match=f"$name.backward: {message}"):
         torch.ops.$name.backward(x, x)
+
+
+def test_fake_kernel_rejects_meta_mixed_with_cpu(op):
+    """One argument on meta runs the fake kernel, which names the device mismatch."""
+    with pytest.raises(RuntimeError, match="$name.backward: grad is on meta but x is on cpu"):
+        torch.ops.$name.backward(torch.ones(4, device="meta"), torch.randn(4))
 
 
 def test_backward_rejects_mismatched_grad(op, device):

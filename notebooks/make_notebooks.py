@@ -19,12 +19,14 @@ import nbformat
 HERE = Path(__file__).resolve().parent
 
 SETUP = """\
-import sys
+import os
 from pathlib import Path
 
-# The repository root (the folder holding jit_loader.py), wherever Jupyter was started.
+# Work in the repository root (the folder holding jit_loader.py), wherever Jupyter was
+# started: IPython imports from the current folder, so jit_loader, ops and experiments
+# are found as `python -m` finds them from the root.
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "jit_loader.py").is_file())
-sys.path.insert(0, str(ROOT))
+os.chdir(ROOT)
 
 import torch
 import jit_loader

@@ -227,6 +227,16 @@ def test_backward_rejects_mismatched_devices(op, spec):
         spec.backward_op()(torch.ones(4), x)
 
 
+def test_fake_kernel_rejects_meta_mixed_with_cpu(op, spec):
+    """One argument on meta dispatches to the fake kernel, which must name the mismatch
+    instead of returning an uninitialised tensor."""
+    s, saved = spec.name, spec.saved_name
+    with pytest.raises(RuntimeError, match=f"{s}.backward: grad is on meta but {saved} is on cpu"):
+        spec.backward_op()(torch.ones(4, device="meta"), torch.randn(4))
+    with pytest.raises(RuntimeError, match=f"{s}.backward: grad is on cpu but {saved} is on meta"):
+        spec.backward_op()(torch.ones(4), torch.randn(4, device="meta"))
+
+
 def test_reference_import_builds_nothing(spec):
     name = spec.name
     code = (f"import sys, ops.{name}, ops.{name}.reference; "

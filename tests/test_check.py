@@ -261,3 +261,15 @@ def test_jit_built_op_without_registrations_fails_opcheck_and_compile(inline_op)
     opcheck = result.row("opcheck jit_check_inline::bare_scale")
     assert opcheck.status == "FAIL" and "test_autograd_registration" in opcheck.detail
     assert result.row("compile").status == "FAIL"  # no fake kernel
+
+
+def test_help_shows_the_real_signature_and_docstring():
+    import inspect
+    import pydoc
+
+    from jit_tools.check import check
+
+    assert jit_loader.check is check
+    assert list(inspect.signature(jit_loader.check).parameters)[:3] == ["fn", "inputs", "reference"]
+    text = pydoc.render_doc(jit_loader.check, renderer=pydoc.plaintext)
+    assert "check(fn: " in text and "Check an op in one line" in text and "*args" not in text

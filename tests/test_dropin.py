@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 import jit_loader
 
@@ -196,3 +197,61 @@ INLINE_CUDA = '''
 @pytest.mark.cuda
 def test_load_inline_cuda_sources_like_torch(tmp_path):
     assert run_py(INLINE_CUDA, tmp_path / "cache") == {"ok": True}
+
+
+WITH_CUDA_NO_CU = """
+    import json, sys, jit_loader
+    m = jit_loader.load(name="cuda_runtime_host", sources=[sys.argv[1]], with_cuda=True)
+    (op,) = [o for o in jit_loader.loaded_ops() if o.name == "cuda_runtime_host"]
+    print(json.dumps({"version": m.runtime_version(), "with_cuda": op.build.with_cuda}))
+"""
+
+
+@pytest.mark.skipif(jit_loader.why_no_cuda() is not None, reason="CUDA cannot be built here")
+def test_with_cuda_builds_host_code_without_a_cu_file_like_torch(tmp_path):
+    """torch's with_cuda=True: C++-only sources get CUDA's headers and libraries."""
+    source = tmp_path / "runtime.cpp"
+    source.write_text(textwrap.dedent("""\
+        #include <torch/extension.h>
+        #include <cuda_runtime_api.h>
+
+        int runtime_version() {
+          int version = 0;
+          cudaRuntimeGetVersion(&version);  // needs no GPU
+          return version;
+        }
+        PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("runtime_version", &runtime_version); }
+        """))
+    out = run_py(WITH_CUDA_NO_CU, tmp_path / "cache", str(source))
+    major = int(torch.version.cuda.split(".")[0])
+    assert out["with_cuda"] and out["version"] // 1000 == major, out
+
+
+def test_list_names_the_load_call_of_a_source_list_build(tmp_path):
+    """A build made by load(name=..., sources=[...], flags) is listed with that call and
+    its own key, not as the folder's op (which `build FOLDER` would make)."""
+    source = tmp_path / "src" / "tiny.cpp"
+    source.parent.mkdir()
+    source.write_text("int tiny() { return 1; }\n")
+    cache = tmp_path / "cache"
+    code = """
+        import json, sys, jit_loader
+        jit_loader.load(name="tiny_ext", sources=[sys.argv[1]], extra_cflags=["-DTINY=1"],
+                        is_python_module=False)
+        (op,) = [o for o in jit_loader.loaded_ops() if o.name == "tiny_ext"]
+        print(json.dumps({"key": op.build.key}))
+    """
+    key = run_py(code, cache, str(source))["key"]
+    env = {k: v for k, v in os.environ.items() if k != "JIT_LOADER_VERBOSE"}
+    env.update(JIT_LOADER_CACHE=str(cache), PYTHONPATH=str(ROOT), JIT_LOADER_CUDA_ARCH="9.0")
+    out = subprocess.run([sys.executable, "-m", "jit_loader", "list"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert ("a new process calling jit_loader.load(name='tiny_ext', sources=['tiny.cpp'], "
+            f"extra_cflags=['-DTINY=1']) loads build {key} (cached, no compile)") in out.stdout
+    assert f"jit_loader build {source.parent}" not in out.stdout
+    source.write_text("int tiny() { return 2; }\n")
+    out = subprocess.run([sys.executable, "-m", "jit_loader", "list"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert "extra_cflags=['-DTINY=1']) compiles build " in out.stdout
+    assert "run that call once to prebuild it" in out.stdout

@@ -431,6 +431,57 @@ def test_disk_full_while_publishing_leaves_cache_consistent(tmp_path, monkeypatc
 # --------------------------------------------------------------------------------------
 
 
+# g++ 12 on an error inside an AT_DISPATCH lambda: torch's include chain (of the file that
+# defines the dispatch macros) comes before the message about the user's line.
+DISPATCH_ERROR = """\
+[1/3] c++ -MMD -MF op.o.d -c {op}/op.cpp -o op.o
+FAILED: op.o
+c++ -MMD -MF op.o.d -c {op}/op.cpp -o op.o
+In file included from {torch}/torch/headeronly/core/Dispatch_v2.h:3,
+                 from {torch}/c10/core/Scalar.h:25,
+                 from {torch}/ATen/core/TensorBody.h:17,
+                 from {torch}/ATen/core/ivalue.h:5,
+                 from {torch}/ATen/core/List_inl.h:5,
+                 from {torch}/ATen/core/List.h:492,
+                 from {torch}/ATen/core/IListRef_inl.h:4,
+                 from {torch}/ATen/core/IListRef.h:634,
+                 from {torch}/ATen/DeviceGuard.h:4,
+                 from {torch}/ATen/ATen.h:10,
+                 from {op}/op.cpp:1:
+{op}/op.cpp: In lambda function:
+{op}/op.cpp:9:62: error: 'undefined_thing' was not declared in this scope
+    9 |     for (int64_t i = 0; i < x.numel(); ++i) out[i] = in[i] * undefined_thing;
+      |                                                              ^~~~~~~~~~~~~~~
+{torch}/ATen/Dispatch.h:58:7: note: in definition of macro 'AT_PRIVATE_CASE_TYPE_USING_HINT'
+   58 |       __VA_ARGS__();                                                       \\
+      |       ^~~~~~~~~~~
+In file included from {op}/op_helpers.h:2,
+                 from {op}/op.cpp:3:
+{torch}/c10/util/Half.h:12:3: error: something in torch's header
+ninja: build stopped: subcommand failed.
+"""
+
+
+def test_build_error_drops_torch_context_around_the_users_error(tmp_path):
+    from jit_tools import build
+
+    op, torch_inc = tmp_path / "op", "/venv/torch/include"
+    lines = [l + "\n" for l in DISPATCH_ERROR.format(op=op, torch=torch_inc).splitlines()]
+    err = build._build_error("op", lines, 1, tmp_path / "build.log", [op], tmp_path)
+    text = str(err).splitlines()
+    assert text[0] == f"{op}/op.cpp:9: 'undefined_thing' was not declared in this scope"
+    assert text[2:7] == ["FAILED: op.o", f"{op}/op.cpp: In lambda function:",
+                         f"{op}/op.cpp:9:62: error: 'undefined_thing' was not declared in this scope",
+                         "    9 |     for (int64_t i = 0; i < x.numel(); ++i) out[i] = in[i] * undefined_thing;",  # noqa: E501
+                         "      |                                                              ^~~~~~~~~~~~~~~"]  # noqa: E501
+    assert not any("Dispatch_v2.h" in l or "AT_PRIVATE_CASE" in l or "__VA_ARGS__" in l for l in text)
+    # An error in a torch header keeps the chain from the user's file that leads to it.
+    assert text[7:10] == [f"In file included from {op}/op_helpers.h:2,",
+                         f"                 from {op}/op.cpp:3:",
+                         f"{torch_inc}/c10/util/Half.h:12:3: error: something in torch's header"]
+    assert err.log == "".join(lines)  # the full log keeps everything
+
+
 def test_errors_pickle_with_their_attributes():
     import pickle
 

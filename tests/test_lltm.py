@@ -315,6 +315,17 @@ def test_bad_input_names_argument_and_value(op, device, case):
         op.lltm(*make(device))
 
 
+def test_fake_kernels_reject_meta_mixed_with_cpu(op):
+    inputs = _bad("cpu")
+    inputs[4] = inputs[4].to("meta")
+    with pytest.raises(RuntimeError, match=r"lltm.forward: old_cell is on meta but input is on cpu"):
+        torch.ops.lltm.forward(*inputs)
+    new_h, new_cell, gates, hx = torch.ops.lltm.forward(*_bad("cpu"))
+    with pytest.raises(RuntimeError, match=r"lltm.backward: grad_cell is on meta but new_cell is on cpu"):
+        torch.ops.lltm.backward(torch.ones_like(new_h), torch.ones_like(new_cell, device="meta"),
+                                new_cell, gates, hx, _bad("cpu")[1], [True] * 5)
+
+
 @pytest.mark.cuda
 def test_inputs_on_different_devices(op):
     inputs = _bad("cuda")

@@ -218,3 +218,15 @@ def test_bad_inputs(op, device):
     if device == "cuda":
         with pytest.raises(RuntimeError, match=r"scores is on cpu but boxes is on cuda"):
             op.nms(boxes, scores.cpu(), 0.5)
+
+
+def test_fake_kernels_reject_meta_mixed_with_cpu(op):
+    """Named before the data-dependent output length, which would hide the mismatch."""
+    boxes = reference.random_boxes(10, "cpu")
+    scores = torch.rand(10)
+    with pytest.raises(RuntimeError, match=r"detection.nms: scores is on meta but boxes is on cpu"):
+        op.nms(boxes, scores.to("meta"), 0.5)
+    idxs = torch.zeros(10, dtype=torch.long, device="meta")
+    with pytest.raises(RuntimeError,
+                       match=r"detection.batched_nms: idxs is on meta but boxes is on cpu"):
+        op.batched_nms(boxes, scores, idxs, 0.5)

@@ -9,6 +9,8 @@ compared with the reference (torchvision computes their geometry in 16 bits).
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -143,6 +145,53 @@ def test_rois_outside_and_degenerate(op, device):
             assert_close(grad, ref_x.grad, torch.float64)
 
 
+@pytest.mark.parametrize("aligned", [False, True])
+def test_adaptive_grid_unchanged_up_to_its_cap(op, device, aligned):
+    """Adaptive sampling takes torchvision's ceil(bin) samples per axis for every bin up to
+    the map's length plus two pixels: the whole map as one bin, and rois output_size times
+    the map, give torchvision's values."""
+    x = feature_map(device, torch.float64).requires_grad_()  # 13 x 17
+    h, w = 13, 17
+    cases = {1: [[0, 0.0, 0.0, w, h],                               # the map as one bin
+                 [1, -1.0, -1.0, w + 1.0, h + 1.0]],                # and a pixel more each side
+             3: [[0, -1.0, -1.0, 3 * (w + 1.0), 3 * (h + 1.0)],     # bins at the cap
+                 [1, 2.0, 3.0, 9.0, 11.0]]}
+    for output_size, boxes in cases.items():
+        rois = torch.tensor(boxes, dtype=torch.float64, device=device)
+        assert math.ceil((rois[:, 4] - rois[:, 2]).max().item() / output_size) == h + 2
+        assert math.ceil((rois[:, 3] - rois[:, 1]).max().item() / output_size) == w + 2
+        out = op.roi_align(x, rois, output_size, 1.0, -1, aligned)
+        ref_x, want = expected(x, rois, output_size, 1.0, -1, aligned)
+        assert_close(out, want, torch.float64)
+        grad = torch.randn_like(out)
+        (got,) = torch.autograd.grad(out, x, grad)
+        want.backward(grad)
+        assert_close(got, ref_x.grad, torch.float64)
+
+
+def test_diverged_box_is_sampled_at_the_cap(op, device):
+    """A box such as a diverged regressor gives ([0, 0, 0, 1e9, 1e9], sampling_ratio=-1)
+    would need 1e16 samples per bin in torchvision: here a bin is sampled at most
+    (map length + 2) times per axis, so it returns at once, matches the reference that
+    applies the same cap, and rois beside it are unaffected."""
+    x = feature_map(device, torch.float64).requires_grad_()
+    rois = torch.tensor([[0, 0.0, 0.0, 1e9, 1e9],
+                         [1, -40.0, -30.0, 60.0, 50.0],     # past the cap: 34 > 19 and 27 > 15
+                         [1, 2.0, 3.0, 9.0, 11.0]], dtype=torch.float64, device=device)
+    assert reference.max_adaptive_grid(17) == 19 and reference.max_adaptive_grid(13) == 15
+    out = op.roi_align(x, rois, 3, 1.0, -1, False)
+    want = reference.roi_align_reference(x.detach(), rois, 3, 1.0, -1, False)
+    assert_close(out, want, torch.float64)
+    assert not out[0].any()  # every sample of the huge box lies far outside the map
+    assert_close(out[2:], op.roi_align(x, rois[2:], 3, 1.0, -1, False), torch.float64)
+    ref_x = x.detach().requires_grad_()
+    reference.roi_align_reference(ref_x, rois, 3, 1.0, -1, False).sum().backward()
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    assert_close(grad, ref_x.grad, torch.float64)
+    big = torch.tensor([[0, -1e9, -1e9, 1e9, 1e9]], dtype=torch.float32, device=device)
+    assert torch.isfinite(op.roi_align(x.detach().float(), big, 7, 1.0, -1, True)).all()
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_non_finite_roi_coordinates(op, device, bad):
     """Documented behaviour: samples at non-finite positions count zero; no crash, and the
@@ -223,6 +272,17 @@ def test_cuda_backward_matches_cpu(op, channels, output_size, sampling_ratio, al
     got = torch.ops.detection.roi_align_backward(grad.cuda(), rois.cuda(), 0.5, ph, pw, *x.shape,
                                                  sampling_ratio, aligned)
     assert_close(got, want, torch.float64)
+
+
+def test_fake_kernels_reject_meta_mixed_with_cpu(op):
+    x = feature_map("cpu", torch.float32)
+    rois = reference.random_rois(4, 2, 13, 17, device="cpu")
+    with pytest.raises(RuntimeError, match=r"detection.roi_align: rois is on meta but input is on cpu"):
+        op.roi_align(x, rois.to("meta"), 3)
+    grad = torch.randn(4, 5, 3, 3, device="meta")
+    with pytest.raises(RuntimeError,
+                       match=r"detection.roi_align_backward: rois is on cpu but grad is on meta"):
+        torch.ops.detection.roi_align_backward(grad, rois, 1.0, 3, 3, 2, 5, 13, 17, -1, False)
 
 
 def test_bad_inputs(op, device):

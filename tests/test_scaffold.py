@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import jit_loader
 from jit_tools import cli, scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,10 +46,10 @@ def _count(word: str, summary: str) -> int:
 
 
 def _scaffold_build_and_test(base: Path, name: str, cuda: bool, dir_arg: Path,
-                             test_file: Path) -> SimpleNamespace:
+                             test_file: Path, *new_args: str) -> SimpleNamespace:
     """new, build, then pytest on the generated test file, each in a subprocess."""
-    new = _run(["-m", "jit_loader", "new", name, "--dir", dir_arg, *(["--cuda"] if cuda else [])],
-               cwd=base, timeout=120)
+    new = _run(["-m", "jit_loader", "new", name, "--dir", dir_arg, *(["--cuda"] if cuda else []),
+                *new_args], cwd=base, timeout=120)
     assert new.returncode == 0, new.stdout + new.stderr
     op_dir = dir_arg / name
     build = _run(["-m", "jit_loader", "build", op_dir], cwd=base, timeout=1200)
@@ -115,6 +116,74 @@ def test_cuda_op_builds_and_its_tests_pass(cuda_op):
         assert "no CUDA GPU visible" in cuda_op.output
 
 
+RMSNORM_SCHEMA = "scaffold_rmsnorm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor"
+
+
+@pytest.fixture(scope="module")
+def schema_op(tmp_path_factory):
+    """An op scaffolded from an RMSNorm-shaped schema, with its CUDA part (compiled
+    wherever nvcc is, run where a GPU is)."""
+    base = tmp_path_factory.mktemp("schema_project")
+    return _scaffold_build_and_test(base, "scaffold_rmsnorm", True, base / "kernels",
+                                    base / "kernels" / "scaffold_rmsnorm" / "test_scaffold_rmsnorm.py",
+                                    "--schema", RMSNORM_SCHEMA)
+
+
+def test_schema_op_follows_its_schema_builds_and_its_tests_pass(schema_op):
+    op_dir = schema_op.op_dir
+    cpp = (op_dir / "scaffold_rmsnorm.cpp").read_text()
+    assert 'm.def("forward(Tensor x, Tensor weight, float eps=1e-06) -> Tensor");' in cpp
+    assert 'm.def("backward(Tensor grad, Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)");' in cpp
+    host = (op_dir / "scaffold_rmsnorm_host.h").read_text()
+    for check in ('OP_CHECK_FLOATING(op, "x", x);', 'OP_CHECK_SAME_DEVICE(op, "weight", weight, "x", x);',
+                  'OP_CHECK_SAME_DTYPE(op, "weight", weight, "x", x);'):
+        assert check in host
+    surface = (op_dir / "scaffold_rmsnorm.py").read_text()
+    assert "def scaffold_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06)" in surface
+    assert "return x_grad, weight_grad, None" in surface  # one gradient per tensor, None for eps
+    assert "jit_loader.check_same_device(op, x=x, weight=weight)" in surface
+    cu = (op_dir / "scaffold_rmsnorm_cuda.cu").read_text()
+    assert not [h for h in re.findall(r'#include [<"]([^>"]+)[>"]', cu)
+                if h.startswith(("ATen", "torch", "c10"))]
+    if jit_loader.why_no_cuda() is None:
+        assert "CUDA arch" in schema_op.build.stdout, schema_op.build.stdout  # the .cu compiled
+    assert schema_op.tests.returncode == 0, schema_op.output
+    assert schema_op.failed == 0 and schema_op.passed >= 40, schema_op.output
+    for test in ("test_every_gradient_matches_reference", "test_rejects_mismatched_tensor",
+                 "test_fake_kernels_reject_meta_mixed_with_cpu", "test_opcheck", "test_gradcheck"):
+        assert test in (op_dir / "test_scaffold_rmsnorm.py").read_text()
+
+
+@pytest.mark.parametrize("schema, message", [
+    ("my_op(Tensor x) -> (Tensor, Tensor)", "one Tensor result; for several results copy the bundled LLTM"),
+    ("my_op(Tensor x, Tensor? bias) -> Tensor", "argument 'bias' has type 'Tensor?'"),
+    ("other(Tensor x) -> Tensor", "schema names the op 'other' but the op is 'my_op'"),
+    ("my_op(float eps, Tensor x) -> Tensor", "the first argument must be a Tensor"),
+    ("my_op(Tensor x, float grad) -> Tensor", "argument 'grad': the name is taken"),
+    ("my_op(Tensor x, int k=0.5) -> Tensor", "argument 'k': default '0.5' is not an int literal"),
+    ("my_op(Tensor x, Tensor x) -> Tensor", "argument 'x' appears twice"),
+    ("my_op Tensor x", "is not of the form"),
+])
+def test_rejects_schemas_it_cannot_scaffold(tmp_path, capsys, schema, message):
+    assert _new("my_op", "--dir", str(tmp_path), "--schema", schema) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("new: --schema: ") and message in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_schema_parsing_is_its_own_function():
+    """Other template sets (another host ABI) start from the same parsed schema."""
+    from jit_tools.op_schema import parse_schema
+
+    schema = parse_schema("rms(Tensor x, Tensor weight, float eps=1e-06, bool affine=true) -> Tensor")
+    assert [(a.name, a.type, a.default) for a in schema.arguments] == [
+        ("x", "Tensor", None), ("weight", "Tensor", None), ("eps", "float", "1e-06"),
+        ("affine", "bool", "true")]
+    assert [a.name for a in schema.tensors] == ["x", "weight"]
+    assert schema.arguments[3].py_default == "True"
+    assert schema.declaration(with_defaults=False) == "Tensor x, Tensor weight, float eps, bool affine"
+
+
 @pytest.mark.cuda
 def test_cuda_op_runs_its_cuda_tests_on_the_gpu(cuda_op):
     assert "CUDA arch" in cuda_op.build.stdout, cuda_op.build.stdout  # the CUDA sources were built
@@ -146,6 +215,19 @@ def test_refuses_to_overwrite_an_existing_test_file(tmp_path, capsys):
     assert f"new: {test_file} already exists; refusing to overwrite it" in capsys.readouterr().err
     assert not (tmp_path / "ops" / "my_op").exists()
     assert test_file.read_text() == "# mine\n"
+
+
+def test_refusal_exits_non_zero_from_the_command_line(tmp_path):
+    """What a shell script sees: `python -m jit_loader new` that refuses fails."""
+    (tmp_path / "my_op").mkdir()
+    root = Path(__file__).resolve().parents[1]
+    for args in (["my_op", "--dir", str(tmp_path)], ["9lives", "--dir", str(tmp_path)]):
+        out = subprocess.run([sys.executable, "-m", "jit_loader", "new", *args], cwd=root,
+                             capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": str(root)})
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert out.stderr.startswith("new: ") and not out.stdout
+    assert [p.name for p in tmp_path.iterdir()] == ["my_op"]
 
 
 @pytest.mark.parametrize("name, why", [

@@ -392,6 +392,14 @@ def test_cuda_lazy_error_raises_at_next_call(op):
     op.check_errors("cuda")
 
 
+def test_fake_kernels_reject_meta_mixed_with_cpu(op):
+    src = torch.randn(4, 2)
+    with pytest.raises(RuntimeError, match=r"scatter: index is on meta but src is on cpu"):
+        op.scatter(src, torch.tensor([0, 1, 1, 0], device="meta"), 0, dim_size=2)
+    with pytest.raises(RuntimeError, match=r"scatter: out is on meta but src is on cpu"):
+        op.scatter(src, torch.tensor([0, 1, 1, 0]), 0, torch.zeros(2, 2, device="meta"))
+
+
 @pytest.mark.cuda
 def test_inputs_on_different_devices(op):
     src = torch.randn(4, 2, device="cuda")

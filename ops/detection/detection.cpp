@@ -230,8 +230,10 @@ void roi_align_forward_cpu_kernel(const T* input, const A* rois, const std::vect
     AxisSamples<A> ys, xs;
     for (int64_t r = begin; r < end; ++r) {
       const A* roi = rois + r * 5;
-      const RoiAxis<A> ry = detection::roi_axis(roi[2], roi[4], scale, p.pooled_height, p.sampling_ratio, p.aligned);
-      const RoiAxis<A> rx = detection::roi_axis(roi[1], roi[3], scale, p.pooled_width, p.sampling_ratio, p.aligned);
+      const RoiAxis<A> ry = detection::roi_axis(roi[2], roi[4], scale, p.pooled_height,
+                                                p.sampling_ratio, p.aligned, static_cast<int>(p.height));
+      const RoiAxis<A> rx = detection::roi_axis(roi[1], roi[3], scale, p.pooled_width,
+                                                p.sampling_ratio, p.aligned, static_cast<int>(p.width));
       ys.fill(ry, p.pooled_height, static_cast<int>(p.height));
       xs.fill(rx, p.pooled_width, static_cast<int>(p.width));
       const A count = static_cast<A>(std::max(ry.grid * rx.grid, 1));
@@ -275,8 +277,10 @@ void roi_align_backward_cpu_kernel(const T* grad, const A* rois, const std::vect
     AxisSamples<A> ys, xs;
     for (int64_t r = 0; r < p.num_rois; ++r) {
       const A* roi = rois + r * 5;
-      const RoiAxis<A> ry = detection::roi_axis(roi[2], roi[4], scale, p.pooled_height, p.sampling_ratio, p.aligned);
-      const RoiAxis<A> rx = detection::roi_axis(roi[1], roi[3], scale, p.pooled_width, p.sampling_ratio, p.aligned);
+      const RoiAxis<A> ry = detection::roi_axis(roi[2], roi[4], scale, p.pooled_height,
+                                                p.sampling_ratio, p.aligned, static_cast<int>(p.height));
+      const RoiAxis<A> rx = detection::roi_axis(roi[1], roi[3], scale, p.pooled_width,
+                                                p.sampling_ratio, p.aligned, static_cast<int>(p.width));
       if (ry.grid <= 0 || rx.grid <= 0) continue;
       ys.fill(ry, p.pooled_height, static_cast<int>(p.height));
       xs.fill(rx, p.pooled_width, static_cast<int>(p.width));

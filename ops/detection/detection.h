@@ -58,13 +58,24 @@ struct RoiAxis {
   int grid;
 };
 
+// The most samples per bin along an axis of `size` pixels when sampling_ratio <= 0. Samples
+// count on [-1, size], so a bin longer than size + 2 pixels is larger than the whole map:
+// torchvision samples it ceil(bin) times per axis, and a diverged box such as
+// [0, 0, 1e9, 1e9] would need 1e16 samples per bin. A bin up to size + 2 pixels long (any
+// roi up to output_size times the map plus a pixel each side) is sampled exactly as
+// torchvision does; a longer one is sampled at size + 2 evenly spaced points per axis, the
+// same average over the bin at fewer points, so one roi costs at most output_size^2 passes
+// over the map.
+OPS_HOST_DEVICE int max_adaptive_grid(int size) { return size + 2; }
+
 // The roi's axis from its two corners (torchvision's convention): with aligned=True the
 // pixel centres are shifted by half a pixel; with aligned=False a roi is at least one pixel
-// long. sampling_ratio <= 0 means ceil(bin) samples per bin (none for empty or
-// non-finite rois: those sample nothing and give zeros).
+// long. sampling_ratio <= 0 means ceil(bin) samples per bin, at most
+// max_adaptive_grid(size) (none for empty or non-finite rois: those sample nothing and
+// give zeros). `size` is the map's length along this axis.
 template <typename A>
 OPS_HOST_DEVICE RoiAxis<A> roi_axis(A lo, A hi, A spatial_scale, int pooled, int sampling_ratio,
-                                    bool aligned) {
+                                    bool aligned, int size) {
   const A offset = aligned ? static_cast<A>(0.5) : static_cast<A>(0);
   RoiAxis<A> ax;
   ax.start = lo * spatial_scale - offset;
@@ -75,8 +86,13 @@ OPS_HOST_DEVICE RoiAxis<A> roi_axis(A lo, A hi, A spatial_scale, int pooled, int
     ax.grid = sampling_ratio;
   } else {
     const A g = ceil(ax.bin);
-    // (g < 2^30) is false for NaN and inf: such a roi samples nothing.
-    ax.grid = (g > static_cast<A>(0) && g < static_cast<A>(1 << 30)) ? static_cast<int>(g) : 0;
+    const int cap = max_adaptive_grid(size);
+    // g - g is 0 only for a finite g: a NaN or infinite roi samples nothing.
+    if (!(g > static_cast<A>(0) && g - g == static_cast<A>(0))) {
+      ax.grid = 0;
+    } else {
+      ax.grid = g < static_cast<A>(cap) ? static_cast<int>(g) : cap;
+    }
   }
   return ax;
 }

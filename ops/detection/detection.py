@@ -29,6 +29,14 @@ Behaviour worth knowing:
   A roi's batch index outside ``[0, N)`` is an error on the CPU; on CUDA it is not
   checked (that would need a sync) and the roi gives zeros.
 * The CUDA backward of ROIAlign is deterministic (a gather, no atomics).
+* Adaptive sampling (``sampling_ratio <= 0``) takes torchvision's ``ceil(bin)`` samples per
+  bin and axis up to the map's length along that axis plus 2 (samples count one pixel
+  beyond each border, so a longer bin is larger than the whole map). Every roi up to
+  ``output_size`` times the map is sampled exactly as torchvision samples it; a longer one
+  (a diverged box regressor's ``[0, 0, 0, 1e9, 1e9]``) is sampled at that many evenly
+  spaced points: the same average over its bins at fewer points, at a cost of at most
+  ``output_size**2`` passes over the map, where torchvision's 10^16 samples per bin never
+  finish.
 """
 
 from __future__ import annotations
@@ -49,7 +57,9 @@ def _check(cond: bool, message) -> None:
     torch._check(cond, message)
 
 
-def _check_nms_fake(op: str, boxes, scores) -> None:
+def _check_nms_fake(op: str, boxes, scores, idxs=None) -> None:
+    # Before the data-dependent output length, which would hide a device mismatch.
+    jit_loader.check_same_device(op, boxes=boxes, scores=scores, idxs=idxs)
     _check(boxes.dim() == 2 and boxes.shape[1] == 4,
            lambda: f"{op}: boxes must have shape (N, 4), got {tuple(boxes.shape)}")
     _check(scores.dim() == 1 and scores.shape[0] == boxes.shape[0],
@@ -68,7 +78,7 @@ def _nms_fake(boxes, scores, iou_threshold):
 
 @torch.library.register_fake("detection::batched_nms", lib=LIB)
 def _batched_nms_fake(boxes, scores, idxs, iou_threshold):
-    _check_nms_fake("detection.batched_nms", boxes, scores)
+    _check_nms_fake("detection.batched_nms", boxes, scores, idxs)
     kept = torch.library.get_ctx().new_dynamic_size()
     return boxes.new_empty((kept,), dtype=torch.long)
 
@@ -76,6 +86,7 @@ def _batched_nms_fake(boxes, scores, idxs, iou_threshold):
 # Shape functions of roi_align for torch.compile and opcheck.
 @torch.library.register_fake("detection::roi_align", lib=LIB)
 def _roi_align_fake(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
+    jit_loader.check_same_device("detection.roi_align", input=input, rois=rois)
     _check(input.dim() == 4, lambda: f"detection.roi_align: input must be a 4-D tensor, got {input.dim()}-D")
     _check(rois.dim() == 2 and rois.shape[1] == 5,
            lambda: f"detection.roi_align: rois must have shape (K, 5), got {tuple(rois.shape)}")
@@ -85,6 +96,7 @@ def _roi_align_fake(input, rois, spatial_scale, pooled_height, pooled_width, sam
 @torch.library.register_fake("detection::roi_align_backward", lib=LIB)
 def _roi_align_backward_fake(grad, rois, spatial_scale, pooled_height, pooled_width, batch_size,
                              channels, height, width, sampling_ratio, aligned):
+    jit_loader.check_same_device("detection.roi_align_backward", grad=grad, rois=rois)
     return grad.new_empty((batch_size, channels, height, width))
 
 

@@ -193,8 +193,8 @@ __global__ void roi_align_forward_kernel(const T* __restrict__ input, const acc_
     const int64_t c0 = (t % chunks) * CB;
     const int64_t r = t / chunks;
     const A* roi = rois + r * 5;
-    const RoiAxis<A> ry = roi_axis(roi[2], roi[4], spatial_scale, pooled_height, sampling_ratio, aligned);
-    const RoiAxis<A> rx = roi_axis(roi[1], roi[3], spatial_scale, pooled_width, sampling_ratio, aligned);
+    const RoiAxis<A> ry = roi_axis(roi[2], roi[4], spatial_scale, pooled_height, sampling_ratio, aligned, H);
+    const RoiAxis<A> rx = roi_axis(roi[1], roi[3], spatial_scale, pooled_width, sampling_ratio, aligned, W);
     const int64_t n = roi_batch(roi[0], batch);
     A acc[CB];
 #pragma unroll
@@ -280,8 +280,8 @@ __global__ void roi_align_backward_kernel(const T* __restrict__ grad, const acc_
       if (r < num_rois) {
         const A* roi = rois + r * 5;
         if (roi_batch(roi[0], batch) == n) {
-          ry = roi_axis(roi[2], roi[4], spatial_scale, pooled_height, sampling_ratio, aligned);
-          rx = roi_axis(roi[1], roi[3], spatial_scale, pooled_width, sampling_ratio, aligned);
+          ry = roi_axis(roi[2], roi[4], spatial_scale, pooled_height, sampling_ratio, aligned, H);
+          rx = roi_axis(roi[1], roi[3], spatial_scale, pooled_width, sampling_ratio, aligned, W);
           const A ya = ry.start, yb = ry.start + static_cast<A>(pooled_height) * ry.bin;
           const A xa = rx.start, xb = rx.start + static_cast<A>(pooled_width) * rx.bin;
           const A ylo = ya < yb ? ya : yb, yhi = ya < yb ? yb : ya;
@@ -427,8 +427,8 @@ __global__ void __launch_bounds__(256)
       if (r < num_rois) {
         const A* roi = rois + r * 5;
         if (roi_batch(roi[0], batch) == n) {
-          const RoiAxis<A> ry = roi_axis(roi[2], roi[4], spatial_scale, PH, sampling_ratio, aligned);
-          const RoiAxis<A> rx = roi_axis(roi[1], roi[3], spatial_scale, PW, sampling_ratio, aligned);
+          const RoiAxis<A> ry = roi_axis(roi[2], roi[4], spatial_scale, PH, sampling_ratio, aligned, H);
+          const RoiAxis<A> rx = roi_axis(roi[1], roi[3], spatial_scale, PW, sampling_ratio, aligned, W);
           int a, b, c, d;
           bins_near(ry, h0, h_last, PH, a, b);
           bins_near(rx, w0, w_last, PW, c, d);
@@ -450,8 +450,8 @@ __global__ void __launch_bounds__(256)
       for (int i = 0; i < count; ++i) {
         const int64_t rr = r0 + roi_list[i];
         const A* roi = rois + rr * 5;
-        const RoiAxis<A> ry = roi_axis(roi[2], roi[4], spatial_scale, PH, sampling_ratio, aligned);
-        const RoiAxis<A> rx = roi_axis(roi[1], roi[3], spatial_scale, PW, sampling_ratio, aligned);
+        const RoiAxis<A> ry = roi_axis(roi[2], roi[4], spatial_scale, PH, sampling_ratio, aligned, H);
+        const RoiAxis<A> rx = roi_axis(roi[1], roi[3], spatial_scale, PW, sampling_ratio, aligned, W);
         // Double-buffered weights: one barrier per roi. The buffer filled here was last read
         // two rois ago, before the barrier every thread passed since.
         A* const wy = buffers + parity * weights;

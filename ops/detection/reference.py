@@ -77,7 +77,16 @@ def batched_nms_reference(boxes: Tensor, scores: Tensor, idxs: Tensor, iou_thres
     return order[kept[order]].to(scores.device)
 
 
-def _axis(lo: float, hi: float, scale: float, pooled: int, sampling_ratio: int, aligned: bool):
+def max_adaptive_grid(size: int) -> int:
+    """The most samples per bin along an axis of ``size`` pixels when sampling_ratio <= 0:
+    samples count on [-1, size], so a longer bin is larger than the whole map. Up to this,
+    torchvision's ceil(bin); beyond it (a diverged box) fewer, evenly spaced samples of the
+    same bin, so one roi cannot take unbounded time and memory (detection.h)."""
+    return size + 2
+
+
+def _axis(lo: float, hi: float, scale: float, pooled: int, sampling_ratio: int, aligned: bool,
+          size: int):
     offset = 0.5 if aligned else 0.0
     start = lo * scale - offset
     length = hi * scale - offset - start
@@ -87,7 +96,8 @@ def _axis(lo: float, hi: float, scale: float, pooled: int, sampling_ratio: int, 
     if sampling_ratio > 0:
         grid = sampling_ratio
     else:
-        grid = math.ceil(bin_size) if math.isfinite(bin_size) and bin_size > 0 else 0
+        grid = (min(math.ceil(bin_size), max_adaptive_grid(size))
+                if math.isfinite(bin_size) and bin_size > 0 else 0)
     return start, bin_size, grid
 
 
@@ -119,8 +129,8 @@ def roi_align_reference(input: Tensor, rois: Tensor, output_size, spatial_scale:
     out = []
     for roi in rois.double().cpu().tolist():
         batch, x1, y1, x2, y2 = roi
-        start_y, bin_y, grid_y = _axis(y1, y2, spatial_scale, pooled_h, sampling_ratio, aligned)
-        start_x, bin_x, grid_x = _axis(x1, x2, spatial_scale, pooled_w, sampling_ratio, aligned)
+        start_y, bin_y, grid_y = _axis(y1, y2, spatial_scale, pooled_h, sampling_ratio, aligned, height)
+        start_x, bin_x, grid_x = _axis(x1, x2, spatial_scale, pooled_w, sampling_ratio, aligned, width)
         count = max(grid_y * grid_x, 1)
         feature = x[int(batch)]
         bins = []

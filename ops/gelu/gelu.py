@@ -32,6 +32,7 @@ def _forward_fake(x):
 
 @torch.library.register_fake("gelu::backward", lib=LIB)
 def _backward_fake(grad, x):
+    jit_loader.check_same_device("gelu.backward", x=x, grad=grad)
     _check_floating("gelu.backward", "x", x)
     torch._check(grad.dtype == x.dtype,
                  lambda: f"gelu.backward: grad has dtype {grad.dtype} but x has dtype {x.dtype}")

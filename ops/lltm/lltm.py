@@ -28,6 +28,8 @@ LIB = torch.library.Library("lltm", "FRAGMENT")
 
 @torch.library.register_fake("lltm::forward", lib=LIB)
 def _forward_fake(input, weights, bias, old_h, old_cell):
+    jit_loader.check_same_device("lltm.forward", input=input, weights=weights, bias=bias,
+                                 old_h=old_h, old_cell=old_cell)
     batch, features = input.shape
     state = old_h.shape[1]
     torch._check(weights.shape == (3 * state, state + features),
@@ -39,6 +41,8 @@ def _forward_fake(input, weights, bias, old_h, old_cell):
 
 @torch.library.register_fake("lltm::backward", lib=LIB)
 def _backward_fake(grad_h, grad_cell, new_cell, gates, hx, weights, output_mask):
+    jit_loader.check_same_device("lltm.backward", new_cell=new_cell, grad_h=grad_h,
+                                 grad_cell=grad_cell, gates=gates, hx=hx, weights=weights)
     batch, state = new_cell.shape
     shapes = ((batch, hx.shape[1] - state), weights.shape, (3 * state,), (batch, state),
               (batch, state))

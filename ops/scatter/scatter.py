@@ -89,6 +89,7 @@ def _aux(src: Tensor, out_shape, reduce: str, d: int, count_b: int, count_k: int
 def _reduce_fake(src, index, dim=-1, dim_size=None, reduce="sum", index_sorted=None,
                  deterministic=False, check_bounds=True, compute_arg=True):
     # Shapes only; dim_size=None makes the output size data-dependent (an unbacked size).
+    jit_loader.check_same_device("scatter", src=src, index=index)
     torch._check(reduce in REDUCTIONS or reduce == "add",
                  lambda: f"scatter: reduce must be one of {REDUCTIONS}, got {reduce!r}")
     d, _, _, count_b, count_k = _dims(src, index, dim)
@@ -103,6 +104,7 @@ def _reduce_fake(src, index, dim=-1, dim_size=None, reduce="sum", index_sorted=N
 def _reduce_into_fake(out, src, index, dim=-1, reduce="sum", index_sorted=None,
                       deterministic=False, check_bounds=True, compute_arg=True):
     # out is written in place (declared by the schema's alias annotation); only aux is new.
+    jit_loader.check_same_device("scatter", src=src, index=index, out=out)
     d, _, _, count_b, count_k = _dims(src, index, dim)
     return _aux(src, list(out.shape), reduce, d, count_b, count_k, out.shape[d], compute_arg)
 

@@ -30,6 +30,7 @@ def _forward_fake(x):
 
 @torch.library.register_fake("sigmoid::backward", lib=LIB)
 def _backward_fake(grad, y):
+    jit_loader.check_same_device("sigmoid.backward", y=y, grad=grad)
     _check_floating("sigmoid.backward", "y", y)
     torch._check(grad.dtype == y.dtype,
                  lambda: f"sigmoid.backward: grad has dtype {grad.dtype} but y has dtype {y.dtype}")
