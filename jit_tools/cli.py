@@ -435,9 +435,8 @@ def _clean_op(name: str, args, totals: dict) -> None:
     # making, or was just handed by another process, would be gone before it holds it.
     with store.quiet(name) as busy:
         if busy is not None:
-            builds = pipeline.cached_builds(name)
             print(f"skipped       {name}  {busy}; clean again once it is done")
-            totals["skipped"] += len(builds)
+            totals["skipped"] += 1
             return
         _clean_quiet_op(store, name, args, totals)
 
@@ -573,7 +572,7 @@ def cmd_clean(args) -> int:
     else:
         print(f"removed {totals['removed']} build(s), freed {freed}", end="")
         if totals["skipped"]:
-            print(f"; kept {totals['skipped']} in use by running processes", end="")
+            print(f"; skipped {totals['skipped']} (in use by running processes, or being built or loaded)", end="")
         print()
     return 0
 

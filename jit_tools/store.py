@@ -281,7 +281,10 @@ class CacheStore:
             try:
                 manifest = json.loads((entry / "manifest.json").read_text())
             except (OSError, ValueError):
-                manifest = {"key": entry.name, "name": name, "created": entry.stat().st_mtime}
+                try:
+                    manifest = {"key": entry.name, "name": name, "created": entry.stat().st_mtime}
+                except OSError:
+                    continue  # removed meanwhile (pruned by a process that built the op)
             manifest["path"] = str(entry)
             manifest["valid"] = self.manifest(name, entry.name, verify) is not None
             manifest["in_use"] = self.in_use(entry)

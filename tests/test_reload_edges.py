@@ -314,6 +314,6 @@ def test_clean_in_a_loop_never_removes_a_build_being_made_or_handed_over(tmp_pat
     first, second = (result_of(subprocess.CompletedProcess([], 0, o[0], o[1])) for o in outs)
     assert first == {"compiled": True, "y": [2.0, 2.0]}
     assert second == {"compiled": False, "y": [2.0, 2.0]}  # the build it was handed was there
-    assert cleans and all(c.returncode == 0 for c in cleans), [c.stderr for c in cleans]
+    assert cleans and all(c.returncode == 0 for c in cleans), [(c.returncode, c.stdout, c.stderr) for c in cleans if c.returncode]
     assert any("building toy_op now" in c.stdout or "loading toy_op now" in c.stdout
                for c in cleans), [c.stdout for c in cleans]
