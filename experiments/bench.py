@@ -264,6 +264,8 @@ def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | N
             torch.cuda.empty_cache()
         _save_partial(out_dir, env, errors, records, rows)
     bar = tqdm(overhead, desc="overhead", unit="case", disable=not progress, file=sys.stderr)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one CPU thread: the host cost of a call, not of a parallel region
     for case in bar:
         bar.set_postfix_str(case.label, refresh=True)
         try:
@@ -272,6 +274,7 @@ def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | N
             errors.append(f"{case.label}: {type(e).__name__}: {e}")
             traceback.print_exc()
         _save_partial(out_dir, env, errors, records, rows)
+    torch.set_num_threads(threads)
     message = benchutil.load_warning()  # load that arrived during the run counts too
     if message and message not in warnings:
         warnings.append(message)
@@ -516,7 +519,7 @@ def render_overhead(rows: list[dict], h: str = "#") -> list[str]:
     limited = [r for r in rows if r["limit"] is not None]
     within = sum(r["within"] for r in limited)
     lines = [f"{h}# Call overhead: {within} of {len(limited)} within the limits", "",
-             "Host time per call, best of "
+             "Host time per call on one CPU thread, best of "
              f"{rows[0]['runs']} runs of back-to-back calls (one sync at the end of a run on "
              "CUDA); ratio is ours / native (< 1: ours cheaper); limits: forward 1.25x, "
              "forward+backward 1.5x. CUDA graph rows: replay time per op, the floor.", "",

@@ -29,6 +29,7 @@ import argparse
 import cProfile
 import pstats
 import sys
+import time
 from collections import defaultdict
 
 import torch
@@ -142,10 +143,10 @@ def rungs(op_name: str, device: str, pass_: str, batch: int):
     return out
 
 
-def ladder(op_name, device, pass_, calls, batch):
+def ladder(op_name, device, pass_, calls, batch, clock=time.perf_counter):
     fns = rungs(op_name, device, pass_, batch)
     timing = benchutil.host_time(fns, device, calls=max(1, calls // batch), runs=5, warmup=3,
-                                 ops_per_call=batch)
+                                 ops_per_call=batch, clock=clock)
     rows, below = [], None
     for name, t in timing.items():
         us = t.best * 1e6
@@ -214,19 +215,24 @@ def main(argv=None) -> int:
     parser.add_argument("--calls", type=int, default=4000, help="calls per timed run")
     parser.add_argument("--batch", type=int, default=100, help="calls per timed loop")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time the ladder by this thread's CPU time (a loaded CPU machine; "
+                             "not with --device cuda, whose waits it would miss)")
     parser.add_argument("--json", metavar="PATH", help="also write the tables as JSON")
     args = parser.parse_args(argv)
+    clock = time.thread_time if args.cpu_time else time.perf_counter
     torch.set_num_threads(args.threads)
     tables = {"ladder": [], "cprofile": [], "torch.profiler": []}
     for op_name in args.ops.split(","):
         for pass_ in ("forward", "forward+backward"):
             calls = args.calls if pass_ == "forward" else max(args.batch, args.calls // 10)
-            tables["ladder"] += ladder(op_name, args.device, pass_, calls, args.batch)
+            tables["ladder"] += ladder(op_name, args.device, pass_, calls, args.batch, clock)
             tables["cprofile"] += cprofile_layers(op_name, args.device, pass_, min(calls, 2000))
             tables["torch.profiler"] += torch_profile(op_name, args.device, pass_, min(calls, 500))
     env = benchutil.environment(args.device)
     print(f"{env['device']}, torch {env['torch']}, {env['date']}, {torch.get_num_threads()} "
-          f"thread(s), load average {env['load_average']}")
+          f"thread(s), load average {env['load_average']}, ladder clock "
+          f"{'thread CPU time' if args.cpu_time else 'wall'}")
     warning = benchutil.load_warning()
     if warning:
         print(f"warning: {warning}")
