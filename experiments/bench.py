@@ -186,20 +186,22 @@ def run_case(case: Case, device: str, scale: str, env: dict, warnings: list[str]
     return records
 
 
-def run_overhead_case(case, scale: str) -> dict:
-    """One call-overhead row: ``benchutil.host_time`` of our call and the native twin's."""
+def run_overhead_case(case, scale: str, cpu_time: bool = False) -> dict:
+    """One call-overhead row: ``benchutil.host_time`` of our call and the native twin's.
+    ``cpu_time``: CPU rows are timed by the calling thread's CPU time (a loaded machine)."""
     ours, native = case.build()
     fns = {"ours": ours, "native": native}
+    clock = time.thread_time if cpu_time and case.device == "cpu" else time.perf_counter
     if scale == "tiny":
         calls, warmup = OVERHEAD_CALLS["tiny"], 3
     else:  # as many calls as fill a run of OVERHEAD_RUN_S with the slower of the two
-        probe = benchutil.host_time(fns, case.device, calls=20, runs=3, warmup=20)
+        probe = benchutil.host_time(fns, case.device, calls=20, runs=3, warmup=20, clock=clock)
         once = max(t.best for t in probe.values()) * case.ops_per_call
         calls = int(min(OVERHEAD_CALLS["max"], max(OVERHEAD_CALLS["min"],
                                                     OVERHEAD_RUN_S[scale] / once)))
         warmup = 10
     timing = benchutil.host_time(fns, case.device, calls=calls, runs=OVERHEAD_RUNS,
-                                 warmup=warmup, ops_per_call=case.ops_per_call)
+                                 warmup=warmup, ops_per_call=case.ops_per_call, clock=clock)
     mine, base = timing["ours"], timing["native"]
     ratio = mine.best / base.best
     return {"op": case.op, "pass": case.pass_, "mode": case.mode, "shape": case.shape,
@@ -230,9 +232,10 @@ def collect_overhead(device: str, ops: list[str] | None, errors: list[str],
 
 def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | None = None,
               out_dir: str | Path | None = None, progress: bool = True,
-              command: str | None = None, sections=SECTIONS) -> dict:
+              command: str | None = None, sections=SECTIONS, cpu_time: bool = False) -> dict:
     """Run every registered case of ``sections``; returns the JSON document (and writes
-    the files into ``out_dir`` when given)."""
+    the files into ``out_dir`` when given). ``cpu_time``: the overhead section's CPU rows
+    are timed by thread CPU time instead of the wall clock."""
 
     assert scale in SCALES, scale
     assert set(sections) <= set(SECTIONS), sections
@@ -269,7 +272,7 @@ def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | N
     for case in bar:
         bar.set_postfix_str(case.label, refresh=True)
         try:
-            rows.append(run_overhead_case(case, scale))
+            rows.append(run_overhead_case(case, scale, cpu_time))
         except Exception as e:
             errors.append(f"{case.label}: {type(e).__name__}: {e}")
             traceback.print_exc()
@@ -282,7 +285,8 @@ def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | N
            "ops": sorted({c.op for c in cases + overhead}),
            "cases": len(cases), "elapsed_s": time.perf_counter() - started,
            "copy_ceiling": ceiling, "warnings": warnings, "errors": errors, "records": records,
-           "overhead": rows, "command": command}
+           "overhead": rows, "overhead_cpu_clock": "thread CPU" if cpu_time else "wall-clock",
+           "command": command}
     if out_dir is not None:
         write_outputs(doc, out_dir)
     return doc
@@ -481,7 +485,7 @@ def render_summary(doc: dict, results: bool = False, command: str | None = None)
             lines += [f"{h}# {title}", ""]
             lines += [f"  - {w.strip()}" if w.startswith("  ") else f"- {w}" for w in items] + [""]
     if overhead:
-        lines += render_overhead(overhead, h)
+        lines += render_overhead(overhead, h, doc.get("overhead_cpu_clock", "wall-clock"))
     if ceiling is None:  # the cases section did not run
         return "\n".join(lines) + "\n"
     targets = [r for r in doc["records"] if r["target"] is not None]
@@ -514,15 +518,16 @@ def render_summary(doc: dict, results: bool = False, command: str | None = None)
     return "\n".join(lines) + "\n"
 
 
-def render_overhead(rows: list[dict], h: str = "#") -> list[str]:
+def render_overhead(rows: list[dict], h: str = "#", cpu_clock: str = "wall-clock") -> list[str]:
     """The call-overhead table: host time per call, ours / native (< 1: ours cheaper)."""
     limited = [r for r in rows if r["limit"] is not None]
     within = sum(r["within"] for r in limited)
     lines = [f"{h}# Call overhead: {within} of {len(limited)} within the limits", "",
              "Host time per call on one CPU thread, best of "
              f"{rows[0]['runs']} runs of back-to-back calls (one sync at the end of a run on "
-             "CUDA); ratio is ours / native (< 1: ours cheaper); limits: forward 1.25x, "
-             "forward+backward 1.5x. CUDA graph rows: replay time per op, the floor.", "",
+             f"CUDA; CPU rows by {cpu_clock} time); ratio is ours / native (< 1: ours cheaper); "
+             "limits: forward 1.25x, forward+backward 1.5x. CUDA graph rows: replay time per "
+             "op, the floor.", "",
              "| op | pass | mode | device | shape | ours | native | calls | ours us | "
              "native us | ratio | limit | within |",
              "|" + "---|" * 13]
@@ -548,6 +553,9 @@ def main(argv=None) -> int:
                         help="output folder (default experiments/out/bench)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when visible)")
     parser.add_argument("--threads", type=int, help="CPU threads (torch.set_num_threads)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time the overhead section's CPU rows by thread CPU time (a loaded "
+                             "machine)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--render", metavar="JSON", help="only re-render the summary of a bench.json")
     parser.add_argument("--results", action="store_true",
@@ -563,7 +571,8 @@ def main(argv=None) -> int:
     scale = "tiny" if args.tiny else "quick" if args.quick else "full"
     ops = args.ops.split(",") if args.ops else None
     doc = run_suite(args.device, scale, ops, out_dir=args.out, progress=not args.no_progress,
-                    command=command.strip(), sections=(args.only,) if args.only else SECTIONS)
+                    command=command.strip(), sections=(args.only,) if args.only else SECTIONS,
+                    cpu_time=args.cpu_time)
     paths = {name: Path(args.out) / f for name, f in output_names(doc).items()}
     print(render_summary(doc, results=args.results, command=doc["command"]))
     print("wrote " + ", ".join(str(p) for p in paths.values()))

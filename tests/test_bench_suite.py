@@ -205,14 +205,17 @@ def test_overhead_section_rows(suite):
 
 
 def test_only_the_overhead_section(tmp_path):
-    doc = bench.run_suite("cpu", "tiny", ["sigmoid"], progress=False, sections=("overhead",))
+    doc = bench.run_suite("cpu", "tiny", ["sigmoid"], progress=False, sections=("overhead",),
+                          cpu_time=True)
     assert doc["errors"] == [] and doc["records"] == [] and doc["copy_ceiling"] is None
+    assert doc["overhead_cpu_clock"] == "thread CPU"
     assert [(r["op"], r["pass"]) for r in doc["overhead"]] == [("sigmoid", "forward"),
                                                                ("sigmoid", "forward+backward")]
     paths = bench.write_outputs(doc, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "summary.md"]
     text = paths["summary"].read_text()
     assert "# Call overhead" in text and "# Targets" not in text
+    assert "CPU rows by thread CPU time" in text
 
 
 def test_validate_overhead_row_rejects_missing_fields_and_contradictions():
