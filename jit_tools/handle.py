@@ -52,7 +52,8 @@ class Op:
         if cls is Op:
             entry = _HANDLE_CLASSES.get(id(state))
             if entry is None or entry[0] is not state:
-                entry = _HANDLE_CLASSES[id(state)] = (state, type("Op", (Op,), {"__slots__": (), "__doc__": Op.__doc__}))
+                own = type("Op", (Op,), {"__slots__": (), "__doc__": Op.__doc__})
+                entry = _HANDLE_CLASSES[id(state)] = (state, own)
             cls = entry[1]
         return super().__new__(cls)
 
@@ -107,7 +108,8 @@ class Op:
 
     def __getattr__(self, attr: str):
         # Python calls this only after the normal lookup failed, which costs an exception
-        # per access (as much as the rest of a tiny op's Python surface). So a public name
+        # per access (more than the surface function itself: experiments/profile_call.py
+        # times both). So a public name
         # found in the surface module becomes a property of this op's handle class: it
         # reads the newest module at each access (a reload makes a new module), and falls
         # back here when that module lacks the name.
