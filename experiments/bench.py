@@ -4,6 +4,12 @@
     python -m experiments.bench --quick               # smaller sizes, fewer repetitions
     python -m experiments.bench --ops gelu,lltm --out DIR
     python -m experiments.bench --render DIR/bench.json --results   # Markdown for RESULTS.md
+    python -m experiments.bench --only overhead       # one section: cases or overhead
+
+Two sections. ``cases``: every op against its baselines at several sizes (below).
+``overhead``: the host time of one call of every op's Python function against its native
+twin on tiny inputs, forward and forward+backward, CPU and (where the suite runs on a GPU)
+CUDA, plus CUDA graph rows that show the floor (``experiments/bench_overhead.py``).
 
 It writes into ``--out`` (default ``experiments/out/bench/``):
 
@@ -16,7 +22,10 @@ It writes into ``--out`` (default ``experiments/out/bench/``):
 * ``bandwidth.png``: achieved GB/s of the memory-bound cases next to ``clone()`` at the
   same traffic and the copy ceiling (a large ``clone()``), all from the same run;
 * ``summary.md``: the targets (met / NOT MET, with the reason where one is out of
-  reach) and every record as a table.
+  reach) and every record as a table;
+* in ``bench.json`` also ``overhead``: one row per call-overhead case, with the fields
+  of ``benchutil.OVERHEAD_FIELDS`` (checked by ``benchutil.validate_overhead_row``), and
+  its table in ``summary.md``. A run of the overhead section alone writes no plots.
 
 Timing is ``benchutil.measure``: CUDA events after warm-up, median and IQR of many
 interleaved repetitions, L2 flush for memory-bound cases, wall clock for host-bound ones;
@@ -66,6 +75,12 @@ CEILING_BYTES = {"cuda": {"tiny": 64 << 20, "quick": 256 << 20, "full": 512 << 2
                  "cpu": {"tiny": 4 << 20, "quick": 32 << 20, "full": 64 << 20}}
 # Seconds of timing per case (all its implementations together).
 BUDGET_S = {"tiny": 0.02, "quick": 0.15, "full": 0.4}
+SECTIONS = ("cases", "overhead")
+# Call overhead: seconds of one run of back-to-back calls (five runs per implementation);
+# the tiny scale (CI) takes a fixed handful of calls instead.
+OVERHEAD_RUN_S = {"quick": 0.02, "full": 0.05}
+OVERHEAD_CALLS = {"tiny": 10, "min": 20, "max": 5000}
+OVERHEAD_RUNS = 5
 
 
 def suite_modules() -> list[str]:
@@ -171,13 +186,59 @@ def run_case(case: Case, device: str, scale: str, env: dict, warnings: list[str]
     return records
 
 
+def run_overhead_case(case, scale: str, cpu_time: bool = False) -> dict:
+    """One call-overhead row: ``benchutil.host_time`` of our call and the native twin's.
+    ``cpu_time``: CPU rows are timed by the calling thread's CPU time (a loaded machine)."""
+    ours, native = case.build()
+    fns = {"ours": ours, "native": native}
+    clock = time.thread_time if cpu_time and case.device == "cpu" else time.perf_counter
+    if scale == "tiny":
+        calls, warmup = OVERHEAD_CALLS["tiny"], 3
+    else:  # as many calls as fill a run of OVERHEAD_RUN_S with the slower of the two
+        probe = benchutil.host_time(fns, case.device, calls=20, runs=3, warmup=20, clock=clock)
+        once = max(t.best for t in probe.values()) * case.ops_per_call
+        calls = int(min(OVERHEAD_CALLS["max"], max(OVERHEAD_CALLS["min"],
+                                                    OVERHEAD_RUN_S[scale] / once)))
+        warmup = 10
+    timing = benchutil.host_time(fns, case.device, calls=calls, runs=OVERHEAD_RUNS,
+                                 warmup=warmup, ops_per_call=case.ops_per_call, clock=clock)
+    mine, base = timing["ours"], timing["native"]
+    ratio = mine.best / base.best
+    return {"op": case.op, "pass": case.pass_, "mode": case.mode, "shape": case.shape,
+            "dtype": case.dtype, "device": benchutil.device_name(case.device),
+            "ours": case.ours, "native": case.native, "calls": calls, "runs": mine.runs,
+            "ours_us": mine.best * 1e6, "native_us": base.best * 1e6,
+            "ours_median_us": mine.median * 1e6, "native_median_us": base.median * 1e6,
+            "ratio": ratio, "limit": case.limit,
+            "within": None if case.limit is None else bool(ratio <= case.limit)}
+
+
+def collect_overhead(device: str, ops: list[str] | None, errors: list[str],
+                     skipped: list[Skipped]) -> list:
+    try:
+        from experiments import bench_overhead
+
+        found = bench_overhead.overhead_cases(device)
+    except Exception as e:
+        errors.append(f"experiments.bench_overhead: {type(e).__name__}: {e}")
+        return []
+    cases = []
+    for c in found:
+        if ops and c.op not in ops:
+            continue
+        (skipped if isinstance(c, Skipped) else cases).append(c)
+    return cases
+
+
 def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | None = None,
               out_dir: str | Path | None = None, progress: bool = True,
-              command: str | None = None) -> dict:
-    """Run every registered case; returns the JSON document (and writes the files
-    into ``out_dir`` when given)."""
+              command: str | None = None, sections=SECTIONS, cpu_time: bool = False) -> dict:
+    """Run every registered case of ``sections``; returns the JSON document (and writes
+    the files into ``out_dir`` when given). ``cpu_time``: the overhead section's CPU rows
+    are timed by thread CPU time instead of the wall clock."""
 
     assert scale in SCALES, scale
+    assert set(sections) <= set(SECTIONS), sections
     device = device or benchutil.default_device()
     started = time.perf_counter()
     env = benchutil.environment(device)
@@ -186,12 +247,13 @@ def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | N
     if message:
         warnings.append(message)
     skipped = []
-    cases = collect_cases(device, scale, ops, errors, skipped)
+    cases = collect_cases(device, scale, ops, errors, skipped) if "cases" in sections else []
+    overhead = collect_overhead(device, ops, errors, skipped) if "overhead" in sections else []
     warnings += [s.message for s in skipped]
-    known = {c.op for c in cases} | {s.op for s in skipped}
+    known = {c.op for c in cases + overhead} | {s.op for s in skipped}
     errors += [f"no benchmark case for op {op!r}" for op in ops or [] if op not in known]
-    ceiling = copy_ceiling(device, scale)
-    records = []
+    ceiling = copy_ceiling(device, scale) if "cases" in sections else None
+    records, rows = [], []
     # The plain text bar (not tqdm.auto): Jupyter shows it too, without ipywidgets.
     bar = tqdm(cases, desc="bench", unit="case", disable=not progress, file=sys.stderr)
     for case in bar:
@@ -203,20 +265,41 @@ def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | N
             traceback.print_exc()
         if torch.device(device).type == "cuda":
             torch.cuda.empty_cache()
-        if out_dir is not None:  # what was measured survives an interrupted run
-            Path(out_dir).mkdir(parents=True, exist_ok=True)
-            (Path(out_dir) / "bench.json").write_text(json.dumps(
-                {"environment": env, "partial": True, "errors": errors, "records": records}, indent=1))
+        _save_partial(out_dir, env, errors, records, rows)
+    bar = tqdm(overhead, desc="overhead", unit="case", disable=not progress, file=sys.stderr)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one CPU thread: the host cost of a call, not of a parallel region
+    for case in bar:
+        bar.set_postfix_str(case.label, refresh=True)
+        try:
+            rows.append(run_overhead_case(case, scale, cpu_time))
+        except Exception as e:
+            errors.append(f"{case.label}: {type(e).__name__}: {e}")
+            traceback.print_exc()
+        _save_partial(out_dir, env, errors, records, rows)
+    torch.set_num_threads(threads)
     message = benchutil.load_warning()  # load that arrived during the run counts too
     if message and message not in warnings:
         warnings.append(message)
-    doc = {"environment": env, "scale": scale, "ops": sorted({c.op for c in cases}),
+    doc = {"environment": env, "scale": scale, "sections": list(sections),
+           "ops": sorted({c.op for c in cases + overhead}),
            "cases": len(cases), "elapsed_s": time.perf_counter() - started,
            "copy_ceiling": ceiling, "warnings": warnings, "errors": errors, "records": records,
+           "overhead": rows, "overhead_cpu_clock": "thread CPU" if cpu_time else "wall-clock",
            "command": command}
     if out_dir is not None:
         write_outputs(doc, out_dir)
     return doc
+
+
+def _save_partial(out_dir, env, errors, records, rows) -> None:
+    """What was measured survives an interrupted run."""
+    if out_dir is None:
+        return
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / "bench.json").write_text(json.dumps(
+        {"environment": env, "partial": True, "errors": errors, "records": records,
+         "overhead": rows}, indent=1))
 
 
 # ---------------------------------------------------------------------------- outputs
@@ -229,12 +312,20 @@ OUTPUTS = {"json": "bench.json", "ratios": "ratios.png", "bandwidth": "bandwidth
 def write_outputs(doc: dict, out_dir: str | Path) -> dict[str, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {name: out / f for name, f in OUTPUTS.items()}
+    paths = {name: out / f for name, f in output_names(doc).items()}
     paths["json"].write_text(json.dumps(doc, indent=1) + "\n")
-    plot_ratios(doc, paths["ratios"])
-    plot_bandwidth(doc, paths["bandwidth"])
+    if "ratios" in paths:
+        plot_ratios(doc, paths["ratios"])
+        plot_bandwidth(doc, paths["bandwidth"])
     paths["summary"].write_text(render_summary(doc))
     return paths
+
+
+def output_names(doc: dict) -> dict[str, str]:
+    """The files a run writes: the plots only where the cases section ran."""
+    if doc.get("copy_ceiling") is None:
+        return {k: v for k, v in OUTPUTS.items() if k in ("json", "summary")}
+    return dict(OUTPUTS)
 
 
 def _case_label(r: dict, several_impls: bool) -> str:
@@ -362,20 +453,24 @@ def render_summary(doc: dict, results: bool = False, command: str | None = None)
     torch version and date, the command that produced it)."""
     env = doc["environment"]
     ceiling = doc["copy_ceiling"]
+    overhead = doc.get("overhead", [])
     h = "##" if results else "#"
     lines = [f"{h} Benchmark suite: {env['device']}, torch {env['torch']} (CUDA {env['cuda']}), "
              f"{env['date']}", ""]
     if results:
         lines += [f"`{command or 'python -m experiments.bench'}` ({doc['scale']} sizes): "
-                  f"{doc['cases']} cases of {', '.join(doc['ops'])} in {doc['elapsed_s']:.0f} s. "
+                  f"{doc['cases']} cases and {len(overhead)} call-overhead rows of "
+                  f"{', '.join(doc['ops'])} in {doc['elapsed_s']:.0f} s. "
                   "Ratios are baseline time / our time, baselines timed in the same run, "
                   "interleaved; times are medians (CUDA events on a GPU) with the IQR; wall "
                   "times (host-bound cases) are synchronised calls timed by the host clock.", ""]
     else:
-        lines += [f"{doc['cases']} cases ({doc['scale']} sizes), {doc['elapsed_s']:.0f} s, "
+        lines += [f"{doc['cases']} cases and {len(overhead)} call-overhead rows "
+                  f"({doc['scale']} sizes), {doc['elapsed_s']:.0f} s, "
                   f"load average {env['load_average']} on {env['cores']} cores.", ""]
-    lines += [f"Copy ceiling: {ceiling['gbps']:.0f} GB/s (clone() of {ceiling['bytes'] >> 20} MB "
-              "of traffic, same run).", ""]
+    if ceiling is not None:
+        lines += [f"Copy ceiling: {ceiling['gbps']:.0f} GB/s (clone() of "
+                  f"{ceiling['bytes'] >> 20} MB of traffic, same run).", ""]
     spreads = [w for w in doc["warnings"] if w.startswith("wide spread")]
     warnings = [w for w in doc["warnings"] if w not in spreads]
     if len(spreads) > 8:  # many noisy timings: say how many, show the worst
@@ -389,6 +484,10 @@ def render_summary(doc: dict, results: bool = False, command: str | None = None)
         if items:
             lines += [f"{h}# {title}", ""]
             lines += [f"  - {w.strip()}" if w.startswith("  ") else f"- {w}" for w in items] + [""]
+    if overhead:
+        lines += render_overhead(overhead, h, doc.get("overhead_cpu_clock", "wall-clock"))
+    if ceiling is None:  # the cases section did not run
+        return "\n".join(lines) + "\n"
     targets = [r for r in doc["records"] if r["target"] is not None]
     met = sum(r["met"] for r in targets)
     lines += [f"{h}# Targets: {met} of {len(targets)} met", ""]
@@ -419,15 +518,44 @@ def render_summary(doc: dict, results: bool = False, command: str | None = None)
     return "\n".join(lines) + "\n"
 
 
+def render_overhead(rows: list[dict], h: str = "#", cpu_clock: str = "wall-clock") -> list[str]:
+    """The call-overhead table: host time per call, ours / native (< 1: ours cheaper)."""
+    limited = [r for r in rows if r["limit"] is not None]
+    within = sum(r["within"] for r in limited)
+    lines = [f"{h}# Call overhead: {within} of {len(limited)} within the limits", "",
+             "Host time per call on one CPU thread, best of "
+             f"{rows[0]['runs']} runs of back-to-back calls (one sync at the end of a run on "
+             f"CUDA; CPU rows by {cpu_clock} time); ratio is ours / native (< 1: ours cheaper); "
+             "limits: forward 1.25x, forward+backward 1.5x. CUDA graph rows: replay time per "
+             "op, the floor.", "",
+             "| op | pass | mode | device | shape | ours | native | calls | ours us | "
+             "native us | ratio | limit | within |",
+             "|" + "---|" * 13]
+    for r in rows:
+        verdict = "" if r["within"] is None else "yes" if r["within"] else "**NO**"
+        limit = "" if r["limit"] is None else f"{r['limit']:g}x"
+        lines.append(
+            f"| {r['op']} | {r['pass']} | {r['mode']} | {r['device']} | {r['shape']} | "
+            f"`{r['ours']}` | `{r['native']}` | {r['calls']} | {_fmt(r['ours_us'])} | "
+            f"{_fmt(r['native_us'])} | {r['ratio']:.3g}x | {limit} | {verdict} |")
+    return lines + [""]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (CI on a CPU: seconds)")
     parser.add_argument("--ops", help="comma-separated op names (default: every registered op)")
+    parser.add_argument("--only", choices=SECTIONS,
+                        help="one section: cases (ops against baselines) or overhead (call "
+                             "overhead on tiny inputs)")
     parser.add_argument("--out", default="experiments/out/bench",
                         help="output folder (default experiments/out/bench)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when visible)")
     parser.add_argument("--threads", type=int, help="CPU threads (torch.set_num_threads)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time the overhead section's CPU rows by thread CPU time (a loaded "
+                             "machine)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--render", metavar="JSON", help="only re-render the summary of a bench.json")
     parser.add_argument("--results", action="store_true",
@@ -443,8 +571,9 @@ def main(argv=None) -> int:
     scale = "tiny" if args.tiny else "quick" if args.quick else "full"
     ops = args.ops.split(",") if args.ops else None
     doc = run_suite(args.device, scale, ops, out_dir=args.out, progress=not args.no_progress,
-                    command=command.strip())
-    paths = {name: Path(args.out) / f for name, f in OUTPUTS.items()}
+                    command=command.strip(), sections=(args.only,) if args.only else SECTIONS,
+                    cpu_time=args.cpu_time)
+    paths = {name: Path(args.out) / f for name, f in output_names(doc).items()}
     print(render_summary(doc, results=args.results, command=doc["command"]))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 1 if doc["errors"] else 0

@@ -24,6 +24,11 @@ How a measurement is taken (and why):
   average near or above its cores) or a spread is wide (IQR over 10% of the median and
   over a microsecond).
 
+* Call overhead (``host_time``): what a Python loop of calls sustains, as the best of a
+  few runs of many back-to-back calls, one sync at the end of each run on CUDA. A tiny
+  op's call is host work (argument parsing, dispatch, autograd bookkeeping, the launch)
+  while the GPU idles; the rate of the loop is the host time per call.
+
 ``time_fn``, ``copy_bandwidth``, ``gbps``, ``environment``, ``format_table`` and
 ``save_json`` are the older single-implementation helpers, kept for scripts that call
 them; ``measure`` and ``Case`` are what ``experiments/bench.py`` (the suite) uses.
@@ -195,6 +200,48 @@ def measure(fns: dict[str, Callable[[], object]], device="cpu", *, warmup: int =
     return {n: Timing.of(cpu[n], walls[n] if wall else None) for n in names}
 
 
+@dataclasses.dataclass
+class HostTiming:
+    """Host seconds per call of one implementation: the best run and the median run of
+    ``runs`` runs of ``calls`` back-to-back calls each."""
+
+    best: float
+    median: float
+    runs: int
+    calls: int
+
+
+def host_time(fns: dict[str, Callable[[], object]], device="cpu", *, calls: int = 5000,
+              runs: int = 5, warmup: int = 50, ops_per_call: int = 1,
+              clock: Callable[[], float] = time.perf_counter) -> dict[str, HostTiming]:
+    """Host time per call of every implementation in ``fns``: ``runs`` runs of ``calls``
+    calls each, implementations interleaved run by run (order rotated), best and median
+    run. On CUDA the device is synchronised before a run and once at its end, inside the
+    timed region: the figure is the rate a Python loop of enqueues sustains, and it
+    includes the GPU only when the GPU is the slower of the two. ``ops_per_call``: each
+    call does that many ops (a CUDA graph replay of several ops); times are per op.
+    """
+    dev = torch.device(device)
+    names = list(fns)
+    for _ in range(max(1, warmup)):
+        for fn in fns.values():
+            fn()
+    sync(dev)
+    samples = {n: [] for n in names}
+    for k in range(runs):
+        shift = k % len(names)
+        for name in names[shift:] + names[:shift]:
+            fn = fns[name]
+            sync(dev)
+            t0 = clock()
+            for _ in range(calls):
+                fn()
+            sync(dev)
+            samples[name].append((clock() - t0) / (calls * ops_per_call))
+    return {n: HostTiming(min(samples[n]), statistics.median(samples[n]), runs, calls)
+            for n in names}
+
+
 def time_fn(fn: Callable[[], object], device="cpu", *, warmup: int = 10, reps: int = 100,
             min_seconds: float = 0.0) -> float:
     """Median time of ``fn()`` in seconds (CUDA events on GPU, perf_counter on CPU).
@@ -361,20 +408,54 @@ RECORD_FIELDS = {
 }
 
 
-def validate_record(record: dict) -> None:
-    """Raise ValueError unless ``record`` has exactly the documented fields and types."""
-    missing = set(RECORD_FIELDS) - set(record)
-    extra = set(record) - set(RECORD_FIELDS)
+# A row of the call-overhead section (``host_time``): field -> (type, meaning).
+OVERHEAD_FIELDS = {
+    "op": (str, "op name"),
+    "pass": (str, "forward or forward+backward"),
+    "mode": (str, "eager, or cuda graph (replay time per op: the floor)"),
+    "shape": (str, "input size"),
+    "dtype": (str, "element type"),
+    "device": (str, "device name"),
+    "ours": (str, "our call timed (the op's Python function through its handle)"),
+    "native": (str, "the native twin's call"),
+    "calls": (int, "calls per run"),
+    "runs": (int, "runs; the best one gives the time"),
+    "ours_us": (float, "our host time per call, best run"),
+    "native_us": (float, "the native twin's host time per call, best run"),
+    "ours_median_us": (float, "our host time per call, median run"),
+    "native_median_us": (float, "the native twin's, median run"),
+    "ratio": (float, "ours_us / native_us (< 1: our call is cheaper)"),
+    "limit": ((float, type(None)), "the largest ratio the overhead issue allows, if any"),
+    "within": ((bool, type(None)), "ratio <= limit (null without a limit)"),
+}
+
+
+def _validate(row: dict, fields: dict) -> None:
+    missing = set(fields) - set(row)
+    extra = set(row) - set(fields)
     if missing or extra:
         raise ValueError(f"record fields: missing {sorted(missing)}, unexpected {sorted(extra)}")
-    for key, (kind, _) in RECORD_FIELDS.items():
-        value = record[key]
+    for key, (kind, _) in fields.items():
+        value = row[key]
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             continue
         if isinstance(value, bool) and kind in (float, int, str):
             raise ValueError(f"{key}: {value!r} is not a {kind.__name__}")
         if not isinstance(value, kind):
             raise ValueError(f"{key}: {value!r} has type {type(value).__name__}")
+
+
+def validate_overhead_row(row: dict) -> None:
+    """Raise ValueError unless ``row`` has exactly the fields of ``OVERHEAD_FIELDS``."""
+    _validate(row, OVERHEAD_FIELDS)
+    if row["within"] is not None and row["within"] != (row["ratio"] <= row["limit"]):
+        raise ValueError(f"within={row['within']} contradicts ratio {row['ratio']} "
+                         f"and limit {row['limit']}")
+
+
+def validate_record(record: dict) -> None:
+    """Raise ValueError unless ``record`` has exactly the documented fields and types."""
+    _validate(record, RECORD_FIELDS)
     if record["met"] is not None and record["met"] != (record["ratio"] >= record["target"]):
         raise ValueError(f"met={record['met']} contradicts ratio {record['ratio']} "
                          f"and target {record['target']}")

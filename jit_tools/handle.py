@@ -19,6 +19,27 @@ from jit_tools import pipeline, registry
 from jit_tools.state import BuildInfo, OpState
 
 
+_MISSING = object()
+# One handle class per op state (a subclass of Op), which gains a property for each public
+# name of the surface module that was looked up through a handle: see Op.__getattr__.
+_HANDLE_CLASSES: dict[int, tuple[OpState, type]] = {}
+
+
+def _surface_property(attr: str) -> property:
+    """``attr`` of the newest surface module, read at each access; where the module lacks
+    it, the AttributeError sends Python on to ``Op.__getattr__`` (the full lookup)."""
+
+    def newest(handle):
+        module = handle._state.module
+        if module is not None:
+            value = module.__dict__.get(attr, _MISSING)
+            if value is not _MISSING:
+                return value
+        raise AttributeError(attr)
+
+    return property(newest, doc=f"``{attr}`` of the op's newest Python surface")
+
+
 class Op:
     """Handle on a loaded op; attribute access resolves to its newest build.
 
@@ -26,6 +47,15 @@ class Op:
     ``autograd.Function`` classes, ``nn.Module`` classes), then a pybind11 module it
     defines, then its dispatcher ops ``torch.ops.<namespace>.<name>``.
     """
+
+    def __new__(cls, state: OpState):
+        if cls is Op:
+            entry = _HANDLE_CLASSES.get(id(state))
+            if entry is None or entry[0] is not state:
+                own = type("Op", (Op,), {"__slots__": (), "__doc__": Op.__doc__})
+                entry = _HANDLE_CLASSES[id(state)] = (state, own)
+            cls = entry[1]
+        return super().__new__(cls)
 
     def __init__(self, state: OpState):
         object.__setattr__(self, "_state", state)
@@ -77,8 +107,18 @@ class Op:
         return pipeline.reload(self._state, verbose)
 
     def __getattr__(self, attr: str):
+        # Python calls this only after the normal lookup failed, which costs an exception
+        # per access (more than the surface function itself: experiments/profile_call.py
+        # times both). So a public name
+        # found in the surface module becomes a property of this op's handle class: it
+        # reads the newest module at each access (a reload makes a new module), and falls
+        # back here when that module lacks the name.
         state = self._state
         if state.module is not None and hasattr(state.module, attr):
+            cls = type(self)
+            if (attr in vars(state.module) and not attr.startswith("_") and cls is not Op
+                    and not hasattr(cls, attr)):
+                setattr(cls, attr, _surface_property(attr))
             return getattr(state.module, attr)
         if state.ext_module is not None and hasattr(state.ext_module, attr):
             return _newest(state, attr)
@@ -92,7 +132,7 @@ class Op:
 
     def __dir__(self):
         state = self._state
-        names = set(super().__dir__())
+        names = set(dir(Op)) | set(vars(self))  # not the properties of names a reload removed
         for m in (state.module, state.ext_module):
             if m is not None:
                 names |= {n for n in vars(m) if not n.startswith("_")}

@@ -160,15 +160,85 @@ def test_suite_lists_the_issue_targets_of_resize_scatter_and_detection():
 
 
 def test_detection_without_torchvision_is_skipped_with_the_reason(monkeypatch):
-    from experiments import bench_detection
+    from experiments import bench_detection, bench_overhead
 
     monkeypatch.setattr(bench_detection, "torchvision", None)
+    monkeypatch.setattr(bench_overhead, "torchvision", None)
     doc = bench.run_suite("cpu", "tiny", ["nms", "roi_align"], progress=False)
     assert doc["errors"] == [] and doc["records"] == [] and doc["cases"] == 0
+    assert doc["overhead"] == []
     skipped = [w for w in doc["warnings"] if w.startswith("skipped: ")]
-    assert len(skipped) == len(bench_detection.SUITE_NMS["tiny"]) + 4
+    # The cases section's, then the overhead rows' on the CPU: roi_align in both passes, nms.
+    assert len(skipped) == len(bench_detection.SUITE_NMS["tiny"]) + 4 + 3
     assert all("torchvision is not importable" in w for w in skipped)
     assert any(w.startswith("skipped: roi_align backward mixed rois") for w in skipped)
+
+
+def test_overhead_section_rows(suite):
+    """The call-overhead section of the CPU run: a row per op and pass with the documented
+    fields, ratios that agree with the times, the CUDA rows listed as skipped."""
+    _, _, doc = suite
+    rows = doc["overhead"]
+    for r in rows:
+        benchutil.validate_overhead_row(r)
+        assert r["device"] == doc["environment"]["device"] and r["mode"] == "eager"
+        assert r["calls"] == bench.OVERHEAD_CALLS["tiny"] and r["runs"] == bench.OVERHEAD_RUNS
+        assert r["ours_us"] > 0 and r["native_us"] > 0
+        assert r["ours_median_us"] >= r["ours_us"] and r["native_median_us"] >= r["native_us"]
+        assert r["ratio"] == pytest.approx(r["ours_us"] / r["native_us"])
+        assert r["limit"] == {"forward": 1.25, "forward+backward": 1.5}[r["pass"]]
+    ops = {"sigmoid", "gelu", "resize", "scatter", "lltm"}
+    if _has_torchvision():
+        ops |= {"roi_align", "nms"}
+    for op in ops - {"nms"}:
+        assert {r["pass"] for r in rows if r["op"] == op} == {"forward", "forward+backward"}, op
+    assert {r["op"] for r in rows} == ops
+    assert {r["shape"] for r in rows if r["op"] == "scatter"} == {"sum 64->16", "mean 64->16",
+                                                                  "max 64->16"}
+    if not torch.cuda.is_available():
+        assert "skipped: overhead CUDA and CUDA graph rows: no GPU visible" in doc["warnings"]
+    text = (suite[0] / "summary.md").read_text()
+    limited = [r for r in rows if r["limit"] is not None]
+    assert f"Call overhead: {sum(r['within'] for r in limited)} of {len(limited)} within" in text
+    table = text.split("# Call overhead", 1)[1].split("# Targets", 1)[0]
+    assert sum(line.startswith("| ") for line in table.splitlines()) == len(rows) + 1
+
+
+def test_only_the_overhead_section(tmp_path):
+    doc = bench.run_suite("cpu", "tiny", ["sigmoid"], progress=False, sections=("overhead",),
+                          cpu_time=True)
+    assert doc["errors"] == [] and doc["records"] == [] and doc["copy_ceiling"] is None
+    assert doc["overhead_cpu_clock"] == "thread CPU"
+    assert [(r["op"], r["pass"]) for r in doc["overhead"]] == [("sigmoid", "forward"),
+                                                               ("sigmoid", "forward+backward")]
+    paths = bench.write_outputs(doc, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "summary.md"]
+    text = paths["summary"].read_text()
+    assert "# Call overhead" in text and "# Targets" not in text
+    assert "CPU rows by thread CPU time" in text
+
+
+def test_validate_overhead_row_rejects_missing_fields_and_contradictions():
+    row = {"op": "toy", "pass": "forward", "mode": "eager", "shape": "64", "dtype": "float32",
+           "device": "d", "ours": "op.toy(x)", "native": "torch.toy(x)", "calls": 10, "runs": 5,
+           "ours_us": 3.0, "native_us": 2.0, "ours_median_us": 3.1, "native_median_us": 2.1,
+           "ratio": 1.5, "limit": 1.25, "within": False}
+    benchutil.validate_overhead_row(row)
+    with pytest.raises(ValueError, match="missing"):
+        benchutil.validate_overhead_row({k: v for k, v in row.items() if k != "ratio"})
+    with pytest.raises(ValueError, match="contradicts"):
+        benchutil.validate_overhead_row(dict(row, within=True))
+    with pytest.raises(ValueError, match="calls"):
+        benchutil.validate_overhead_row(dict(row, calls="many"))
+
+
+def test_host_time_interleaves_runs_and_divides_by_ops_per_call():
+    calls = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in "ab"}
+    timings = benchutil.host_time(fns, "cpu", calls=2, runs=3, warmup=1, ops_per_call=4)
+    assert calls[2:] == list("aa" "bb" "bb" "aa" "aa" "bb")
+    for t in timings.values():
+        assert (t.runs, t.calls) == (3, 2) and 0 < t.best <= t.median
 
 
 def _check_png(path: Path):

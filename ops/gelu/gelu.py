@@ -2,8 +2,9 @@
 an explicit autograd.Function and an nn.Module over ``torch.ops.gelu.forward/backward``.
 
 Registered through ``LIB`` so that the loader can withdraw these registrations when
-it reloads the op. Ops are looked up at call time, so handles given out earlier call
-the newest build.
+it reloads the op. The dispatcher ops are resolved once per build (the loader runs this
+file again for every build); functions handed out earlier still call the newest build, as
+an ``OpOverload`` outlives a reload (the loader keeps its operator entry).
 """
 
 from __future__ import annotations
@@ -48,16 +49,22 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad):
     (x,) = ctx.saved_tensors
-    return torch.ops.gelu.backward(grad, x)
+    return _BACKWARD(grad, x)
 
 
 torch.library.register_autograd("gelu::forward", _backward, setup_context=_setup_context, lib=LIB)
+
+# Resolved here, once per build, rather than at each call: through the packet a call
+# looks up two attributes and resolves the overload in Python, every time (the layers
+# experiments/profile_call.py times).
+_FORWARD = torch.ops.gelu.forward.default
+_BACKWARD = torch.ops.gelu.backward.default
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
     """``x * sigmoid(1.702 * x)``, differentiable; the twin of ``F.gelu`` up to the
     approximation."""
-    return torch.ops.gelu.forward(x)
+    return _FORWARD(x)
 
 
 class GELUFunction(torch.autograd.Function):
@@ -66,12 +73,12 @@ class GELUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
-        return torch.ops.gelu.forward(x)
+        return _FORWARD(x)
 
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        return torch.ops.gelu.backward(grad, x)
+        return _BACKWARD(grad, x)
 
 
 class GELU(torch.nn.Module):

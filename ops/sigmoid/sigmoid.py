@@ -2,8 +2,9 @@
 autograd.Function and an nn.Module over ``torch.ops.sigmoid.forward/backward``.
 
 Registered through ``LIB`` so that the loader can withdraw these registrations when
-it reloads the op. Ops are looked up at call time, so handles given out earlier call
-the newest build.
+it reloads the op. The dispatcher ops are resolved once per build (the loader runs this
+file again for every build); functions handed out earlier still call the newest build, as
+an ``OpOverload`` outlives a reload (the loader keeps its operator entry).
 """
 
 from __future__ import annotations
@@ -45,15 +46,21 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad):
     (y,) = ctx.saved_tensors
-    return torch.ops.sigmoid.backward(grad, y)
+    return _BACKWARD(grad, y)
 
 
 torch.library.register_autograd("sigmoid::forward", _backward, setup_context=_setup_context, lib=LIB)
 
+# Resolved here, once per build, rather than at each call: through the packet a call
+# looks up two attributes and resolves the overload in Python, every time (the layers
+# experiments/profile_call.py times).
+_FORWARD = torch.ops.sigmoid.forward.default
+_BACKWARD = torch.ops.sigmoid.backward.default
+
 
 def sigmoid(x: torch.Tensor) -> torch.Tensor:
     """``1 / (1 + exp(-x))``, differentiable; the twin of ``torch.sigmoid``."""
-    return torch.ops.sigmoid.forward(x)
+    return _FORWARD(x)
 
 
 class SigmoidFunction(torch.autograd.Function):
@@ -61,14 +68,14 @@ class SigmoidFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x):
-        y = torch.ops.sigmoid.forward(x)
+        y = _FORWARD(x)
         ctx.save_for_backward(y)
         return y
 
     @staticmethod
     def backward(ctx, grad):
         (y,) = ctx.saved_tensors
-        return torch.ops.sigmoid.backward(grad, y)
+        return _BACKWARD(grad, y)
 
 
 class Sigmoid(torch.nn.Module):

@@ -1,0 +1,272 @@
+"""Call overhead: every bundled op's Python function against its native twin on tiny inputs.
+
+A researcher's op is often called on small tensors in a loop (a recurrent cell per time
+step, a post-process per image, a scatter per graph layer); there the device waits for the
+host, and the host time of one call is the whole cost. Each case times a call that a user
+writes, ``op = jit_loader.load("sigmoid"); op.sigmoid(x)`` (the handle, the surface
+function, the dispatcher op, its autograd), against the op PyTorch ships for the same job,
+forward and forward+backward (``.sum().backward()``), with ``benchutil.host_time``: best of
+five runs of many back-to-back calls, one sync at the end of a run on CUDA. On a GPU the
+rows inside a CUDA graph give the floor: replay time per op, no host work at all.
+
+The section is part of the suite (``experiments/bench.py``, section ``overhead``):
+
+    python -m experiments.bench --only overhead [--quick] [--ops sigmoid,resize]
+    python -m experiments.bench_overhead          # the same
+
+CPU rows always; CUDA rows and the CUDA graph rows where a GPU is visible (and the suite's
+device is CUDA). Limits (the overhead issue): our call at most 1.25x the native twin's host
+time in forward, 1.5x in forward+backward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+import jit_loader
+from experiments.benchutil import Skipped
+
+try:
+    import torchvision
+except ImportError:  # the detection twins are torchvision's; their rows are then skipped
+    torchvision = None
+
+LIMITS = {"forward": 1.25, "forward+backward": 1.5}
+# Ops captured per CUDA graph of the graph rows: the replay's own launch is shared by them.
+GRAPH_OPS = 20
+PASSES = ("forward", "forward+backward")
+
+
+@dataclasses.dataclass
+class OverheadCase:
+    """One row: ``build()`` allocates the inputs, checks that ours and the native twin
+    agree, and returns ``(ours, native)``, two callables of one call each (one graph
+    replay of ``ops_per_call`` ops in mode ``cuda graph``)."""
+
+    op: str
+    pass_: str
+    shape: str
+    device: str
+    ours: str
+    native: str
+    build: Callable[[], tuple[Callable[[], object], Callable[[], object]]]
+    mode: str = "eager"
+    dtype: str = "float32"
+    ops_per_call: int = 1
+
+    @property
+    def limit(self) -> float | None:
+        return LIMITS[self.pass_] if self.mode == "eager" else None
+
+    @property
+    def label(self) -> str:
+        where = self.device if self.mode == "eager" else "cuda graph"
+        return f"overhead {self.op} {self.pass_} {self.shape} {where}"
+
+
+def _backward(out):
+    """Backward of a call's result(s) with fixed upstream gradients: ``.sum().backward()``."""
+    outs = out if isinstance(out, tuple) else (out,)
+    torch.autograd.backward([o.sum() for o in outs])
+
+
+def _pair(ours, native, pass_, inputs):
+    """``(ours, native)`` for the pass: the call itself, or the call and its backward into
+    ``inputs`` (their grads accumulate, in both alike)."""
+    for t in inputs:
+        t.requires_grad_(pass_ != "forward")
+    if pass_ == "forward":
+        return ours, native
+    return (lambda: _backward(ours())), (lambda: _backward(native()))
+
+
+def _check(ours, native, inputs, pass_, **tol):
+    """Fail loudly rather than time a wrong answer: outputs (and gradients) agree."""
+    def run(fn):
+        for t in inputs:
+            t.grad = None
+        out = fn()
+        outs = list(out) if isinstance(out, tuple) else [out]
+        if pass_ != "forward":
+            _backward(out)
+            outs += [t.grad for t in inputs]
+        return [o.detach() for o in outs]
+    for a, b in zip(run(ours), run(native)):
+        torch.testing.assert_close(a, b, **tol)
+    for t in inputs:
+        t.grad = None
+
+
+def _graphed(fn: Callable[[], object], ops: int = GRAPH_OPS) -> Callable[[], object]:
+    """A CUDA graph of ``ops`` calls of ``fn``; returns its replay."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up outside the capture, as torch asks
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(ops):
+            fn()
+    return graph.replay
+
+
+def _gelu_reference(x):
+    return x * torch.sigmoid(1.702 * x)
+
+
+def _pointwise(name, native_name, native, reference, device, pass_):
+    """sigmoid or gelu against ``native``; checked against ``reference`` (gelu's sigmoid
+    approximation is not F.gelu's erf)."""
+    def build():
+        op = jit_loader.load(name)
+        x = torch.randn(64, device=device)
+        # Through the handle at each call, as a user writes it.
+        ours = (lambda: op.sigmoid(x)) if name == "sigmoid" else (lambda: op.gelu(x))
+        pair = _pair(ours, lambda: native(x), pass_, [x])
+        _check(ours, lambda: reference(x), [x], pass_, atol=1e-5, rtol=1e-5)
+        return pair
+    return OverheadCase(name, pass_, "64", device, f"op.{name}(x)", native_name, build)
+
+
+def _resize(device, pass_):
+    def build():
+        op = jit_loader.load("resize")
+        x = torch.randn(1, 1, 4, 4, device=device)
+        ours = lambda: op.resize_bilinear(x, (8, 8))
+        native = lambda: F.interpolate(x, size=(8, 8), mode="bilinear", align_corners=False)
+        pair = _pair(ours, native, pass_, [x])
+        _check(ours, native, [x], pass_, atol=1e-5, rtol=1e-5)
+        return pair
+    return OverheadCase("resize", pass_, "1x1x4x4->8x8", device, "op.resize_bilinear(x, (8, 8))",
+                        "F.interpolate(x, size=(8, 8), mode='bilinear')", build)
+
+
+SCATTER_TWINS = {
+    "sum": "zeros(16).scatter_add_(0, index, src)",
+    "mean": "zeros(16).scatter_reduce(0, index, src, 'mean', include_self=False)",
+    "max": "zeros(16).scatter_reduce(0, index, src, 'amax', include_self=False)",
+}
+
+
+def _scatter(device, pass_, reduce):
+    def build():
+        op = jit_loader.load("scatter")
+        src = torch.randn(64, device=device)
+        index = torch.randint(0, 16, (64,), device=device)
+        ours = lambda: op.scatter(src, index, 0, dim_size=16, reduce=reduce)
+        if reduce == "sum":
+            native = lambda: src.new_zeros(16).scatter_add_(0, index, src)
+        else:
+            kind = "amax" if reduce == "max" else reduce
+            native = lambda: src.new_zeros(16).scatter_reduce(0, index, src, kind, include_self=False)
+        pair = _pair(ours, native, pass_, [src])
+        _check(ours, native, [src], pass_, atol=1e-5, rtol=1e-5)
+        return pair
+    return OverheadCase("scatter", pass_, f"{reduce} 64->16", device,
+                        f"op.scatter(src, index, 0, dim_size=16, reduce='{reduce}')",
+                        SCATTER_TWINS[reduce], build)
+
+
+def _boxes(n, device):
+    xy = torch.rand(n, 2, device=device) * 12
+    return torch.cat([xy, xy + 1 + torch.rand(n, 2, device=device) * 4], dim=1)
+
+
+def _nms(device):
+    def build():
+        op = jit_loader.load("detection")
+        boxes, scores = _boxes(64, device), torch.rand(64, device=device)
+        ours = lambda: op.nms(boxes, scores, 0.5)
+        native = lambda: torchvision.ops.nms(boxes, scores, 0.5)
+        _check(ours, native, [], "forward")
+        return ours, native
+    return OverheadCase("nms", "forward", "64 boxes", device, "op.nms(boxes, scores, 0.5)",
+                        "torchvision.ops.nms(boxes, scores, 0.5)", build)
+
+
+def _roi_align(device, pass_):
+    def build():
+        op = jit_loader.load("detection")
+        x = torch.randn(1, 4, 4, 4, device=device)
+        rois = torch.cat([torch.zeros(4, 1, device=device), _boxes(4, device) / 4], dim=1)
+        ours = lambda: op.roi_align(x, rois, 2, 1.0, 2, True)
+        native = lambda: torchvision.ops.roi_align(x, rois, 2, 1.0, 2, True)
+        pair = _pair(ours, native, pass_, [x])
+        _check(ours, native, [x], pass_, atol=1e-5, rtol=1e-5)
+        return pair
+    return OverheadCase("roi_align", pass_, "1x4x4x4, 4 rois -> 2x2", device,
+                        "op.roi_align(x, rois, 2, 1.0, 2, True)",
+                        "torchvision.ops.roi_align(x, rois, 2, 1.0, 2, True)", build)
+
+
+def _lltm(device, pass_):
+    def build():
+        from ops.lltm.reference import example_inputs, lltm_reference
+
+        op = jit_loader.load("lltm")
+        inputs = example_inputs(device, batch=4, input_features=4, state_size=16,
+                                requires_grad=False)
+        ours = lambda: op.lltm(*inputs)
+        native = lambda: lltm_reference(*inputs)
+        pair = _pair(ours, native, pass_, list(inputs))
+        _check(ours, native, list(inputs), pass_, atol=1e-5, rtol=1e-5)
+        return pair
+    return OverheadCase("lltm", pass_, "4x4, state 16", device, "op.lltm(input, W, b, h, c)",
+                        "lltm_reference(input, W, b, h, c) (eager)", build)
+
+
+def _graph_case(case: OverheadCase) -> OverheadCase:
+    """The forward case ``case`` inside a CUDA graph: replay time per op."""
+    def build():
+        ours, native = case.build()
+        return _graphed(ours), _graphed(native)
+    return dataclasses.replace(case, mode="cuda graph", build=build, ops_per_call=GRAPH_OPS)
+
+
+def overhead_cases(device: str) -> list[OverheadCase | Skipped]:
+    """The rows of the section: CPU always; CUDA and CUDA graph rows when ``device`` is
+    CUDA; what cannot run here as ``Skipped``."""
+    devices = ["cpu"] + (["cuda"] if torch.device(device).type == "cuda" else [])
+    cases: list[OverheadCase | Skipped] = []
+    if "cuda" not in devices:
+        cases.append(Skipped("overhead", "CUDA and CUDA graph rows", "no GPU visible"
+                             if not torch.cuda.is_available() else "the suite runs on the CPU"))
+    for dev in devices:
+        for pass_ in PASSES:
+            cases += [_pointwise("sigmoid", "torch.sigmoid(x)", torch.sigmoid, torch.sigmoid,
+                                 dev, pass_),
+                      _pointwise("gelu", "F.gelu(x)", F.gelu, _gelu_reference, dev, pass_),
+                      _resize(dev, pass_)]
+            cases += [_scatter(dev, pass_, reduce) for reduce in SCATTER_TWINS]
+            cases.append(_lltm(dev, pass_))
+            if torchvision is None:
+                cases.append(Skipped("roi_align", f"overhead {pass_} {dev}",
+                                     "torchvision is not importable"))
+            else:
+                cases.append(_roi_align(dev, pass_))
+        if torchvision is None:
+            cases.append(Skipped("nms", f"overhead forward {dev}", "torchvision is not importable"))
+        else:
+            cases.append(_nms(dev))
+    if "cuda" in devices:
+        cases += [_graph_case(c) for c in cases if isinstance(c, OverheadCase)
+                  and c.device == "cuda" and c.pass_ == "forward"
+                  and c.op in ("sigmoid", "gelu", "resize")]
+    return cases
+
+
+def main(argv=None) -> int:
+    from experiments import bench
+
+    return bench.main(["--only", "overhead", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

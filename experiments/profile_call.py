@@ -1,0 +1,248 @@
+"""Where the host time of one op call goes, layer by layer, for sigmoid and resize.
+
+A call ``op.sigmoid(x)`` passes through: the handle's attribute lookup (``jit_tools/handle.py``:
+handles follow reloads), the surface function (``ops/sigmoid/sigmoid.py``), the
+``torch.ops`` attribute lookups and the packet's overload resolution (``OpOverloadPacket``),
+``OpOverload.__call__``, the dispatcher, the autograd kernel that ``register_autograd``
+registers (Python, on every call), then the kernel with its output's allocation. Three views:
+
+1. **Ladder.** The same call entered at each layer, from the dispatcher's C++ entry (below
+   autograd) up to the handle; each rung's host time minus the one below is that layer's cost.
+   Timed with ``benchutil.host_time`` (best of five runs, rungs interleaved; each call of a
+   rung is a loop of ``--batch`` calls, so that the autograd-exclusion guard of the lowest
+   rungs is entered once per loop). Forward with an input that needs no grad, and
+   forward+backward (``.sum().backward()``) with one that does.
+2. **cProfile** of the top rung, its time grouped by layer (by the file and function each
+   profiled function belongs to). cProfile adds a fixed cost to every Python call, so it
+   inflates the Python layers: read it for what runs, the ladder for how long.
+3. **torch.profiler**: the dispatcher-level events of the top rung (ops, allocation,
+   autograd nodes), self CPU time per call.
+
+    python -m experiments.profile_call [--device cuda] [--ops sigmoid,resize] [--calls 2000]
+
+On CUDA each run ends with one sync (the rate a Python loop of enqueues sustains).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from collections import defaultdict
+
+import torch
+import torch.nn.functional as F
+
+import jit_loader
+from experiments import benchutil
+
+# Layer of a profiled function: the first (path fragment, function name prefix or None)
+# that matches. C functions have the path "~" and names like "<built-in method ...>".
+AUTOGRAD_KERNEL = "autograd kernel (register_autograd, Python)"
+CPP = "C++ below the Python entry (dispatcher, kernel, allocation)"
+LAYERS = [
+    ("jit_tools/handle.py", None, "handle lookup (jit_tools/handle.py)"),
+    ("torch/_library/autograd.py", None, AUTOGRAD_KERNEL),
+    ("torch/autograd/function.py", None, AUTOGRAD_KERNEL),
+    ("torch/_library/utils.py", None, AUTOGRAD_KERNEL),
+    ("torch/_ops.py", "redispatch", AUTOGRAD_KERNEL),
+    ("~", "<built-in method apply>", AUTOGRAD_KERNEL),
+    ("~", "<built-in method torch.is_grad_enabled>", AUTOGRAD_KERNEL),
+    ("~", "<built-in method torch._C._any_requires_grad>", AUTOGRAD_KERNEL),
+    ("~", "<method 'redispatch_boxed'", AUTOGRAD_KERNEL),
+    ("torch/_library/fake_impl.py", None, "fake-tensor / compile support"),
+    ("torch/_subclasses/", None, "fake-tensor / compile support"),
+    ("torch/_dynamo/", None, "fake-tensor / compile support"),
+    ("torch/_ops.py", "__getattr__", "torch.ops attribute lookup"),
+    ("torch/_ops.py", None, "torch.ops packet and overload (Python)"),
+    ("torch/_tensor.py", "backward", "autograd engine"),
+    ("torch/autograd/", None, "autograd engine"),
+    ("~", "<method 'run_backward'", "autograd engine"),
+    ("ops/", "_setup", "our setup_context / backward (Python)"),
+    ("ops/", "_backward", "our setup_context / backward (Python)"),
+    ("ops/", "_forward_backward", "our setup_context / backward (Python)"),
+    ("ops/", None, "surface function (Python)"),
+    ("experiments/profile_call.py", None, "benchmark loop"),
+    ("~", "<method 'sum'", ".sum() (the benchmark's loss)"),
+    ("~", "<built-in method torch._ops.", CPP),
+    ("~", "<built-in method builtins.", "Python builtins (getattr, any, isinstance...)"),
+    ("~", "<", "other C calls"),
+]
+
+
+def layer_of(filename: str, function: str) -> str:
+    path = filename.replace("\\", "/")
+    for fragment, name, layer in LAYERS:
+        if (path == "~") == (fragment == "~") and fragment in path:
+            if name is None or function.startswith(name):
+                return layer
+    return "other Python"
+
+
+def cases(op_name: str, device: str):
+    """``(op, args, native, packet_name, surface_name)`` of a tiny call of ``op_name``."""
+    if op_name == "sigmoid":
+        x = torch.randn(64, device=device)
+        return x, (x,), lambda: torch.sigmoid(x), "forward", "sigmoid", ()
+    if op_name == "resize":
+        x = torch.randn(1, 1, 4, 4, device=device)
+        native = lambda: F.interpolate(x, size=(8, 8), mode="bilinear", align_corners=False)
+        return x, (x, [8, 8], "half_pixel", None), native, "forward", "resize_bilinear", ((8, 8),)
+    raise SystemExit(f"profile_call: no case for op {op_name!r} (sigmoid, resize)")
+
+
+def rungs(op_name: str, device: str, pass_: str, batch: int):
+    """``{rung: fn}``: each fn makes ``batch`` calls entered at that layer."""
+    op = jit_loader.load(op_name)
+    x, args, native, packet_name, surface_name, surface_args = cases(op_name, device)
+    x.requires_grad_(pass_ != "forward")
+    ns = getattr(torch.ops, op_name)
+    packet = getattr(ns, packet_name)
+    overload = packet.default
+    module_fn = getattr(op.module, surface_name)
+    below = torch._C._AutoDispatchBelowAutograd
+
+    def loop(call):
+        if pass_ == "forward":
+            def fn():
+                for _ in range(batch):
+                    call()
+        else:
+            def fn():
+                for _ in range(batch):
+                    call().sum().backward()
+        return fn
+
+    def guarded(call):
+        def fn():
+            with below():
+                for _ in range(batch):
+                    call()
+        return fn
+
+    out = {}
+    if pass_ == "forward":
+        out["dispatcher + kernel: OpOverload._op, below autograd (C++ entry)"] = guarded(
+            lambda: overload._op(*args))
+        out["+ OpOverload.__call__ (Python), below autograd"] = guarded(lambda: overload(*args))
+    else:
+        out[".sum().backward() of the input alone (the loss)"] = loop(lambda: x)
+    out["+ autograd kernel: OpOverload(*args)"] = loop(lambda: overload(*args))
+    out["+ packet overload resolution: packet(*args)"] = loop(lambda: packet(*args))
+    out[f"+ torch.ops lookups: torch.ops.{op_name}.{packet_name}(*args)"] = loop(
+        lambda: getattr(getattr(torch.ops, op_name), packet_name)(*args))
+    out[f"+ surface: module.{surface_name}(...)"] = loop(lambda: module_fn(x, *surface_args))
+    out[f"+ handle: op.{surface_name}(...)"] = loop(
+        lambda: getattr(op, surface_name)(x, *surface_args))
+    out["native twin"] = loop(native)
+    if pass_ == "forward":
+        result = native().detach()
+        out["allocation alone: torch.empty_like(result)"] = loop(lambda: torch.empty_like(result))
+    return out
+
+
+def ladder(op_name, device, pass_, calls, batch, clock=time.perf_counter):
+    fns = rungs(op_name, device, pass_, batch)
+    timing = benchutil.host_time(fns, device, calls=max(1, calls // batch), runs=5, warmup=3,
+                                 ops_per_call=batch, clock=clock)
+    rows, below = [], None
+    for name, t in timing.items():
+        us = t.best * 1e6
+        layered = name.startswith("+ ")
+        rows.append({"op": op_name, "pass": pass_, "entered at": name, "us per call": us,
+                     "median run us": t.median * 1e6,
+                     "layer adds us": (us - below) if layered and below is not None else None})
+        if not name.startswith(("native", "allocation")):
+            below = us
+    return rows
+
+
+def cprofile_layers(op_name, device, pass_, calls):
+    """Seconds per call of the top rung by layer (tottime: each function's own time)."""
+    fn = rungs(op_name, device, pass_, 1)[f"+ handle: op.{cases(op_name, device)[4]}(...)"]
+    for _ in range(50):
+        fn()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        fn()
+    benchutil.sync(device)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    by_layer, functions = defaultdict(float), defaultdict(list)
+    for (filename, _, function), (_, ncalls, tottime, _, _) in stats.stats.items():
+        if ncalls < calls:  # once per run (the profiler itself, the sync), not per call
+            continue
+        layer = layer_of(filename, function)
+        by_layer[layer] += tottime / calls
+        functions[layer].append((tottime / calls, f"{function} ({ncalls // calls}x)"))
+    total = sum(by_layer.values())
+    rows = []
+    for layer, seconds in sorted(by_layer.items(), key=lambda kv: -kv[1]):
+        top = ", ".join(name for _, name in sorted(functions[layer], reverse=True)[:4])
+        rows.append({"op": op_name, "pass": pass_, "layer": layer, "us per call": seconds * 1e6,
+                     "share %": 100 * seconds / total, "biggest functions": top})
+    return rows
+
+
+def torch_profile(op_name, device, pass_, calls):
+    """Self CPU time per call of the dispatcher-level events of the top rung."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn = rungs(op_name, device, pass_, 1)[f"+ handle: op.{cases(op_name, device)[4]}(...)"]
+    for _ in range(50):
+        fn()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            fn()
+        benchutil.sync(device)
+    rows = []
+    for e in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total):
+        if e.count < calls:  # once-per-run events (the sync) are not part of a call
+            continue
+        rows.append({"op": op_name, "pass": pass_, "event": e.key, "per call": e.count // calls,
+                     "self us per call": e.self_cpu_time_total / calls,
+                     "total us per call": e.cpu_time_total / calls})
+    return rows[:12]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--ops", default="sigmoid,resize")
+    parser.add_argument("--calls", type=int, default=4000, help="calls per timed run")
+    parser.add_argument("--batch", type=int, default=100, help="calls per timed loop")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time the ladder by this thread's CPU time (a loaded CPU machine; "
+                             "not with --device cuda, whose waits it would miss)")
+    parser.add_argument("--json", metavar="PATH", help="also write the tables as JSON")
+    args = parser.parse_args(argv)
+    clock = time.thread_time if args.cpu_time else time.perf_counter
+    torch.set_num_threads(args.threads)
+    tables = {"ladder": [], "cprofile": [], "torch.profiler": []}
+    for op_name in args.ops.split(","):
+        for pass_ in ("forward", "forward+backward"):
+            calls = args.calls if pass_ == "forward" else max(args.batch, args.calls // 10)
+            tables["ladder"] += ladder(op_name, args.device, pass_, calls, args.batch, clock)
+            tables["cprofile"] += cprofile_layers(op_name, args.device, pass_, min(calls, 2000))
+            tables["torch.profiler"] += torch_profile(op_name, args.device, pass_, min(calls, 500))
+    env = benchutil.environment(args.device)
+    print(f"{env['device']}, torch {env['torch']}, {env['date']}, {torch.get_num_threads()} "
+          f"thread(s), load average {env['load_average']}, ladder clock "
+          f"{'thread CPU time' if args.cpu_time else 'wall'}")
+    warning = benchutil.load_warning()
+    if warning:
+        print(f"warning: {warning}")
+    for title, rows in tables.items():
+        print(f"\n## {title}\n")
+        print(benchutil.format_table(rows))
+    if args.json:
+        benchutil.save_json(args.json, [], tables=tables)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

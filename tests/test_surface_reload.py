@@ -1,0 +1,88 @@
+"""The surfaces of sigmoid and gelu resolve their dispatcher ops once per build, and handles
+keep a property per surface name they have looked up: neither may keep a caller on an old
+build. A copy of each op is built (CPU only), its functions and module are taken, its math
+is edited, and after ``reload()`` in the same process every one of them runs the new build.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jit_loader
+
+ROOT = Path(__file__).resolve().parents[1]
+
+RELOAD = """
+    import json, sys
+    from pathlib import Path
+    import torch, jit_loader
+
+    out = {}
+    for name, spec in json.loads(sys.argv[1]).items():
+        op_dir = Path(sys.argv[2]) / name
+        op = jit_loader.load(str(op_dir))
+        x = torch.randn(64, dtype=torch.float64)
+        before = getattr(op, name)(x)
+        fn = getattr(op, name)                      # handed out before the reload
+        module = getattr(op, spec["module"])()
+        function = getattr(op, spec["function"])
+        header = op_dir / f"{name}.h"
+        header.write_text(header.read_text().replace(*spec["edit"]))
+        surface = op_dir / f"{name}.py"             # a name the new surface no longer has
+        surface.write_text(surface.read_text().replace(f"class {spec['function']}(",
+                                                       f"class {spec['function']}Renamed("))
+        assert op.reload()
+        x.requires_grad_()
+        after = {"old function": fn(x), "old module": module(x),
+                 "old autograd.Function": function.apply(x), "handle": getattr(op, name)(x),
+                 "dispatcher op": getattr(torch.ops, name).forward(x)}
+        after["handle"].sum().backward()
+        out[name] = {
+            "shift": {k: (v - before).detach().mean().item() for k, v in after.items()},
+            "grad is finite": bool(torch.isfinite(x.grad).all()),
+            "handle gives the new function": getattr(op, name) is not fn,
+            "removed name": [hasattr(op, spec["function"]), spec["function"] in dir(op)],
+            "renamed": hasattr(op, spec["function"] + "Renamed"),
+        }
+    print(json.dumps(out))
+"""
+
+# Each op's forward math shifted by one (unmistakably the new build), and the names of its
+# nn.Module and autograd.Function.
+OPS = {
+    "sigmoid": {"edit": ["return ops_common::sigmoid<kFast>(x);",
+                         "return ops_common::sigmoid<kFast>(x) + T(1);"],
+                "module": "Sigmoid", "function": "SigmoidFunction"},
+    "gelu": {"edit": ["return x * ops_common::sigmoid<kFast>(T(kAlpha) * x);",
+                      "return x * ops_common::sigmoid<kFast>(T(kAlpha) * x) + T(1);"],
+             "module": "GELU", "function": "GELUFunction"},
+}
+
+
+def test_functions_handles_and_modules_taken_before_a_reload_run_the_new_build(tmp_path):
+    ops = tmp_path / "ops"
+    for name in OPS:
+        shutil.copytree(ROOT / "ops" / name, ops / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "_C*"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JIT_LOADER_CACHE=str(tmp_path / "cache"),
+               # the precompiled header and glue of the usual cache: only the op compiles
+               JIT_LOADER_SHARED_DIR=str(Path(jit_loader.cache_dir()) / "_shared"),
+               CUDA_HOME=str(tmp_path / "no_cuda"), JIT_LOADER_PREBUILT="0")
+    env.pop("JIT_LOADER_VERBOSE", None)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(RELOAD), json.dumps(OPS),
+                           str(ops)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in OPS:
+        r = result[name]
+        for what, shift in r["shift"].items():
+            assert abs(shift - 1.0) < 1e-12, (name, what, shift)
+        assert r["grad is finite"] and r["handle gives the new function"] and r["renamed"]
+        assert r["removed name"] == [False, False]
