@@ -330,15 +330,13 @@ unsigned int blocks_for(int64_t n) {
 template <typename T>
 cudaError_t launch_forward(const T* x, T* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
-  return cudaGetLastError();
+  return ops_common::launch(forward_kernel<T>, blocks_for(n), kThreads, 0, stream, x, y, n);
 }
 
 template <typename T>
 cudaError_t launch_backward(const T* grad, const T* x, T* dx, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(grad, x, dx, n);
-  return cudaGetLastError();
+  return ops_common::launch(backward_kernel<T>, blocks_for(n), kThreads, 0, stream, grad, x, dx, n);
 }
 
 #define ${name}_INSTANTIATE(T)                                                          \\

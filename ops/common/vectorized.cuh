@@ -110,8 +110,7 @@ cudaError_t launch_elementwise_width(cudaStream_t stream, F f, int64_t n, scalar
     max_blocks = resident_blocks(blocks_per_sm) * max_waves;
   }
   const unsigned int grid = grid_size(work, kElementwiseThreads, max_blocks);
-  kernel<<<grid, kElementwiseThreads, 0, stream>>>(f, n, out, in);
-  return cudaGetLastError();
+  return launch(kernel, grid, kElementwiseThreads, 0, stream, f, n, out, in);
 }
 
 template <int kUnroll, typename F, typename scalar_t, typename... In>

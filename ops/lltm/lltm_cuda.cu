@@ -226,9 +226,9 @@ cudaError_t forward_pointwise(cudaStream_t stream, int64_t batch, int64_t state,
                               Vector<const T> bias, Matrix<const T> old_cell, Matrix<T> new_h,
                               Matrix<T> new_cell) {
   if (batch * state == 0) return cudaSuccess;
-  forward_kernel<T><<<grid_for(batch, state, INT64_MAX), dim3(kCols, kRows), 0, stream>>>(
-      batch, state, gates, bias, old_cell, new_h, new_cell);
-  return cudaGetLastError();
+  return ops_common::launch(forward_kernel<T>, grid_for(batch, state, INT64_MAX),
+                            dim3(kCols, kRows), 0, stream, batch, state, gates, bias, old_cell,
+                            new_h, new_cell);
 }
 
 template <typename T>
@@ -239,9 +239,9 @@ cudaError_t forward_small(cudaStream_t stream, int64_t batch, int64_t features, 
   if (batch * state == 0) return cudaSuccess;
   const auto blocks = static_cast<unsigned>(
       ops_common::min_of(ops_common::ceil_div(batch * state, kSmallWarps), resident_blocks()));
-  forward_small_kernel<T><<<blocks, kSmallWarps * 32, 0, stream>>>(
-      batch, features, state, input, weights, bias, old_h, old_cell, hx, gates, new_h, new_cell);
-  return cudaGetLastError();
+  return ops_common::launch(forward_small_kernel<T>, blocks, kSmallWarps * 32, 0, stream, batch,
+                            features, state, input, weights, bias, old_h, old_cell, hx, gates,
+                            new_h, new_cell);
 }
 
 int64_t backward_workspace_rows(int64_t batch, int64_t state) {
@@ -259,17 +259,15 @@ cudaError_t backward_pointwise(cudaStream_t stream, int64_t batch, int64_t state
   if (batch * state == 0) return cudaSuccess;
   const dim3 grid = backward_grid(batch, state);
   acc_t<T>* partial = grid.y > 1 ? workspace : nullptr;
-  backward_kernel<T><<<grid, dim3(kCols, kRows), 0, stream>>>(
-      batch, state, grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell, d_bias, partial);
-  if (partial != nullptr) {
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-    constexpr int threads = 256;
-    const auto blocks = static_cast<unsigned>(
-        ops_common::min_of(ops_common::ceil_div(3 * state, threads), resident_blocks()));
-    sum_partials_kernel<T><<<blocks, threads, 0, stream>>>(partial, grid.y, 3 * state, d_bias);
-  }
-  return cudaGetLastError();
+  const cudaError_t err =
+      ops_common::launch(backward_kernel<T>, grid, dim3(kCols, kRows), 0, stream, batch, state,
+                         grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell, d_bias, partial);
+  if (err != cudaSuccess || partial == nullptr) return err;
+  constexpr int threads = 256;
+  const auto blocks = static_cast<unsigned>(
+      ops_common::min_of(ops_common::ceil_div(3 * state, threads), resident_blocks()));
+  return ops_common::launch(sum_partials_kernel<T>, blocks, threads, 0, stream, partial,
+                            int64_t(grid.y), 3 * state, d_bias);
 }
 
 #define LLTM_INSTANTIATE(T)                                                                    \
