@@ -42,7 +42,7 @@ inline int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) && !defined(__CUDACC_RTC__)  // host code: not under NVRTC
 // Streaming multiprocessors of the current device, asked once per device: the
 // attribute query costs a driver call, and launch-bound kernels (LLTM) feel it.
 inline int multiprocessor_count() {

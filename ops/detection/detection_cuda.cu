@@ -518,6 +518,7 @@ __global__ void __launch_bounds__(256)
 
 }  // namespace
 
+#if !defined(__CUDACC_RTC__)  // host code: nvcc only, NVRTC compiles the kernels alone
 template <typename T>
 cudaError_t launch_nms_mask(const T* boxes_sorted, const int64_t* classes_sorted, int64_t n,
                             float iou_threshold, uint64_t* mask, cudaStream_t stream) {
@@ -647,5 +648,6 @@ DETECTION_INSTANTIATE(float)
 DETECTION_INSTANTIATE(double)
 DETECTION_INSTANTIATE(ops_common::half_t)
 DETECTION_INSTANTIATE(ops_common::bfloat16_t)
+#endif  // !defined(__CUDACC_RTC__)
 
 }  // namespace detection

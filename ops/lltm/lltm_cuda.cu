@@ -201,6 +201,7 @@ __global__ void sum_partials_kernel(const acc_t<scalar_t>* __restrict__ partial,
   }
 }
 
+#if !defined(__CUDACC_RTC__)  // host code: nvcc only, NVRTC compiles the kernels alone
 // As many 256-thread blocks as can be resident at once; grid-stride loops do the rest.
 int64_t resident_blocks() {
   return ops_common::resident_blocks(ops_common::blocks_per_sm_by_threads(kThreads));
@@ -218,9 +219,11 @@ dim3 grid_for(int64_t batch, int64_t state, int64_t max_block_rows) {
 dim3 backward_grid(int64_t batch, int64_t state) {
   return grid_for(batch, state, batch <= kOneBlockRowBatch ? 1 : INT64_MAX);
 }
+#endif  // !defined(__CUDACC_RTC__)
 
 }  // namespace
 
+#if !defined(__CUDACC_RTC__)
 template <typename T>
 cudaError_t forward_pointwise(cudaStream_t stream, int64_t batch, int64_t state, Matrix<T> gates,
                               Vector<const T> bias, Matrix<const T> old_cell, Matrix<T> new_h,
@@ -286,5 +289,6 @@ LLTM_INSTANTIATE(double)
 LLTM_INSTANTIATE(ops_common::half_t)
 LLTM_INSTANTIATE(ops_common::bfloat16_t)
 #undef LLTM_INSTANTIATE
+#endif  // !defined(__CUDACC_RTC__)
 
 }  // namespace lltm

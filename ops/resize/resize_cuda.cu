@@ -987,6 +987,7 @@ inline int64_t row_tile_width(double sx) {
   return (int64_t(std::ceil((kTileCols + 1) / sx)) + 3 + 3 + 3) / 4 * 4;
 }
 
+#if !defined(__CUDACC_RTC__)  // host code: nvcc only, NVRTC compiles the kernels alone
 // The tile, row, vector and strip launchers return whether their kernel suits the shape;
 // when it does, err is its launch's error.
 template <typename T, typename acc, int kGroup, int kAhead, int kMinBlocks = 1>
@@ -1263,9 +1264,11 @@ cudaError_t backward(const T* grad_output, T* grad_input, const Geometry& g, con
   }
   return backward_with<8, 1, false>(grad_output, grad_input, g, rows, cols, stream);
 }
+#endif  // !defined(__CUDACC_RTC__)
 
 }  // namespace
 
+#if !defined(__CUDACC_RTC__)
 #define RESIZE_DEFINE_LAUNCHERS(T, ACC)                                                         \
   cudaError_t launch_forward(const T* input, T* output, const Geometry& geometry,              \
                              const AxisMap<ACC>& rows, const AxisMap<ACC>& cols,               \
@@ -1284,5 +1287,6 @@ RESIZE_DEFINE_LAUNCHERS(ops_common::half_t, float)
 RESIZE_DEFINE_LAUNCHERS(ops_common::bfloat16_t, float)
 
 #undef RESIZE_DEFINE_LAUNCHERS
+#endif  // !defined(__CUDACC_RTC__)
 
 }  // namespace resize_op

@@ -559,6 +559,7 @@ void with_vector(bool vectorize, F&& f) {
 
 }  // namespace
 
+#if !defined(__CUDACC_RTC__)  // host code: nvcc only, NVRTC compiles the kernels alone
 template <typename T>
 cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, const int64_t* perm, Shape shape, void* work,
@@ -682,5 +683,6 @@ SCATTER_INSTANTIATE_PACKED(ops_common::half_t)
 SCATTER_INSTANTIATE_PACKED(ops_common::bfloat16_t)
 SCATTER_INSTANTIATE_PACKED(int)
 #undef SCATTER_INSTANTIATE_PACKED
+#endif  // !defined(__CUDACC_RTC__)
 
 }  // namespace scatter
