@@ -305,8 +305,11 @@ def compile_kernels(source: Path, names: Sequence[str], *, arch: str, cache_dir:
     if unknown:
         raise JitLoaderError(f"nvcc flags without an NVRTC equivalent: {' '.join(unknown)}")
     target = arch_option(arch)
-    options = [target, *translated, *(f"-I{d}" for d in include_dirs),
-               *(f"-I{d}" for d in toolkit_includes())]
+    # Include folders in nvcc's order (the op's first), the standard-header shims before all.
+    includes = [o for o in translated if o.startswith("-I")]
+    shims, *toolkit = toolkit_includes()
+    options = [target, *(o for o in translated if not o.startswith("-I")), f"-I{shims}",
+               *(f"-I{d}" for d in include_dirs), *includes, *(f"-I{d}" for d in toolkit)]
     key = cache_key(source, names, options, arch, include_dirs)
     kind = "ptx" if "=compute_" in target else "cubin"
     image_path = cache_dir / f"{key}.{kind}"
