@@ -405,6 +405,8 @@ def name_expression(mangled: str) -> str:
     ``void lltm::(anonymous namespace)::forward_kernel<float>(long, ...)`` becomes
     ``lltm::forward_kernel<float>`` (an unnamed namespace's members are found from the
     enclosing one within the same file)."""
+    if not mangled.startswith("_Z"):
+        return mangled  # an extern "C" kernel: its name is the expression
     text = demangle(mangled)
     # Drop the parameter list: the last top-level parenthesised group.
     depth = 0

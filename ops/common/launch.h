@@ -43,6 +43,10 @@ inline int64_t ceil_div(int64_t a, int64_t b) {
 }
 
 #if defined(__CUDACC__) && !defined(__CUDACC_RTC__)  // host code: not under NVRTC
+}  // namespace ops_common
+#include "common/kernel_swap.h"
+namespace ops_common {
+
 // Streaming multiprocessors of the current device, asked once per device: the
 // attribute query costs a driver call, and launch-bound kernels (LLTM) feel it.
 inline int multiprocessor_count() {
@@ -65,14 +69,20 @@ inline int multiprocessor_count() {
 // graph) and it returns the launch's error, else cudaGetLastError(), which it clears, as
 // the launchers' checks did after <<<>>>. One named entry point instead of <<<>>> keeps
 // launch syntax out of device code, so NVRTC can compile a .cu's kernels
-// (jit_tools/nvrtc.py).
+// (jit_tools/nvrtc.py), and it is where a kernel swapped into the live process is
+// launched instead (common/kernel_swap.h, jit_tools/kernels.py).
 template <typename... Params>
 struct KernelLaunch {
   static cudaError_t run(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
                          cudaStream_t stream, Params... params) {
     void* args[] = {const_cast<void*>(static_cast<const void*>(&params))..., nullptr};
-    const cudaError_t launched = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid,
-                                                  block, args, shared_bytes, stream);
+    const void* stub = reinterpret_cast<const void*>(kernel);
+    if (kernel_swap::enabled()) {  // a kernel swapped in by the loader (common/kernel_swap.h)
+      if (void* f = kernel_swap::replacement_for(stub)) {
+        return kernel_swap::launch_replacement(f, grid, block, shared_bytes, stream, args);
+      }
+    }
+    const cudaError_t launched = cudaLaunchKernel(stub, grid, block, args, shared_bytes, stream);
     const cudaError_t last = cudaGetLastError();
     return launched != cudaSuccess ? launched : last;
   }
