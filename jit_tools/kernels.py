@@ -125,25 +125,23 @@ def _function(module: ctypes.c_void_p, symbol: str, device: int) -> ctypes.c_voi
 
 # ---- the swap ----------------------------------------------------------------------------
 
-def swap(op) -> list[str]:
-    """Compile the kernels the op launched from its ``.cu`` as it is now and launch them
-    from the next call on; returns their name expressions."""
+def compile_in_use(name: str, op_dir: Path, in_use: list[str], arch: str,
+                   opts: dict | None = None) -> tuple[nvrtc.Kernels, dict[str, str]]:
+    """The kernels ``in_use`` (mangled names of a loaded build) compiled from the op's
+    ``.cu`` as it is now, and name expression -> mangled name of each; SwapRefused when the
+    loaded launchers could not launch them (no NVRTC path for the op's flags, more than
+    one ``.cu``, a kernel whose symbol changed)."""
     if not enabled():
         raise SwapRefused("JIT_LOADER_NVRTC=0")
-    import torch
-
-    cus = sorted(Path(op.path).glob("*.cu"))
+    cus = sorted(Path(op_dir).glob("*.cu"))
     if len(cus) != 1:
-        raise SwapRefused(f"op {op.name!r} has {len(cus)} .cu files; the swap handles one")
-    in_use = launched(op)
+        raise SwapRefused(f"op {name!r} has {len(cus)} .cu files; the swap handles one")
     if not in_use:
-        raise SwapRefused(f"op {op.name!r} launched no kernel since kernels.track()")
+        raise SwapRefused(f"op {name!r} launched no kernel since kernels.track()")
     exprs = {nvrtc.name_expression(m): m for m in in_use}
-    device = torch.cuda.current_device()
-    major, minor = torch.cuda.get_device_capability(device)
     try:
-        compiled = nvrtc.compile_for_op(op.name, Path(op.path), cus[0], list(exprs),
-                                        arch=f"{major}.{minor}")
+        compiled = nvrtc.compile_for_op(name, Path(op_dir), cus[0], list(exprs), opts=opts,
+                                        arch=arch)
     except JitLoaderError as e:
         if type(e) is JitLoaderError:  # a flag NVRTC cannot take: nvcc builds it
             raise SwapRefused(str(e)) from e
@@ -153,6 +151,21 @@ def swap(op) -> list[str]:
     if changed:
         raise SwapRefused(f"the signature of {', '.join(changed)} changed; the launchers "
                           "must be compiled again")
+    return compiled, exprs
+
+
+def swap(op, opts: dict | None = None) -> list[str]:
+    """Compile the kernels the op launched from its ``.cu`` as it is now and launch them
+    from the next call on; returns their name expressions. ``opts``: the build options
+    the op was loaded with (``extra_cuda_cflags=...``), when any."""
+    if not enabled():
+        raise SwapRefused("JIT_LOADER_NVRTC=0")
+    import torch
+
+    device = torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(device)
+    compiled, exprs = compile_in_use(op.name, Path(op.path), launched(op), f"{major}.{minor}",
+                                     opts)
     module = _load(compiled.image, device)
     lib = _library(op)
     functions = {e: _function(module, compiled.lowered[e], device) for e in exprs}

@@ -10,11 +10,13 @@ kernels. Without a GPU: the table is there, off, in every op library, and
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
 import jit_loader
-from jit_tools import kernels, scaffold
+from jit_tools import kernels, nvrtc, scaffold
 from jit_tools.errors import BuildError
 
 CAN_BUILD_CUDA = jit_loader._why_no_cuda() is None
@@ -108,3 +110,36 @@ def test_a_changed_kernel_signature_is_refused(swap_op):
     with pytest.raises(kernels.SwapRefused, match="signature"):
         kernels.swap(op)
     torch.testing.assert_close(forward(x), before)
+
+
+@pytest.fixture
+def lltm_in_use(tmp_path):
+    """A copy of the lltm op folder, and the kernels of the bundled lltm build (as if the
+    process had launched every one of them)."""
+    op = jit_loader.load("lltm")
+    copy = tmp_path / "lltm"
+    shutil.copytree(op.path, copy)
+    return copy, nvrtc.library_kernels(op.library)
+
+
+@pytest.mark.skipif(not CAN_BUILD_CUDA, reason="CUDA sources are not built here")
+def test_an_edited_kernel_body_compiles_into_the_kernels_in_use(lltm_in_use, tmp_path):
+    copy, in_use = lltm_in_use
+    cu = copy / "lltm_cuda.cu"
+    body = "      new_h(b, j) = from_acc<scalar_t>(r.new_h);"
+    assert body in cu.read_text()
+    cu.write_text(cu.read_text().replace(body, body.replace("r.new_h", "r.new_h + 1"), 1))
+    compiled, exprs = kernels.compile_in_use("lltm", copy, in_use, "9.0")
+    assert sorted(exprs.values()) == sorted(in_use) and len(exprs) == 16  # 4 kernels x 4 dtypes
+    assert set(compiled.lowered) == set(exprs)
+
+
+@pytest.mark.skipif(not CAN_BUILD_CUDA, reason="CUDA sources are not built here")
+def test_a_changed_signature_is_refused_without_a_gpu(lltm_in_use):
+    copy, in_use = lltm_in_use
+    cu = copy / "lltm_cuda.cu"
+    signature = "    forward_kernel(int64_t batch, int64_t state,"
+    assert signature in cu.read_text()
+    cu.write_text(cu.read_text().replace(signature, signature.replace("int64_t batch", "int batch")))
+    with pytest.raises(kernels.SwapRefused, match=r"signature of lltm::forward_kernel<"):
+        kernels.compile_in_use("lltm", copy, in_use, "9.0")
