@@ -4,8 +4,9 @@ On a GPU: a scaffolded CUDA op is loaded, its kernel body edited, and after
 ``kernels.swap`` the next call runs the new kernel with no build and no new library; an
 NVRTC error leaves the running kernel in place; a changed kernel signature is refused
 (the launchers must be compiled again); switching tracking off restores the build's
-kernels. Without a GPU: the table is there, off, in every op library, and
-``JIT_LOADER_NVRTC=0`` refuses a swap.
+kernels. Without a GPU: the table is there, off, in every op library,
+``JIT_LOADER_NVRTC=0`` refuses a swap, and the swap's compile step takes an edited kernel
+body and refuses a changed signature, on the kernels of an nvcc build.
 """
 
 from __future__ import annotations
