@@ -340,26 +340,27 @@ __global__ void backward_kernel(const T* __restrict__ grad, const T* __restrict_
   }
 }
 
+#if !defined(__CUDACC_RTC__)  // host code: nvcc only, NVRTC compiles the kernels alone
 // As many blocks as the device holds at once; the grid-stride loop covers the rest.
 unsigned int blocks_for(int64_t n) {
   return ops_common::grid_size(
       n, kThreads, ops_common::resident_blocks(ops_common::blocks_per_sm_by_threads(kThreads)));
 }
+#endif
 
 }  // namespace
 
+#if !defined(__CUDACC_RTC__)
 template <typename T>
 cudaError_t launch_forward(const T* x, T* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
-  return cudaGetLastError();
+  return ops_common::launch(forward_kernel<T>, blocks_for(n), kThreads, 0, stream, x, y, n);
 }
 
 template <typename T>
 cudaError_t launch_backward(const T* grad, const T* x, T* dx, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(grad, x, dx, n);
-  return cudaGetLastError();
+  return ops_common::launch(backward_kernel<T>, blocks_for(n), kThreads, 0, stream, grad, x, dx, n);
 }
 
 #define ${name}_INSTANTIATE(T)                                                          \\
@@ -370,6 +371,7 @@ ${name}_INSTANTIATE(float)
 ${name}_INSTANTIATE(double)
 ${name}_INSTANTIATE(ops_common::half_t)
 ${name}_INSTANTIATE(ops_common::bfloat16_t)
+#endif  // !defined(__CUDACC_RTC__)
 
 }  // namespace ${name}_op
 """

@@ -199,6 +199,10 @@ class CacheStore:
     def work_folders(self, name: str) -> list[Path]:
         return sorted(self.op_folder(name).glob("work-*"))
 
+    def nvrtc_folder(self, name: str) -> Path:
+        """Where jit_tools/nvrtc.py keeps an op's kernels compiled with NVRTC."""
+        return self.root / name / "nvrtc"
+
     def inline_folder(self, name: str) -> Path:
         return self.root / "_inline" / name
 

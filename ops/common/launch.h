@@ -1,6 +1,7 @@
 #pragma once
-// Launch configuration for torch-free .cu files: grid sizes for grid-stride loops, and
-// (in CUDA sources) how many blocks the current device holds at once.
+// Launch configuration for torch-free .cu files: grid sizes for grid-stride loops, (in
+// CUDA sources) how many blocks the current device holds at once, and launch(), the one
+// way an op's launcher starts a kernel.
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -41,7 +42,11 @@ inline int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) && !defined(__CUDACC_RTC__)  // host code: not under NVRTC
+}  // namespace ops_common
+#include "common/kernel_swap.h"
+namespace ops_common {
+
 // Streaming multiprocessors of the current device, asked once per device: the
 // attribute query costs a driver call, and launch-bound kernels (LLTM) feel it.
 inline int multiprocessor_count() {
@@ -55,6 +60,42 @@ inline int multiprocessor_count() {
     counts[device] = max_of(count, 1);
   }
   return counts[device];
+}
+
+// launch(kernel, grid, block, shared_bytes, stream, args...) starts kernel as
+// kernel<<<grid, block, shared_bytes, stream>>>(args...) would: each argument converts to
+// its parameter's type (a wrong count or an inconvertible argument is a compile error),
+// the launch goes through cudaLaunchKernel (what <<<>>> lowers to; capturable in a CUDA
+// graph) and it returns the launch's error, else cudaGetLastError(), which it clears, as
+// the launchers' checks did after <<<>>>. One named entry point instead of <<<>>> keeps
+// launch syntax out of device code, so NVRTC can compile a .cu's kernels
+// (jit_tools/nvrtc.py), and it is where a kernel swapped into the live process is
+// launched instead (common/kernel_swap.h, jit_tools/kernels.py).
+template <typename... Params>
+struct KernelLaunch {
+  static cudaError_t run(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                         cudaStream_t stream, Params... params) {
+    void* args[] = {const_cast<void*>(static_cast<const void*>(&params))..., nullptr};
+    const void* stub = reinterpret_cast<const void*>(kernel);
+    if (kernel_swap::enabled()) {  // a kernel swapped in by the loader (common/kernel_swap.h)
+      if (void* f = kernel_swap::replacement_for(stub)) {
+        return kernel_swap::launch_replacement(f, grid, block, shared_bytes, stream, args);
+      }
+    }
+    const cudaError_t launched = cudaLaunchKernel(stub, grid, block, args, shared_bytes, stream);
+    const cudaError_t last = cudaGetLastError();
+    return launched != cudaSuccess ? launched : last;
+  }
+};
+
+template <typename... Params, typename... Args>
+[[nodiscard]] inline cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block,
+                                        size_t shared_bytes, cudaStream_t stream,
+                                        Args&&... args) {
+  static_assert(sizeof...(Args) == sizeof...(Params),
+                "launch(): pass exactly one argument per kernel parameter");
+  return KernelLaunch<Params...>::run(kernel, grid, block, shared_bytes, stream,
+                                      static_cast<Args&&>(args)...);
 }
 
 // Blocks that fit on the current device at once (resident_per_sm blocks on every SM).

@@ -89,6 +89,7 @@ elementwise_kernel(F f, int64_t n, scalar_t* __restrict__ out, PointerArray<scal
   }
 }
 
+#if !defined(__CUDACC_RTC__)  // host code: nvcc only, NVRTC compiles the kernels alone
 inline bool is_vector_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0;
 }
@@ -110,8 +111,7 @@ cudaError_t launch_elementwise_width(cudaStream_t stream, F f, int64_t n, scalar
     max_blocks = resident_blocks(blocks_per_sm) * max_waves;
   }
   const unsigned int grid = grid_size(work, kElementwiseThreads, max_blocks);
-  kernel<<<grid, kElementwiseThreads, 0, stream>>>(f, n, out, in);
-  return cudaGetLastError();
+  return launch(kernel, grid, kElementwiseThreads, 0, stream, f, n, out, in);
 }
 
 template <int kUnroll, typename F, typename scalar_t, typename... In>
@@ -136,6 +136,8 @@ cudaError_t launch_elementwise(cudaStream_t stream, F f, int64_t n, scalar_t* ou
   return launch_elementwise_config<kUnroll>(stream, kElementwiseWaves, f, n, out, in...);
 }
 
+#endif  // !defined(__CUDACC_RTC__)
+
 // An op's math (a struct with template <bool kFast, typename T> static T apply(T...),
 // see ops/sigmoid/sigmoid.h) on one element in storage type T: computed in acc_t<T>,
 // with the fast exp for 16-bit storage (common/scalar_math.h, kFastMath).
@@ -147,6 +149,8 @@ struct PointwiseApply {
   }
 };
 
+#if !defined(__CUDACC_RTC__)
+
 template <typename Op, typename T>
 cudaError_t launch_pointwise(cudaStream_t stream, int64_t n, T* out, const T* in) {
   return launch_elementwise(stream, PointwiseApply<Op, T>{}, n, out, in);
@@ -157,10 +161,13 @@ cudaError_t launch_pointwise(cudaStream_t stream, int64_t n, T* out, const T* a,
   return launch_elementwise(stream, PointwiseApply<Op, T>{}, n, out, a, b);
 }
 
+#endif  // !defined(__CUDACC_RTC__)
+
 }  // namespace ops_common
 
 // Compiles the launchers of one op's math for float, double, half and bfloat16, with
 // one input (a forward) or two (a backward: grad and the saved tensor).
+#if !defined(__CUDACC_RTC__)
 #define OPS_INSTANTIATE_POINTWISE_TYPE(Op, T, ...) \
   template cudaError_t ops_common::launch_pointwise<Op, T>(cudaStream_t, int64_t, T*, __VA_ARGS__);
 #define OPS_INSTANTIATE_POINTWISE_TYPES(Op, ...)                                       \
@@ -172,3 +179,7 @@ cudaError_t launch_pointwise(cudaStream_t stream, int64_t n, T* out, const T* a,
 #define OPS_POINTWISE_TWO_INPUTS(T) const T*, const T*
 #define OPS_INSTANTIATE_UNARY(Op) OPS_INSTANTIATE_POINTWISE_TYPES(Op, OPS_POINTWISE_ONE_INPUT)
 #define OPS_INSTANTIATE_BINARY(Op) OPS_INSTANTIATE_POINTWISE_TYPES(Op, OPS_POINTWISE_TWO_INPUTS)
+#else  // NVRTC compiles the kernels, never the launchers
+#define OPS_INSTANTIATE_UNARY(Op)
+#define OPS_INSTANTIATE_BINARY(Op)
+#endif

@@ -518,15 +518,15 @@ __global__ void __launch_bounds__(256)
 
 }  // namespace
 
+#if !defined(__CUDACC_RTC__)  // host code: nvcc only, NVRTC compiles the kernels alone
 template <typename T>
 cudaError_t launch_nms_mask(const T* boxes_sorted, const int64_t* classes_sorted, int64_t n,
                             float iou_threshold, uint64_t* mask, cudaStream_t stream) {
   const int col_blocks = static_cast<int>((n + kNmsBlock - 1) / kNmsBlock);
   const dim3 grid(col_blocks, col_blocks < 65535 ? col_blocks : 65535);
-  nms_mask_kernel<T><<<grid, kNmsBlock, 0, stream>>>(
-      boxes_sorted, classes_sorted, n, col_blocks, iou_threshold,
-      reinterpret_cast<unsigned long long*>(mask));
-  return cudaGetLastError();
+  return ops_common::launch(nms_mask_kernel<T>, grid, kNmsBlock, 0, stream, boxes_sorted,
+                            classes_sorted, n, col_blocks, iou_threshold,
+                            reinterpret_cast<unsigned long long*>(mask));
 }
 
 cudaError_t launch_nms_reduce(const uint64_t* mask, const int64_t* order, int64_t n,
@@ -541,9 +541,9 @@ cudaError_t launch_nms_reduce(const uint64_t* mask, const int64_t* order, int64_
   // At least 64 threads (one per candidate of a step), at most 1024.
   int threads = ((col_blocks + 31) / 32) * 32;
   threads = threads < 64 ? 64 : (threads > 1024 ? 1024 : threads);
-  nms_reduce_kernel<<<1, threads, shared, stream>>>(
-      reinterpret_cast<const unsigned long long*>(mask), order, n, col_blocks, keep, num_kept);
-  return cudaGetLastError();
+  return ops_common::launch(nms_reduce_kernel, 1, threads, shared, stream,
+                            reinterpret_cast<const unsigned long long*>(mask), order, n,
+                            col_blocks, keep, num_kept);
 }
 
 template <typename T, typename A>
@@ -555,11 +555,11 @@ cudaError_t launch_roi_align_forward(const T* input, const A* rois, int64_t num_
   const int64_t chunks = (channels + kForwardChannels - 1) / kForwardChannels;
   const int64_t total = num_rois * chunks * pooled_height * pooled_width;
   constexpr int threads = 256;
-  roi_align_forward_kernel<T, kForwardChannels>
-      <<<ops_common::grid_size(total, threads, int64_t(1) << 20), threads, 0, stream>>>(
-          input, rois, num_rois, batch, channels, height, width, pooled_height, pooled_width,
-          spatial_scale, sampling_ratio, aligned, output);
-  return cudaGetLastError();
+  return ops_common::launch(roi_align_forward_kernel<T, kForwardChannels>,
+                            ops_common::grid_size(total, threads, int64_t(1) << 20), threads, 0,
+                            stream, input, rois, num_rois, batch, channels, height, width,
+                            pooled_height, pooled_width, spatial_scale, sampling_ratio, aligned,
+                            output);
 }
 
 template <typename T, typename A>
@@ -574,10 +574,10 @@ cudaError_t launch_roi_align_backward(const T* grad_output, const A* rois, int64
   const dim3 grid(static_cast<unsigned>((width + 31) / 32),
                   static_cast<unsigned>((height + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>(planes < 65535 ? planes : 65535));
-  roi_align_backward_kernel<T, kBackwardChannels><<<grid, block, 0, stream>>>(
-      grad_output, rois, num_rois, batch, channels, height, width, pooled_height, pooled_width,
-      spatial_scale, sampling_ratio, aligned, grad_input);
-  return cudaGetLastError();
+  return ops_common::launch(roi_align_backward_kernel<T, kBackwardChannels>, grid, block, 0,
+                            stream, grad_output, rois, num_rois, batch, channels, height, width,
+                            pooled_height, pooled_width, spatial_scale, sampling_ratio, aligned,
+                            grad_input);
 }
 
 template <typename T, int TW, int CPT>
@@ -596,16 +596,11 @@ cudaError_t launch_tiles(const T* grad_t, const acc_t<T>* rois, int64_t num_rois
   const bool vec = channels % CPT == 0 &&
                    reinterpret_cast<uintptr_t>(grad_t) % (sizeof(T) * CPT) == 0;
   const int H = static_cast<int>(height), W = static_cast<int>(width);
-  if (vec) {
-    roi_align_backward_tiles_kernel<T, TW, CPT, true><<<grid, block, shared, stream>>>(
-        grad_t, rois, num_rois, batch, channels, H, W, pooled_height, pooled_width, spatial_scale,
-        sampling_ratio, aligned, grad_input);
-  } else {
-    roi_align_backward_tiles_kernel<T, TW, CPT, false><<<grid, block, shared, stream>>>(
-        grad_t, rois, num_rois, batch, channels, H, W, pooled_height, pooled_width, spatial_scale,
-        sampling_ratio, aligned, grad_input);
-  }
-  return cudaGetLastError();
+  const auto kernel = vec ? roi_align_backward_tiles_kernel<T, TW, CPT, true>
+                         : roi_align_backward_tiles_kernel<T, TW, CPT, false>;
+  return ops_common::launch(kernel, grid, block, shared, stream, grad_t, rois, num_rois, batch,
+                            channels, H, W, pooled_height, pooled_width, spatial_scale,
+                            sampling_ratio, aligned, grad_input);
 }
 
 template <typename T, typename A>
@@ -653,5 +648,6 @@ DETECTION_INSTANTIATE(float)
 DETECTION_INSTANTIATE(double)
 DETECTION_INSTANTIATE(ops_common::half_t)
 DETECTION_INSTANTIATE(ops_common::bfloat16_t)
+#endif  // !defined(__CUDACC_RTC__)
 
 }  // namespace detection

@@ -201,6 +201,7 @@ __global__ void sum_partials_kernel(const acc_t<scalar_t>* __restrict__ partial,
   }
 }
 
+#if !defined(__CUDACC_RTC__)  // host code: nvcc only, NVRTC compiles the kernels alone
 // As many 256-thread blocks as can be resident at once; grid-stride loops do the rest.
 int64_t resident_blocks() {
   return ops_common::resident_blocks(ops_common::blocks_per_sm_by_threads(kThreads));
@@ -218,17 +219,19 @@ dim3 grid_for(int64_t batch, int64_t state, int64_t max_block_rows) {
 dim3 backward_grid(int64_t batch, int64_t state) {
   return grid_for(batch, state, batch <= kOneBlockRowBatch ? 1 : INT64_MAX);
 }
+#endif  // !defined(__CUDACC_RTC__)
 
 }  // namespace
 
+#if !defined(__CUDACC_RTC__)
 template <typename T>
 cudaError_t forward_pointwise(cudaStream_t stream, int64_t batch, int64_t state, Matrix<T> gates,
                               Vector<const T> bias, Matrix<const T> old_cell, Matrix<T> new_h,
                               Matrix<T> new_cell) {
   if (batch * state == 0) return cudaSuccess;
-  forward_kernel<T><<<grid_for(batch, state, INT64_MAX), dim3(kCols, kRows), 0, stream>>>(
-      batch, state, gates, bias, old_cell, new_h, new_cell);
-  return cudaGetLastError();
+  return ops_common::launch(forward_kernel<T>, grid_for(batch, state, INT64_MAX),
+                            dim3(kCols, kRows), 0, stream, batch, state, gates, bias, old_cell,
+                            new_h, new_cell);
 }
 
 template <typename T>
@@ -239,9 +242,9 @@ cudaError_t forward_small(cudaStream_t stream, int64_t batch, int64_t features, 
   if (batch * state == 0) return cudaSuccess;
   const auto blocks = static_cast<unsigned>(
       ops_common::min_of(ops_common::ceil_div(batch * state, kSmallWarps), resident_blocks()));
-  forward_small_kernel<T><<<blocks, kSmallWarps * 32, 0, stream>>>(
-      batch, features, state, input, weights, bias, old_h, old_cell, hx, gates, new_h, new_cell);
-  return cudaGetLastError();
+  return ops_common::launch(forward_small_kernel<T>, blocks, kSmallWarps * 32, 0, stream, batch,
+                            features, state, input, weights, bias, old_h, old_cell, hx, gates,
+                            new_h, new_cell);
 }
 
 int64_t backward_workspace_rows(int64_t batch, int64_t state) {
@@ -259,17 +262,15 @@ cudaError_t backward_pointwise(cudaStream_t stream, int64_t batch, int64_t state
   if (batch * state == 0) return cudaSuccess;
   const dim3 grid = backward_grid(batch, state);
   acc_t<T>* partial = grid.y > 1 ? workspace : nullptr;
-  backward_kernel<T><<<grid, dim3(kCols, kRows), 0, stream>>>(
-      batch, state, grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell, d_bias, partial);
-  if (partial != nullptr) {
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-    constexpr int threads = 256;
-    const auto blocks = static_cast<unsigned>(
-        ops_common::min_of(ops_common::ceil_div(3 * state, threads), resident_blocks()));
-    sum_partials_kernel<T><<<blocks, threads, 0, stream>>>(partial, grid.y, 3 * state, d_bias);
-  }
-  return cudaGetLastError();
+  const cudaError_t err =
+      ops_common::launch(backward_kernel<T>, grid, dim3(kCols, kRows), 0, stream, batch, state,
+                         grad_h, grad_cell, new_cell, gates, d_gates, d_old_cell, d_bias, partial);
+  if (err != cudaSuccess || partial == nullptr) return err;
+  constexpr int threads = 256;
+  const auto blocks = static_cast<unsigned>(
+      ops_common::min_of(ops_common::ceil_div(3 * state, threads), resident_blocks()));
+  return ops_common::launch(sum_partials_kernel<T>, blocks, threads, 0, stream, partial,
+                            int64_t(grid.y), 3 * state, d_bias);
 }
 
 #define LLTM_INSTANTIATE(T)                                                                    \
@@ -288,5 +289,6 @@ LLTM_INSTANTIATE(double)
 LLTM_INSTANTIATE(ops_common::half_t)
 LLTM_INSTANTIATE(ops_common::bfloat16_t)
 #undef LLTM_INSTANTIATE
+#endif  // !defined(__CUDACC_RTC__)
 
 }  // namespace lltm

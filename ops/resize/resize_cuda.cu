@@ -987,9 +987,12 @@ inline int64_t row_tile_width(double sx) {
   return (int64_t(std::ceil((kTileCols + 1) / sx)) + 3 + 3 + 3) / 4 * 4;
 }
 
+#if !defined(__CUDACC_RTC__)  // host code: nvcc only, NVRTC compiles the kernels alone
+// The tile, row, vector and strip launchers return whether their kernel suits the shape;
+// when it does, err is its launch's error.
 template <typename T, typename acc, int kGroup, int kAhead, int kMinBlocks = 1>
 bool backward_rows_with(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
-                        const AxisMap<acc>& cols, cudaStream_t stream) {
+                        const AxisMap<acc>& cols, cudaStream_t stream, cudaError_t& err) {
   const int64_t width = row_tile_width(cols.scale);
   const int64_t groups = width / 4;
   RowTiles t{};
@@ -1013,13 +1016,14 @@ bool backward_rows_with(const T* grad_output, T* grad_input, const Geometry& g, 
     if (opted != cudaSuccess) return false;
   }
   const unsigned int grid = static_cast<unsigned int>(ops_common::min_of<int64_t>(t.count, INT32_MAX));
-  backward_rows_kernel<T, acc, 4, kGroup, kAhead, kMinBlocks><<<grid, kRowsThreads, shared, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
+  err = ops_common::launch(backward_rows_kernel<T, acc, 4, kGroup, kAhead, kMinBlocks>, grid, kRowsThreads,
+                           shared, stream, grad_output, grad_input, g, s, rows, cols, t);
   return true;
 }
 
 template <typename T, typename acc>
 bool backward_rows(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
-                   const AxisMap<acc>& cols, cudaStream_t stream) {
+                   const AxisMap<acc>& cols, cudaStream_t stream, cudaError_t& err) {
   if (g.channels != 1 || g.in_w < kMinTileLen) return false;
   if (!(cols.scale > 0) || !(rows.scale > 0)) return false;
   // Upscaling in x (a tile's output columns make 216 or more tasks of 8 rows): 8-row
@@ -1031,16 +1035,16 @@ bool backward_rows(const T* grad_output, T* grad_input, const Geometry& g, const
   if constexpr (sizeof(T) <= 4) {
     const int64_t groups = row_tile_width(cols.scale) / 4;
     if (64 / 8 * groups >= 3 * kRowsThreads / 4 &&
-        backward_rows_with<T, acc, 8, 4, 4>(grad_output, grad_input, g, rows, cols, stream)) {
+        backward_rows_with<T, acc, 8, 4, 4>(grad_output, grad_input, g, rows, cols, stream, err)) {
       return true;
     }
   }
-  return backward_rows_with<T, acc, 4, 1>(grad_output, grad_input, g, rows, cols, stream);
+  return backward_rows_with<T, acc, 4, 1>(grad_output, grad_input, g, rows, cols, stream, err);
 }
 
 template <typename T, typename acc>
 bool forward_tiled(const T* input, T* output, const Geometry& g, const AxisMap<acc>& rows,
-                   const AxisMap<acc>& cols, cudaStream_t stream) {
+                   const AxisMap<acc>& cols, cudaStream_t stream, cudaError_t& err) {
   const Strides s = strides_of(g);
   if (s.out_row < kMinTileLen) return false;
   const double scale = rows.scale;
@@ -1058,19 +1062,15 @@ bool forward_tiled(const T* input, T* output, const Geometry& g, const AxisMap<a
   // Register caps for more resident blocks, measured on an H100 at 2x upscaling of
   // (8, 64, 128, 128): 16-bit types 8 blocks (10% faster than none); 4-byte types 5 blocks
   // (48 registers, no spills: 73.7 us against 81.0 us uncapped, 75.2 us at 4 blocks).
-  if constexpr (sizeof(T) == 2) {
-    forward_tile_kernel<T, acc, 8><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
-  } else if constexpr (sizeof(T) == 4) {
-    forward_tile_kernel<T, acc, 5><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
-  } else {
-    forward_tile_kernel<T, acc, 1><<<grid, kTileThreads, shared, stream>>>(input, output, g, s, rows, cols, t);
-  }
+  constexpr int kMinBlocks = sizeof(T) == 2 ? 8 : sizeof(T) == 4 ? 5 : 1;
+  err = ops_common::launch(forward_tile_kernel<T, acc, kMinBlocks>, grid, kTileThreads, shared, stream,
+                           input, output, g, s, rows, cols, t);
   return true;
 }
 
 template <typename T, typename acc>
 bool backward_tiled(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
-                    const AxisMap<acc>& cols, cudaStream_t stream) {
+                    const AxisMap<acc>& cols, cudaStream_t stream, cudaError_t& err) {
   const Strides s = strides_of(g);
   if (s.in_row < kMinTileLen) return false;
   const double scale = rows.scale;
@@ -1083,7 +1083,8 @@ bool backward_tiled(const T* grad_output, T* grad_input, const Geometry& g, cons
   t.vector = t.vector && reinterpret_cast<uintptr_t>(grad_input) % (4 * sizeof(T)) == 0;
   const size_t shared = size_t(t.cap) * kTileCols * sizeof(acc);
   const unsigned int grid = static_cast<unsigned int>(ops_common::min_of<int64_t>(t.count, INT32_MAX));
-  backward_tile_kernel<T, acc, 4><<<grid, kTileThreads, shared, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
+  err = ops_common::launch(backward_tile_kernel<T, acc, 4>, grid, kTileThreads, shared, stream, grad_output,
+                           grad_input, g, s, rows, cols, t);
   return true;
 }
 
@@ -1122,13 +1123,13 @@ cudaError_t forward_with_stage(const T* input, T* output, const Geometry& g, con
   const size_t shared = kStaged ? sizeof(acc) * kStage * kThreads : 0;
   const Strides s = strides_of(g);
   if (l.total <= int64_t{INT32_MAX}) {  // t + stride stays below 2^32
-    forward_kernel<T, uint32_t, kStage, kStaged><<<l.grid, kThreads, shared, stream>>>(
-        input, output, g, s, rows, cols, l.rows_per_thread, uint32_t(l.blocks), uint32_t(l.total));
-  } else {
-    forward_kernel<T, uint64_t, kStage, kStaged><<<l.grid, kThreads, shared, stream>>>(
-        input, output, g, s, rows, cols, l.rows_per_thread, uint64_t(l.blocks), uint64_t(l.total));
+    return ops_common::launch(forward_kernel<T, uint32_t, kStage, kStaged>, l.grid, kThreads, shared, stream,
+                              input, output, g, s, rows, cols, l.rows_per_thread, uint32_t(l.blocks),
+                              uint32_t(l.total));
   }
-  return cudaGetLastError();
+  return ops_common::launch(forward_kernel<T, uint64_t, kStage, kStaged>, l.grid, kThreads, shared, stream,
+                            input, output, g, s, rows, cols, l.rows_per_thread, uint64_t(l.blocks),
+                            uint64_t(l.total));
 }
 
 template <typename T, typename acc>
@@ -1137,8 +1138,9 @@ cudaError_t forward(const T* input, T* output, const Geometry& g, const AxisMap<
   if (g.planes * g.channels == 0) return cudaSuccess;
   // Tiles up to 2 source rows per output row: past that their x pass also computes source
   // rows that no output row reads (7:3 NCHW: 11% slower than the column kernel).
-  if (rows.scale <= acc(2) && forward_tiled(input, output, g, rows, cols, stream)) {
-    return cudaGetLastError();
+  cudaError_t err = cudaSuccess;
+  if (rows.scale <= acc(2) && forward_tiled(input, output, g, rows, cols, stream, err)) {
+    return err;
   }
   // The column kernels: short rows, steep downscaling. Staging pays when downscaling (each
   // output row needs fresh source rows: 1.37x faster for 7:3 NCHW on an H200, on par for
@@ -1160,13 +1162,13 @@ cudaError_t backward_with(const T* grad_output, T* grad_input, const Geometry& g
   const LaunchShape l = launch_shape(columns, g.in_h, per_thread);
   const Strides s = strides_of(g);
   if (l.total <= int64_t{INT32_MAX}) {
-    backward_kernel<T, uint32_t, kReaders, kStage, kStaged><<<l.grid, kThreads, 0, stream>>>(
-        grad_output, grad_input, g, s, rows, cols, l.rows_per_thread, uint32_t(l.blocks), uint32_t(l.total));
-  } else {
-    backward_kernel<T, uint64_t, kReaders, kStage, kStaged><<<l.grid, kThreads, 0, stream>>>(
-        grad_output, grad_input, g, s, rows, cols, l.rows_per_thread, uint64_t(l.blocks), uint64_t(l.total));
+    return ops_common::launch(backward_kernel<T, uint32_t, kReaders, kStage, kStaged>, l.grid, kThreads, 0,
+                              stream, grad_output, grad_input, g, s, rows, cols, l.rows_per_thread,
+                              uint32_t(l.blocks), uint32_t(l.total));
   }
-  return cudaGetLastError();
+  return ops_common::launch(backward_kernel<T, uint64_t, kReaders, kStage, kStaged>, l.grid, kThreads, 0,
+                            stream, grad_output, grad_input, g, s, rows, cols, l.rows_per_thread,
+                            uint64_t(l.blocks), uint64_t(l.total));
 }
 
 // The channels_last vector kernel: channels a multiple of 16 bytes, both buffers aligned to
@@ -1176,7 +1178,7 @@ cudaError_t backward_with(const T* grad_output, T* grad_input, const Geometry& g
 // kernel it replaces took 96 us; bf16 42 us (16 rows) against 84 us.
 template <typename T, typename acc, int kBytes = 16>
 bool backward_vec(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
-                  const AxisMap<acc>& cols, cudaStream_t stream) {
+                  const AxisMap<acc>& cols, cudaStream_t stream, cudaError_t& err) {
   constexpr int kVec = kBytes / sizeof(T);
   if (g.channels < kVec || g.channels % kVec != 0) return false;
   if (reinterpret_cast<uintptr_t>(grad_output) % kBytes != 0 || reinterpret_cast<uintptr_t>(grad_input) % kBytes != 0) {
@@ -1189,11 +1191,13 @@ bool backward_vec(const T* grad_output, T* grad_input, const Geometry& g, const 
   const LaunchShape l = launch_shape(columns, g.in_h, per_thread);
   const Strides s = strides_of(g);
   if (l.total <= int64_t{INT32_MAX}) {
-    backward_vec_kernel<T, uint32_t, 5, kBytes><<<l.grid, kThreads, 0, stream>>>(
-        grad_output, grad_input, g, s, rows, cols, l.rows_per_thread, uint32_t(l.blocks), uint32_t(l.total));
+    err = ops_common::launch(backward_vec_kernel<T, uint32_t, 5, kBytes>, l.grid, kThreads, 0, stream,
+                             grad_output, grad_input, g, s, rows, cols, l.rows_per_thread,
+                             uint32_t(l.blocks), uint32_t(l.total));
   } else {
-    backward_vec_kernel<T, uint64_t, 5, kBytes><<<l.grid, kThreads, 0, stream>>>(
-        grad_output, grad_input, g, s, rows, cols, l.rows_per_thread, uint64_t(l.blocks), uint64_t(l.total));
+    err = ops_common::launch(backward_vec_kernel<T, uint64_t, 5, kBytes>, l.grid, kThreads, 0, stream,
+                             grad_output, grad_input, g, s, rows, cols, l.rows_per_thread,
+                             uint64_t(l.blocks), uint64_t(l.total));
   }
   return true;
 }
@@ -1205,7 +1209,7 @@ bool backward_vec(const T* grad_output, T* grad_input, const Geometry& g, const 
 // 105 us in the row tiles, bf16 74 against 94 us; 1.5x on par (63.7 against 63.6 us).
 template <typename T, typename acc>
 bool backward_strips(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
-                     const AxisMap<acc>& cols, cudaStream_t stream) {
+                     const AxisMap<acc>& cols, cudaStream_t stream, cudaError_t& err) {
   if constexpr (sizeof(T) > 4) {
     return false;
   } else {
@@ -1233,7 +1237,8 @@ bool backward_strips(const T* grad_output, T* grad_input, const Geometry& g, con
     t.count = g.planes * strips * t.blocks;
     const Strides s = strides_of(g);
     const unsigned int grid = ops_common::grid_size(t.count, kStripWarps);
-    backward_strip_kernel<T, acc, 2><<<grid, kStripWarps * 32, 0, stream>>>(grad_output, grad_input, g, s, rows, cols, t);
+    err = ops_common::launch(backward_strip_kernel<T, acc, 2>, grid, kStripWarps * 32, 0, stream, grad_output,
+                             grad_input, g, s, rows, cols, t);
     return true;
   }
 }
@@ -1242,11 +1247,12 @@ template <typename T, typename acc>
 cudaError_t backward(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
                      const AxisMap<acc>& cols, cudaStream_t stream) {
   if (g.planes * g.channels == 0) return cudaSuccess;
-  if (backward_strips(grad_output, grad_input, g, rows, cols, stream) ||
-      backward_rows(grad_output, grad_input, g, rows, cols, stream) ||
-      backward_vec(grad_output, grad_input, g, rows, cols, stream) ||
-      backward_tiled(grad_output, grad_input, g, rows, cols, stream)) {
-    return cudaGetLastError();
+  cudaError_t err = cudaSuccess;
+  if (backward_strips(grad_output, grad_input, g, rows, cols, stream, err) ||
+      backward_rows(grad_output, grad_input, g, rows, cols, stream, err) ||
+      backward_vec(grad_output, grad_input, g, rows, cols, stream, err) ||
+      backward_tiled(grad_output, grad_input, g, rows, cols, stream, err)) {
+    return err;
   }
   // The column kernels: short rows, steep upscaling. An input column is read by the output columns whose src lies in [x - 1, x + 1): about
   // 2 / scale of them, 1 or 2 when downscaling. There a stage of 6 output rows covers 8
@@ -1258,9 +1264,11 @@ cudaError_t backward(const T* grad_output, T* grad_input, const Geometry& g, con
   }
   return backward_with<8, 1, false>(grad_output, grad_input, g, rows, cols, stream);
 }
+#endif  // !defined(__CUDACC_RTC__)
 
 }  // namespace
 
+#if !defined(__CUDACC_RTC__)
 #define RESIZE_DEFINE_LAUNCHERS(T, ACC)                                                         \
   cudaError_t launch_forward(const T* input, T* output, const Geometry& geometry,              \
                              const AxisMap<ACC>& rows, const AxisMap<ACC>& cols,               \
@@ -1279,5 +1287,6 @@ RESIZE_DEFINE_LAUNCHERS(ops_common::half_t, float)
 RESIZE_DEFINE_LAUNCHERS(ops_common::bfloat16_t, float)
 
 #undef RESIZE_DEFINE_LAUNCHERS
+#endif  // !defined(__CUDACC_RTC__)
 
 }  // namespace resize_op

@@ -559,6 +559,7 @@ void with_vector(bool vectorize, F&& f) {
 
 }  // namespace
 
+#if !defined(__CUDACC_RTC__)  // host code: nvcc only, NVRTC compiles the kernels alone
 template <typename T>
 cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, const int64_t* perm, Shape shape, void* work,
@@ -567,40 +568,45 @@ cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
                            int64_t* rowptr, cudaStream_t stream) {
   using A = acc_t<T>;
   if (rowptr) {
-    rowptr_kernel<<<blocks(shape.B * (shape.E + 1)), kThreads, 0, stream>>>(index, strides, shape,
-                                                                            rowptr, error);
+    const cudaError_t err =
+        ops_common::launch(rowptr_kernel, blocks(shape.B * (shape.E + 1)), kThreads, 0, stream,
+                           index, strides, shape, rowptr, error);
+    if (err != cudaSuccess) return err;
   }
+  cudaError_t err = cudaSuccess;
   with_reduce(reduce, [&](auto r) {
     constexpr Reduce R = decltype(r)::value;
     with_vector(vectorize, [&](auto vector) {
       constexpr bool VECTOR = decltype(vector)::value;
-      segment_kernel<T, R, VECTOR>
-          <<<blocks(shape.B * shape.N * shape.K / vec_width<T, VECTOR>()), kThreads, 0, stream>>>(
-              src, index, strides, perm, shape, static_cast<A*>(work), has_init, arg, count,
-              count_b, count_k, error, rowptr);
+      err = ops_common::launch(segment_kernel<T, R, VECTOR>,
+                               blocks(shape.B * shape.N * shape.K / vec_width<T, VECTOR>()),
+                               kThreads, 0, stream, src, index, strides, perm, shape,
+                               static_cast<A*>(work), has_init, arg, count, count_b, count_k,
+                               error, rowptr);
     });
   });
-  return cudaGetLastError();
+  return err;
 }
 
 template <typename T>
 cudaError_t atomic_sum(const T* src, const int64_t* index, IndexStrides strides, Shape shape,
                        void* work, bool vectorize, cudaStream_t stream) {
   using A = acc_t<T>;
+  cudaError_t err = cudaSuccess;
   with_vector(vectorize, [&](auto vector) {
     constexpr bool VECTOR = decltype(vector)::value;
-    atomic_sum_kernel<T, VECTOR>
-        <<<blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>()), kThreads, 0, stream>>>(
-            src, index, strides, shape, static_cast<A*>(work));
+    err = ops_common::launch(atomic_sum_kernel<T, VECTOR>,
+                             blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>()),
+                             kThreads, 0, stream, src, index, strides, shape,
+                             static_cast<A*>(work));
   });
-  return cudaGetLastError();
+  return err;
 }
 
 cudaError_t atomic_count(const int64_t* index, IndexStrides strides, Shape shape, int64_t count_b,
                          int64_t count_k, int64_t* count, cudaStream_t stream) {
-  count_kernel<<<blocks(count_b * shape.E * count_k), kThreads, 0, stream>>>(
-      index, strides, shape, count_b, count_k, count);
-  return cudaGetLastError();
+  return ops_common::launch(count_kernel, blocks(count_b * shape.E * count_k), kThreads, 0, stream,
+                            index, strides, shape, count_b, count_k, count);
 }
 
 template <typename T>
@@ -610,28 +616,32 @@ cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
                            cudaStream_t stream) {
   using A = acc_t<T>;
   const int64_t outputs = shape.B * shape.N * shape.K;
-  auto launch = [&](auto r, auto vector, auto* key_ptr) {
+  // init, atomic pass, final; each launched only when the one before it launched.
+  auto launch_passes = [&](auto r, auto vector, auto* key_ptr) -> cudaError_t {
     constexpr Reduce R = decltype(r)::value;
     constexpr bool VECTOR = decltype(vector)::value;
     using Key = std::remove_pointer_t<decltype(key_ptr)>;
     A* w = static_cast<A*>(work);
-    extreme_init_kernel<A, R, Key><<<blocks(outputs), kThreads, 0, stream>>>(outputs, w, has_init,
-                                                                           key_ptr);
-    extreme_atomic_kernel<T, R, VECTOR, Key>
-        <<<blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>()), kThreads, 0, stream>>>(
-            src, index, strides, shape, key_ptr);
-    extreme_final_kernel<A, R, Key><<<blocks(outputs), kThreads, 0, stream>>>(
-        outputs, shape.E, key_ptr, has_init, w, arg);
+    cudaError_t err = ops_common::launch(extreme_init_kernel<A, R, Key>, blocks(outputs),
+                                         kThreads, 0, stream, outputs, w, has_init, key_ptr);
+    if (err != cudaSuccess) return err;
+    err = ops_common::launch(extreme_atomic_kernel<T, R, VECTOR, Key>,
+                             blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>()),
+                             kThreads, 0, stream, src, index, strides, shape, key_ptr);
+    if (err != cudaSuccess) return err;
+    return ops_common::launch(extreme_final_kernel<A, R, Key>, blocks(outputs), kThreads, 0,
+                              stream, outputs, shape.E, key_ptr, has_init, w, arg);
   };
+  cudaError_t err = cudaSuccess;
   auto run = [&](auto r) {
     with_vector(vectorize, [&](auto vector) {
       if constexpr (std::is_same_v<A, float>) {
         if (arg == nullptr) {  // values only: 32-bit keys in work itself
-          launch(r, vector, static_cast<unsigned int*>(work));
+          err = launch_passes(r, vector, static_cast<unsigned int*>(work));
           return;
         }
       }
-      launch(r, vector, keys);
+      err = launch_passes(r, vector, keys);
     });
   };
   if (reduce == Reduce::kMax) {
@@ -639,15 +649,14 @@ cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
   } else {
     run(std::integral_constant<Reduce, Reduce::kMin>{});
   }
-  return cudaGetLastError();
+  return err;
 }
 
 cudaError_t check_index(const int64_t* index, IndexStrides strides, Shape shape, int64_t count_b,
                         int64_t count_k, bool check_sorted, IndexError* error,
                         cudaStream_t stream) {
-  check_kernel<<<blocks(count_b * shape.E * count_k), kThreads, 0, stream>>>(
-      index, strides, shape, count_b, count_k, check_sorted, error);
-  return cudaGetLastError();
+  return ops_common::launch(check_kernel, blocks(count_b * shape.E * count_k), kThreads, 0, stream,
+                            index, strides, shape, count_b, count_k, check_sorted, error);
 }
 
 #define SCATTER_INSTANTIATE(T)                                                                 \
@@ -674,5 +683,6 @@ SCATTER_INSTANTIATE_PACKED(ops_common::half_t)
 SCATTER_INSTANTIATE_PACKED(ops_common::bfloat16_t)
 SCATTER_INSTANTIATE_PACKED(int)
 #undef SCATTER_INSTANTIATE_PACKED
+#endif  // !defined(__CUDACC_RTC__)
 
 }  // namespace scatter

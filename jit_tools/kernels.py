@@ -1,0 +1,175 @@
+"""Kernels swapped into the live process: an edited ``.cu``'s kernels compiled with NVRTC
+and launched in place of the loaded build's, with no host compile, link or ``dlopen``.
+
+Each op library carries a table of the kernels its launchers started
+(``ops/common/kernel_swap.h``), switched on by :func:`track`. :func:`swap` compiles, for the
+current GPU, the instantiations in that table from the op's ``.cu`` as it is now
+(``jit_tools/nvrtc.py``), loads them with the CUDA driver (``cuModuleLoadData``) and
+installs them; the next launch of each runs the new code. It swaps only what it can prove
+the loaded host code still launches correctly: the op has one ``.cu``, and every kernel
+in use compiles to the same symbol (same name, template arguments and parameter types)
+as the loaded build's. Anything else (a new kernel, a changed signature) raises
+:class:`SwapRefused`, and the caller builds with Ninja as usual. An NVRTC error raises
+BuildError; the kernels running before keep running. ``JIT_LOADER_NVRTC=0`` turns the
+path off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+from pathlib import Path
+
+from jit_tools import nvrtc
+from jit_tools.errors import JitLoaderError
+
+
+class SwapRefused(JitLoaderError):
+    """The edit cannot be swapped in; a full build is needed."""
+
+
+def enabled() -> bool:
+    return os.environ.get("JIT_LOADER_NVRTC", "1") not in ("0", "false", "False", "")
+
+
+def _library(op) -> ctypes.CDLL:
+    """The op's loaded library (dlopen of a loaded path returns the same handle)."""
+    if not op.library:
+        raise SwapRefused(f"op {op.name!r} has no loaded library")
+    lib = ctypes.CDLL(op.library, mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+    try:
+        lib.jit_loader_kernel_swap_enable.argtypes = [ctypes.c_int]
+        lib.jit_loader_kernel_name.restype = ctypes.c_char_p
+        lib.jit_loader_kernel_name.argtypes = [ctypes.c_int]
+        lib.jit_loader_kernel_replace.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int]
+    except AttributeError:
+        raise SwapRefused(f"op {op.name!r}: its library launches no kernel through "
+                          "ops_common::launch") from None
+    return lib
+
+
+def track(op, on: bool = True) -> None:
+    """Record the kernels the op's library launches from now on (needed before a swap);
+    ``on=False`` stops and drops every swapped kernel."""
+    _library(op).jit_loader_kernel_swap_enable(1 if on else 0)
+
+
+def launched(op) -> list[str]:
+    """Mangled names of the kernels the op launched since :func:`track`."""
+    lib = _library(op)
+    names = [lib.jit_loader_kernel_name(i) for i in range(lib.jit_loader_kernel_count())]
+    return [n.decode() for n in names if n]
+
+
+def unnamed_namespace_free(mangled: str) -> str:
+    """A mangled name without the name of a file's unnamed namespace, which nvcc derives
+    from its module id and NVRTC writes as zeros."""
+    m = re.search(r"(\d+)(_GLOBAL__N_)", mangled)
+    if m is None:
+        return mangled
+    return mangled[:m.start()] + "<unnamed>" + mangled[m.start(2) + int(m.group(1)):]
+
+
+# ---- the CUDA driver ----------------------------------------------------------------------
+
+_DRIVER: list = []
+_MODULES: list = []  # loaded modules stay loaded: a kernel of one may still be in flight
+_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+
+
+def _driver() -> ctypes.CDLL:
+    if not _DRIVER:
+        _DRIVER.append(ctypes.CDLL("libcuda.so.1"))
+    return _DRIVER[0]
+
+
+def _cu(status: int, what: str) -> None:
+    if status != 0:
+        name = ctypes.c_char_p()
+        _driver().cuGetErrorName(status, ctypes.byref(name))
+        raise JitLoaderError(f"{what} failed: {(name.value or b'?').decode()} ({status})")
+
+
+def _load(image: bytes, device: int) -> ctypes.c_void_p:
+    """A module of ``image`` in the primary context of ``device`` (torch's context)."""
+    cu = _driver()
+    _cu(cu.cuInit(0), "cuInit")
+    ctx = ctypes.c_void_p()
+    _cu(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device), "cuDevicePrimaryCtxRetain")
+    _cu(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    module = ctypes.c_void_p()
+    _cu(cu.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+    _MODULES.append(module)
+    return module
+
+
+def _function(module: ctypes.c_void_p, symbol: str, device: int) -> ctypes.c_void_p:
+    cu = _driver()
+    f = ctypes.c_void_p()
+    _cu(cu.cuModuleGetFunction(ctypes.byref(f), module, symbol.encode()), f"cuModuleGetFunction({symbol})")
+    # Launchers may ask for more than 48 KB of dynamic shared memory (they opted their own
+    # kernel in with cudaFuncSetAttribute): allow the replacement all the device offers.
+    optin, static = ctypes.c_int(), ctypes.c_int()
+    _cu(cu.cuDeviceGetAttribute(ctypes.byref(optin),
+                                _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device),
+        "cuDeviceGetAttribute")
+    _cu(cu.cuFuncGetAttribute(ctypes.byref(static), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f),
+        "cuFuncGetAttribute")
+    _cu(cu.cuFuncSetAttribute(f, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                              max(0, optin.value - static.value)), "cuFuncSetAttribute")
+    return f
+
+
+# ---- the swap ----------------------------------------------------------------------------
+
+def compile_in_use(name: str, op_dir: Path, in_use: list[str], arch: str,
+                   opts: dict | None = None) -> tuple[nvrtc.Kernels, dict[str, str]]:
+    """The kernels ``in_use`` (mangled names of a loaded build) compiled from the op's
+    ``.cu`` as it is now, and name expression -> mangled name of each; SwapRefused when the
+    loaded launchers could not launch them (no NVRTC path for the op's flags, more than
+    one ``.cu``, a kernel whose symbol changed)."""
+    if not enabled():
+        raise SwapRefused("JIT_LOADER_NVRTC=0")
+    cus = sorted(Path(op_dir).glob("*.cu"))
+    if len(cus) != 1:
+        raise SwapRefused(f"op {name!r} has {len(cus)} .cu files; the swap handles one")
+    if not in_use:
+        raise SwapRefused(f"op {name!r} launched no kernel since kernels.track()")
+    exprs = {nvrtc.name_expression(m): m for m in in_use}
+    try:
+        compiled = nvrtc.compile_for_op(name, Path(op_dir), cus[0], list(exprs), opts=opts,
+                                        arch=arch)
+    except JitLoaderError as e:
+        if type(e) is JitLoaderError:  # a flag NVRTC cannot take: nvcc builds it
+            raise SwapRefused(str(e)) from e
+        raise
+    changed = [e for e, m in exprs.items()
+               if unnamed_namespace_free(compiled.lowered[e]) != unnamed_namespace_free(m)]
+    if changed:
+        raise SwapRefused(f"the signature of {', '.join(changed)} changed; the launchers "
+                          "must be compiled again")
+    return compiled, exprs
+
+
+def swap(op, opts: dict | None = None) -> list[str]:
+    """Compile the kernels the op launched from its ``.cu`` as it is now and launch them
+    from the next call on; returns their name expressions. ``opts``: the build options
+    the op was loaded with (``extra_cuda_cflags=...``), when any."""
+    if not enabled():
+        raise SwapRefused("JIT_LOADER_NVRTC=0")
+    import torch
+
+    device = torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(device)
+    compiled, exprs = compile_in_use(op.name, Path(op.path), launched(op), f"{major}.{minor}",
+                                     opts)
+    module = _load(compiled.image, device)
+    lib = _library(op)
+    functions = {e: _function(module, compiled.lowered[e], device) for e in exprs}
+    for expr, mangled in exprs.items():
+        if not lib.jit_loader_kernel_replace(mangled.encode(), functions[expr], device):
+            raise JitLoaderError(f"op {op.name!r}: kernel {expr} vanished from its table")
+    return list(exprs)

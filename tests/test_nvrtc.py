@@ -1,0 +1,157 @@
+"""jit_tools.nvrtc: an op's device code compiled with NVRTC, one instantiation at a time.
+
+No GPU is needed (NVRTC compiles, nothing runs), so CI runs these: every bundled op's
+kernels compile through NVRTC for sm_90, each kernel template in at least one
+instantiation, into the very symbols nvcc gave them; an error names the user's .cu and
+line; the same inputs compile once.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import jit_loader
+from jit_tools import build, key as keys, nvrtc, scaffold, sources
+from jit_tools.errors import BuildError, JitLoaderError
+
+CAN_BUILD_CUDA = jit_loader._why_no_cuda() is None
+# Where .cu files build (nvcc and a CUDA torch) NVRTC must be there too: torch's CUDA
+# wheels ship it. A missing NVRTC fails these tests rather than skipping them.
+needs_cuda_build = pytest.mark.skipif(not CAN_BUILD_CUDA, reason="CUDA sources are not built here")
+CUDA_OPS = [op for op in jit_loader.available_ops()
+            if any((sources.OPS_DIR / op).glob("*.cu"))]
+ARCH = "9.0"
+
+
+def one_instantiation_per_kernel(mangled: list[str]) -> dict[str, str]:
+    """name expression -> mangled name, for the first instantiation of each kernel."""
+    chosen: dict[str, tuple[str, str]] = {}
+    for m in mangled:
+        expr = nvrtc.name_expression(m)
+        chosen.setdefault(expr.split("<")[0], (expr, m))
+    return dict(chosen.values())
+
+
+def unnamed_namespace_free(mangled: str) -> str:
+    """The mangled name with its unnamed namespace's name (<length>_GLOBAL__N_...) left out."""
+    m = re.search(r"(\d+)(_GLOBAL__N_)", mangled)
+    if m is None:
+        return mangled
+    return mangled[:m.start()] + "<unnamed>" + mangled[m.start(2) + int(m.group(1)):]
+
+
+def test_nvcc_flags_become_nvrtc_options():
+    options, unknown = nvrtc.translate_nvcc_flags(
+        ["-O1", "-lineinfo", "-DNDEBUG", "-isystem", "/x/include", "-I/y", "--use_fast_math",
+         "-maxrregcount=64", "--expt-relaxed-constexpr", "-std=c++20", "--threads", "2",
+         "-Xcompiler", "-fno-fast-math", "--weird-flag"])
+    assert options == ["-lineinfo", "-DNDEBUG", "-I/x/include", "-I/y", "--use_fast_math",
+                       "--maxrregcount=64", "-default-device", "-std=c++20"]
+    assert unknown == ["--weird-flag"]
+
+
+def test_arch_list_entries_become_nvrtc_targets():
+    assert nvrtc.arch_option("9.0") == "--gpu-architecture=sm_90"
+    assert nvrtc.arch_option("9.0a") == "--gpu-architecture=sm_90a"
+    assert nvrtc.arch_option("8.0+PTX") == "--gpu-architecture=compute_80"
+    assert nvrtc.first_arch("8.0;9.0+PTX") == "9.0"
+    with pytest.raises(JitLoaderError, match="not of the form"):
+        nvrtc.arch_option("sm90")
+
+
+@needs_cuda_build
+def test_torch_nvcc_flags_are_those_of_the_ninja_build(tmp_path):
+    op_dir = sources.OPS_DIR / "sigmoid"
+    cu = op_dir / "sigmoid_cuda.cu"
+    cfg = keys.config("sigmoid", op_dir, {}, [cu])
+    build.write_ninja_file("sigmoid", cfg, [cu], tmp_path)
+    line = next(l for l in (tmp_path / "build.ninja").read_text().splitlines()
+                if l.startswith("cuda_cflags = "))
+    flags = line.split()
+    for flag in nvrtc.TORCH_NVCC_FLAGS:
+        assert flag in flags, (flag, line)
+
+
+@needs_cuda_build
+@pytest.mark.parametrize("name", CUDA_OPS)
+def test_every_kernel_of_an_op_compiles_through_nvrtc(name, tmp_path):
+    op = jit_loader.load(name)
+    mangled = nvrtc.library_kernels(op.library)
+    assert mangled, f"{name}: no kernel found in {op.library}"
+    chosen = one_instantiation_per_kernel(mangled)
+    (cu,) = sorted(op.path.glob("*.cu"))
+    kernels = nvrtc.compile_for_op(name, op.path, cu, list(chosen), arch=ARCH,
+                                   cache_dir=tmp_path)
+    assert kernels.kind == "cubin" and kernels.image[:4] == b"\x7fELF"
+    # NVRTC's symbol of each instantiation is the one nvcc's build launches, but for the
+    # id of the file's unnamed namespace (nvcc: a hash of its module id; NVRTC: zeros).
+    assert {k: unnamed_namespace_free(v) for k, v in kernels.lowered.items()} == {
+        k: unnamed_namespace_free(v) for k, v in chosen.items()}
+
+
+@needs_cuda_build
+def test_an_nvrtc_error_names_the_users_file_and_line(tmp_path):
+    op_dir = tmp_path / "sigmoid"
+    shutil.copytree(sources.OPS_DIR / "sigmoid", op_dir)
+    cu = op_dir / "sigmoid_cuda.cu"
+    lines = cu.read_text().splitlines()
+    lines.insert(5, "__device__ float broken(float x) { return x + undeclared_value; }")
+    cu.write_text("\n".join(lines) + "\n")
+    name = "ops_common::elementwise_kernel<4, 2, ops_common::PointwiseApply<sigmoid_op::Forward, float>, float, 1>"
+    with pytest.raises(BuildError) as info:
+        nvrtc.compile_for_op("sigmoid", op_dir, cu, [name], arch=ARCH, cache_dir=tmp_path / "c")
+    first = str(info.value).splitlines()[0]
+    assert re.fullmatch(rf"{re.escape(str(cu))}:6: identifier \"undeclared_value\" is undefined", first), first
+    assert info.value.file == str(cu) and info.value.line == 6
+    assert Path(info.value.log_path).is_file()
+
+
+@needs_cuda_build
+def test_unchanged_inputs_compile_once_and_a_header_edit_compiles_again(tmp_path, monkeypatch):
+    op_dir = tmp_path / "gelu"
+    shutil.copytree(sources.OPS_DIR / "gelu", op_dir)
+    cu = op_dir / "gelu_cuda.cu"
+    name = "ops_common::elementwise_kernel<4, 2, ops_common::PointwiseApply<gelu_op::Forward, float>, float, 1>"
+    runs = []
+    real = nvrtc._run_nvrtc
+
+    def counting(*args, **kwargs):
+        runs.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(nvrtc, "_run_nvrtc", counting)
+
+    def compile_once():
+        return nvrtc.compile_for_op("gelu", op_dir, cu, [name], arch=ARCH, cache_dir=tmp_path / "c")
+
+    first = compile_once()
+    assert not first.cached and len(runs) == 1
+    again = compile_once()
+    assert again.cached and again.image == first.image and again.lowered == first.lowered
+    assert len(runs) == 1  # no NVRTC call
+    header = op_dir / "gelu.h"
+    header.write_text(header.read_text() + "\n// an edit\n")
+    assert not compile_once().cached and len(runs) == 2
+
+
+def test_nvcc_flags_nvrtc_cannot_take_are_refused(tmp_path):
+    if nvrtc.why_unavailable():
+        pytest.skip(nvrtc.why_unavailable())
+    with pytest.raises(JitLoaderError, match="--weird-flag"):
+        nvrtc.compile_kernels(sources.OPS_DIR / "gelu" / "gelu_cuda.cu", [], arch=ARCH,
+                              cache_dir=tmp_path, include_dirs=[], nvcc_flags=["--weird-flag"])
+
+
+@needs_cuda_build
+def test_a_scaffolded_op_compiles_through_nvrtc(tmp_path):
+    plan = scaffold.create("probe_rtc", tmp_path, cuda=True)
+    cu = plan.op_dir / "probe_rtc_cuda.cu"
+    names = ["probe_rtc_op::forward_kernel<float>", "probe_rtc_op::backward_kernel<ops_common::half_t>"]
+    kernels = nvrtc.compile_for_op("probe_rtc", plan.op_dir, cu, names, arch=ARCH,
+                                   cache_dir=tmp_path / "c")
+    assert set(kernels.lowered) == set(names)
+    assert "14forward_kernelIfE" in kernels.lowered[names[0]]
