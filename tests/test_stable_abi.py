@@ -175,7 +175,7 @@ def test_stable_key_names_the_target_version_not_the_torch_build(tmp_path, monke
     assert jit_loader.op_key(aten_dir)[0] != aten_key      # an ATen build stays exact
 
 
-@pytest.mark.parametrize("name, abi_name", [("sigmoid", "stable"), ("gelu", "stable"),
+@pytest.mark.parametrize("name, abi_name", [("sigmoid", "stable"), ("gelu", "stable"), ("resize", "stable"),
                                             ("lltm", "aten"), ("scatter", "aten")])
 def test_bundled_ops_build_against_their_abi(name, abi_name):
     """Ops whose autograd lives in Python are stable; the two with C++ autograd, ATen."""
