@@ -176,6 +176,7 @@ def test_stable_key_names_the_target_version_not_the_torch_build(tmp_path, monke
 
 
 @pytest.mark.parametrize("name, abi_name", [("sigmoid", "stable"), ("gelu", "stable"), ("resize", "stable"),
+                                            ("detection", "stable"),
                                             ("lltm", "aten"), ("scatter", "aten")])
 def test_bundled_ops_build_against_their_abi(name, abi_name):
     """Ops whose autograd lives in Python are stable; the two with C++ autograd, ATen."""

@@ -8,7 +8,7 @@
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/stableivalue_conversions.h>
 #include <torch/csrc/stable/tensor.h>
-#include <torch/headeronly/core/Dispatch_v2.h>
+#include <torch/headeronly/core/Dispatch.h>
 #include <torch/headeronly/core/MemoryFormat.h>
 #include <torch/headeronly/core/ScalarType.h>
 
@@ -18,10 +18,14 @@
 #include <type_traits>
 #include <utility>
 
-// The dtypes every floating kernel takes (scalar_t inside BODY).
-#define OPS_DISPATCH_FLOATING(TYPE, NAME, BODY)                                      \
-  THO_DISPATCH_V2(TYPE, NAME, AT_WRAP(BODY), AT_FLOATING_TYPES,                     \
-                  torch::headeronly::ScalarType::Half, torch::headeronly::ScalarType::BFloat16)
+// The dtypes every floating kernel takes (scalar_t inside the body, a lambda given as the
+// last arguments, so that its commas need no wrapping).
+#define OPS_DISPATCH_FLOATING(TYPE, NAME, ...)                                       \
+  THO_DISPATCH_SWITCH(TYPE, NAME,                                                    \
+                      THO_DISPATCH_CASE(torch::headeronly::ScalarType::Double, __VA_ARGS__) \
+                      THO_DISPATCH_CASE(torch::headeronly::ScalarType::Float, __VA_ARGS__)  \
+                      THO_DISPATCH_CASE(torch::headeronly::ScalarType::Half, __VA_ARGS__)   \
+                      THO_DISPATCH_CASE(torch::headeronly::ScalarType::BFloat16, __VA_ARGS__))
 
 namespace ops_common {
 
