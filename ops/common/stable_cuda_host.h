@@ -10,6 +10,7 @@
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/util/BFloat16.h>
 #include <torch/headeronly/util/Half.h>
+#include <torch/headeronly/util/shim_utils.h>
 
 #include "common/cuda_types.h"
 
@@ -44,7 +45,7 @@ inline const cuda_t<scalar_t>* cuda_ptr(const torch::stable::Tensor& t) {
 // torch's current stream on the tensor's device (the one a device guard made current).
 inline cudaStream_t current_stream(const torch::stable::Tensor& t) {
   void* stream = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream));
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream));
   return static_cast<cudaStream_t>(stream);
 }
 
