@@ -175,6 +175,23 @@ def test_stable_key_names_the_target_version_not_the_torch_build(tmp_path, monke
     assert jit_loader.op_key(aten_dir)[0] != aten_key      # an ATen build stays exact
 
 
+def test_stable_key_is_the_same_on_another_machine(tmp_path, monkeypatch):
+    """What differs between two machines with the same compiler releases (where the op
+    folder and the compilers lie, their mtimes) leaves a stable key as it is, so that a
+    prebuilt cache layer serves both; a compiler release is part of it. An ATen key
+    stays exact."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    stable_key = jit_loader.op_key(copy_op("stable_op", here))[0]
+    aten_key = jit_loader.op_key(copy_op("toy_op", here))[0]
+    identity = toolchain.file_identity
+    monkeypatch.setattr(toolchain, "file_identity",
+                        lambda path: identity(path) and identity(path) + ":another-install")
+    assert jit_loader.op_key(copy_op("stable_op", there))[0] == stable_key
+    assert jit_loader.op_key(copy_op("toy_op", there))[0] != aten_key
+    monkeypatch.setattr(toolchain, "tool_version", lambda path: "(GCC) 99.1.0")
+    assert jit_loader.op_key(there / "stable_op")[0] != stable_key
+
+
 @pytest.mark.parametrize("name, abi_name", [("sigmoid", "stable"), ("gelu", "stable"), ("resize", "stable"),
                                             ("detection", "stable"),
                                             ("lltm", "aten"), ("scatter", "aten")])
