@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import jit_loader
-from jit_tools import abi, toolchain
+from jit_tools import abi, prebuilt, toolchain
 from test_jit_loader import copy_op, make_env, ninja_log, result_of, run_py
 
 LOAD_AND_SCALE = """
@@ -190,6 +190,21 @@ def test_stable_key_is_the_same_on_another_machine(tmp_path, monkeypatch):
     assert jit_loader.op_key(copy_op("toy_op", there))[0] != aten_key
     monkeypatch.setattr(toolchain, "tool_version", lambda path: "(GCC) 99.1.0")
     assert jit_loader.op_key(there / "stable_op")[0] != stable_key
+
+
+@pytest.mark.parametrize("torch_version, torch_cuda, runs", [
+    ("2.11.0+cu130", "13.0", True), ("2.14.1+cu130", "13.2", True), ("2.10.0+cu130", "13.0", False),
+    ("2.11.0+cu128", "12.8", False), ("2.11.0+cpu", None, False)])
+def test_prebuilt_stable_library_runs_from_its_target_on(monkeypatch, torch_version, torch_cuda, runs):
+    """A prebuilt stable library (the AOT wheel's) is taken by every torch from its target
+    version on with the CUDA major version it was built with; an ATen one only by its own."""
+    stable = {"abi": "stable", "torch": abi.TARGET_NAME, "target": [2, 11], "torch_cuda": "13.0"}
+    aten = {"abi": "aten", "torch": "2.14.1+cu130"}
+    monkeypatch.setattr(torch, "__version__", torch_version)
+    monkeypatch.setattr(torch.version, "cuda", torch_cuda)
+    assert prebuilt.runs_with_this_torch(stable) is runs
+    assert prebuilt.runs_with_this_torch(dict(stable, torch_cuda=None)) is (torch_version >= "2.11")
+    assert prebuilt.runs_with_this_torch(aten) is (torch_version == "2.14.1+cu130")
 
 
 @pytest.mark.parametrize("name, abi_name", [("sigmoid", "stable"), ("gelu", "stable"), ("resize", "stable"),
