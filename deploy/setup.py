@@ -9,9 +9,13 @@ From the repository root (torch must be importable, hence no build isolation):
 
 Each op ``ops/<op>`` becomes ``ops/<op>/_C.abi3.so`` from the same sources the JIT
 loader compiles (every .cpp/.cc; *_cuda.cpp and .cu only with CUDA), with plain
-``TORCH_LIBRARY`` static registration, and ``ops/<op>/_C.json`` records what it was
-built from (see jit_tools/prebuilt.py). The libraries link libtorch but not
-libtorch_python, so a C++ program without Python can load them too.
+``TORCH_LIBRARY`` / ``STABLE_TORCH_LIBRARY`` static registration, and ``ops/<op>/_C.json``
+records what it was built from (see jit_tools/prebuilt.py). A stable-ABI op is compiled
+with ``-DTORCH_TARGET_VERSION`` for torch 2.11 (which also makes any ATen header an
+error), so its library loads in every torch from 2.11 on; a wheel of stable ops only
+(``OPS="sigmoid gelu resize detection"``) requires ``torch>=2.11`` instead of the torch
+that built it. The libraries link libtorch but not libtorch_python, so a C++ program
+without Python can load them too.
 
 Environment: ``OPS="gelu sigmoid"`` builds a subset; ``WITH_CUDA=0|1`` (default: 1
 when nvcc and a CUDA build of torch are present); ``TORCH_CUDA_ARCH_LIST``; ``MAX_JOBS``; ``AOT_BUILD_DIR`` (default deploy/build).
@@ -33,9 +37,14 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 from setuptools import find_packages, setup  # noqa: E402
-from torch.utils import cpp_extension  # noqa: E402
 
-from jit_tools import prebuilt  # noqa: E402
+from jit_tools import abi as abis, prebuilt, toolchain  # noqa: E402
+
+# The CUDA toolkit the JIT loader builds with: torch's own guess takes the folder above an
+# nvcc wrapper on PATH (/usr/local for /usr/local/bin/nvcc), which has no CUDA headers.
+if "CUDA_HOME" not in os.environ and toolchain.cuda_home():
+    os.environ["CUDA_HOME"] = toolchain.cuda_home()
+from torch.utils import cpp_extension  # noqa: E402
 
 OPS_DIR = ROOT / "ops"
 CXX_FLAGS = ["-O3", "-fopenmp"]
@@ -79,7 +88,9 @@ def _pip_cuda_includes() -> list[str]:
 def _extension(op_dir: Path, with_cuda: bool):
     kind = cpp_extension.CUDAExtension if with_cuda else cpp_extension.CppExtension
     extra = _pip_cuda_includes() if with_cuda else []
-    args = {"cxx": CXX_FLAGS + extra, "nvcc": NVCC_FLAGS + extra} if with_cuda else {"cxx": CXX_FLAGS}
+    if prebuilt.op_abi(op_dir) == abis.STABLE:
+        extra = [abis.TARGET_FLAG, *extra]
+    args = {"cxx": CXX_FLAGS + extra, "nvcc": NVCC_FLAGS + extra} if with_cuda else {"cxx": CXX_FLAGS + extra}
     return kind(
         name=f"ops.{op_dir.name}.{prebuilt.LIBRARY_STEM}",
         sources=[str(p) for p in prebuilt.sources(op_dir, with_cuda)],
@@ -128,14 +139,19 @@ BUILD_DIR = os.environ.get("AOT_BUILD_DIR", "build")  # relative to deploy/
 os.makedirs(BUILD_DIR, exist_ok=True)
 torch_version = torch.__version__.split("+")[0]
 variant = f"cu{torch.version.cuda.replace('.', '')}" if WITH_CUDA else "cpu"
+OP_DIRS = _op_dirs()
+# Stable ops only: the wheel runs with every torch from the target version on.
+ALL_STABLE = all(prebuilt.op_abi(p) == abis.STABLE for p in OP_DIRS)
+target = "{}.{}".format(*abis.TARGET_VERSION)
 
 setup(
     name="jit-ops-toolkit",
-    # The local label names the torch the libraries were compiled against (C++ ABI).
-    version=f"0.1.0+torch{torch_version}.{variant}",
-    description="Prebuilt custom PyTorch operators (LLTM, sigmoid, GELU) and their loader",
+    # The local label names the torch the libraries were compiled against (C++ ABI), or
+    # the oldest torch a wheel of stable ops runs with.
+    version=f"0.1.0+stable{target}.{variant}" if ALL_STABLE else f"0.1.0+torch{torch_version}.{variant}",
+    description="Prebuilt custom PyTorch operators (LLTM, sigmoid, GELU, resize, detection, scatter) and their loader",
     python_requires=">=3.10",
-    install_requires=[f"torch=={torch_version}"],
+    install_requires=[f"torch>={target}" if ALL_STABLE else f"torch=={torch_version}"],
     py_modules=["jit_loader"],
     package_dir={"": ".."},
     packages=find_packages(str(ROOT), include=["ops", "ops.*", "jit_tools", "jit_tools.*"]),
@@ -143,7 +159,7 @@ setup(
     # and the prebuilt manifest's digest is checked against them.
     package_data={"": ["*.cpp", "*.cc", "*.cu", "*.h", "*.cuh"], "ops": ["common/*"],
                   "jit_tools": ["csrc/*"]},
-    ext_modules=[_extension(p, WITH_CUDA) for p in _op_dirs()],
+    ext_modules=[_extension(p, WITH_CUDA) for p in OP_DIRS],
     cmdclass={"build_ext": BuildOps.with_options(use_ninja=True)},
     options={"egg_info": {"egg_base": BUILD_DIR}, "build": {"build_base": BUILD_DIR}},
     zip_safe=False,

@@ -126,6 +126,45 @@ def stable_config(cfg: dict) -> dict:
     return out
 
 
+def _portable_dir(path: str, op_dir: Path) -> str:
+    """A folder as a key names it: relative to the op folder or to the repository where
+    it lies inside one, so that two checkouts in different places agree."""
+    p = Path(path)
+    for base, prefix in ((Path(op_dir).resolve(), "<op>"), (sources.OPS_DIR.parent, "<repo>")):
+        if p == base or p.is_relative_to(base):
+            return str(Path(prefix) / p.relative_to(base))
+    return str(p)
+
+
+def key_view(cfg: dict, op_dir: Path) -> dict:
+    """The part of a build's configuration its key names. An ATen build: all of it (its
+    library runs only with the torch, compilers and paths it was built with). A stable
+    build: what decides the library's code for its target version, so that a prebuilt
+    cache layer made on one machine serves another: the compilers by the release they
+    report (not path, size and mtime), the op's include folders relative to the op or
+    the repository, no CUDA header folder of the Python environment (their contents come
+    with torch's CUDA version and nvcc's release, which stay), and no reason for a
+    missing CUDA (``with_cuda`` stays). The CUDA arch list stays: it decides the device
+    code (ARCHITECTURE.md, "A prebuilt cache layer")."""
+    if cfg.get("abi") != abis.STABLE:
+        return cfg
+    home = toolchain.cuda_home() if cfg["with_cuda"] else None
+    out = dict(cfg)
+    out["cxx"] = toolchain.tool_version(shutil.which(toolchain.cxx_compiler()))
+    out["nvcc"] = toolchain.tool_version(os.path.join(home, "bin", "nvcc")) if home else None
+    out["include_dirs"] = [_portable_dir(d, op_dir) for d in cfg["include_dirs"]]
+    for flags in ("cflags", "cuda_cflags"):
+        out[flags] = [f for f in cfg[flags] if not f.startswith("-isystem ")]
+    del out["no_cuda_reason"]
+    return out
+
+
+def _portable_file(path: Path, op_dir: Path, stable: bool) -> str:
+    if path.is_relative_to(op_dir):
+        return os.path.relpath(path, op_dir)
+    return _portable_dir(str(path), op_dir) if stable else str(path)
+
+
 def input_hashes(files) -> dict[str, str]:
     """Content hash of each input file by real path (a missing file hashes to "")."""
     out = {}
@@ -161,8 +200,8 @@ def compute_key(name: str, op_dir: Path, opts: dict, source_list: Sequence[Path]
     cfg = config(name, op_dir, opts, all_sources, cuda_only, abi)
     compiled = [p for p in all_sources if cfg["with_cuda"] or not cuda_only(p)]
     headers = sources.local_headers(all_sources, include_dirs(op_dir, opts))
-    digest = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode())
+    digest = hashlib.sha256(json.dumps(key_view(cfg, op_dir), sort_keys=True).encode())
+    stable = cfg.get("abi") == abis.STABLE
     for p in sorted(set(compiled) | set(headers)):
-        rel = os.path.relpath(p, op_dir) if p.is_relative_to(op_dir) else str(p)
-        digest.update(f"\0{rel}\0{sources.sha256(p)}".encode())
+        digest.update(f"\0{_portable_file(p, op_dir, stable)}\0{sources.sha256(p)}".encode())
     return digest.hexdigest()[:20], cfg, compiled, [*all_sources, *headers]

@@ -2,13 +2,18 @@
 ``jit_loader.load_library`` uses a prebuilt library instead of building one.
 
 ``deploy/setup.py`` compiles each op folder under ops/ into ``ops/<op>/_C*.so`` with
-plain ``TORCH_LIBRARY`` static registration (no loader glue: nothing to reload), and
-writes ``ops/<op>/_C.json`` beside it: the digest of the op's files it compiled, the
-torch version and whether CUDA was built. ``JIT_LOADER_PREBUILT`` selects:
+plain ``TORCH_LIBRARY`` / ``STABLE_TORCH_LIBRARY`` static registration (no loader glue:
+nothing to reload), a stable op with ``-DTORCH_TARGET_VERSION`` as the JIT builds it, and
+writes ``ops/<op>/_C.json`` beside it: the digest of the op's files it compiled, its ABI,
+the torch it runs with (the exact version for ATen; for a stable op the target version,
+and torch's CUDA version when CUDA was built) and whether CUDA was built.
+``JIT_LOADER_PREBUILT`` selects:
 
-* unset or ``auto``: the prebuilt library when there is one, built for this torch,
-  from exactly the files the op folder holds now (an installed wheel, or an in-place
-  AOT build nobody edited since); otherwise JIT. An edit therefore always runs.
+* unset or ``auto``: the prebuilt library when there is one that runs with this torch
+  (ATen: built with it; stable: this torch is at or above the target and has the same
+  CUDA major version), from exactly the files the op folder holds now (an installed
+  wheel, or an in-place AOT build nobody edited since); otherwise JIT. An edit therefore
+  always runs.
 * ``1``: always the prebuilt library; an error names the op that has none.
 * ``0``: always JIT.
 """
@@ -26,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from jit_tools import abi as abis
 from jit_tools.errors import JitLoaderError
 
 ENV = "JIT_LOADER_PREBUILT"
@@ -79,9 +85,34 @@ def source_digest(op_dir: Path) -> str:
     return digest.hexdigest()
 
 
+def op_abi(op_dir: Path) -> str:
+    """The ABI the op's units speak (``abi.STABLE`` or ``abi.ATEN``), as the JIT decides it."""
+    op_dir = Path(op_dir)
+    return abis.folder_abi(op_dir.name, sources(op_dir, with_cuda=True), include_dirs(op_dir))
+
+
 def manifest(op_dir: Path, with_cuda: bool) -> dict:
-    return {"op": Path(op_dir).name, "sources": source_digest(op_dir),
+    info = {"op": Path(op_dir).name, "sources": source_digest(op_dir), "abi": op_abi(op_dir),
             "torch": torch.__version__, "with_cuda": with_cuda}
+    if info["abi"] == abis.STABLE:
+        info.update(torch=abis.TARGET_NAME, target=list(abis.TARGET_VERSION),
+                    torch_cuda=torch.version.cuda if with_cuda else None)
+    return info
+
+
+def _release(version: str) -> tuple[int, int]:
+    major, minor = version.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+def runs_with_this_torch(info: dict) -> bool:
+    """True when a library described by manifest ``info`` runs with the torch imported."""
+    if info.get("abi") != abis.STABLE:
+        return info.get("torch") == torch.__version__
+    if _release(torch.__version__) < tuple(info.get("target", (99, 0))):
+        return False
+    cuda = info.get("torch_cuda")
+    return cuda is None or (torch.version.cuda or "").split(".")[0] == cuda.split(".")[0]
 
 
 # --- finding and choosing a prebuilt library ------------------------------------------
@@ -121,8 +152,7 @@ def selected(op_dir: Path) -> bool:
                 "or run `python deploy/setup.py build_ext --inplace`")
         return True
     info = _read_manifest(op_dir)
-    return (library is not None and info is not None
-            and info.get("torch") == torch.__version__
+    return (library is not None and info is not None and runs_with_this_torch(info)
             and info.get("sources") == source_digest(op_dir))
 
 

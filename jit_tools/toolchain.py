@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
 import sys
 
 import torch
@@ -37,6 +38,32 @@ def file_identity(path: str | None) -> str | None:
     except OSError:
         return None
     return f"{real}:{st.st_size}:{st.st_mtime_ns}"
+
+
+_VERSIONS: dict[str, str] = {}
+
+
+def tool_version(path: str | None) -> str | None:
+    """What a compiler says it is (the first line of ``--version`` less the name it was
+    called by, e.g. ``(GCC) 13.3.0``; nvcc's ``Build cuda_13.0...`` line): the same on
+    every machine that has the same release, unlike ``file_identity``. One subprocess per
+    tool and process."""
+    ident = file_identity(path)
+    if ident is None:
+        return None
+    if ident not in _VERSIONS:
+        real = os.path.realpath(path)
+        try:
+            out = subprocess.run([real, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        lines = [line.strip() for line in out.splitlines() if line.strip()]
+        build = [line for line in lines if line.startswith("Build ")]  # nvcc's last line
+        # GCC starts with the name it was called by, which says nothing of the release.
+        first = (build or lines or [ident])[0]
+        _VERSIONS[ident] = first.removeprefix(os.path.basename(real)).strip() or first
+    return _VERSIONS[ident]
 
 
 def cuda_home() -> str | None:

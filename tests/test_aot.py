@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import jit_loader
-from jit_tools import prebuilt
+from jit_tools import abi, prebuilt
 
 ROOT = Path(jit_loader.REPO_ROOT)
 OP = "sigmoid"
@@ -68,7 +68,9 @@ def test_wheel_holds_one_library_per_op_and_the_sources(wheel):
                  f"ops/{OP}/{OP}.cpp", f"ops/{OP}/_C.json", "ops/common/checks.h"):
         assert name in names
     manifest = json.loads(zipfile.ZipFile(wheel).read(f"ops/{OP}/_C.json"))
-    assert manifest["with_cuda"] is False and manifest["torch"] == torch.__version__
+    # sigmoid is a stable-ABI op: built for the target version, not for this torch.
+    assert manifest["with_cuda"] is False and manifest["abi"] == "stable"
+    assert manifest["torch"] == abi.TARGET_NAME and manifest["target"] == list(abi.TARGET_VERSION)
     assert manifest["sources"] == prebuilt.source_digest(ROOT / "ops" / OP)
 
 

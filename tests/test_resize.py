@@ -16,6 +16,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._prims_common import suggest_memory_format
 
 import jit_loader
 from ops.resize import reference
@@ -162,6 +163,28 @@ def test_output_keeps_memory_format(op, device, layout):
     assert y.is_contiguous() != channels_last
     y.backward(torch.randn_like(y))
     assert x.grad.is_contiguous(memory_format=torch.channels_last) == channels_last
+
+
+@pytest.mark.parametrize("case", ["n111_channels_last", "n11w_sliced", "1c1w_transposed",
+                                  "one_channel_channels_last", "size1_h_channels_last",
+                                  "permuted_nhcw"])
+def test_output_format_is_the_one_torch_suggests(op, device, case):
+    """The host reads the memory format off the strides as torch's suggest_memory_format
+    does (which the fake kernels call), ambiguous size-1 layouts included."""
+    cl = torch.channels_last
+    x = {"n111_channels_last": lambda: torch.randn(3, 1, 1, 1).contiguous(memory_format=cl),
+         "n11w_sliced": lambda: torch.randn(3, 1, 1, 8)[..., :1],
+         "1c1w_transposed": lambda: torch.randn(1, 5, 1, 4).transpose(1, 3),
+         "one_channel_channels_last": lambda: torch.randn(2, 1, 5, 6).contiguous(memory_format=cl),
+         "size1_h_channels_last": lambda: torch.randn(2, 3, 1, 6).contiguous(memory_format=cl),
+         "permuted_nhcw": lambda: torch.randn(2, 5, 3, 6).permute(0, 2, 1, 3)}[case]()
+    x = x.to(device=device, dtype=torch.float64)
+    want = suggest_memory_format(x)
+    y = torch.ops.resize.forward(x, [4, 3], "half_pixel", None)
+    assert y.stride() == torch.empty(y.shape, memory_format=want).stride()
+    assert_close(y, reference.resize_reference(x, (4, 3), "half_pixel"), torch.float64)
+    grad_in = torch.ops.resize.backward(torch.randn_like(y), list(x.shape), "half_pixel", None)
+    assert grad_in.stride() == torch.empty(x.shape, memory_format=suggest_memory_format(y)).stride()
 
 
 @pytest.mark.parametrize("view", ["transposed_hw", "step_slice", "storage_offset", "expanded"])

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import jit_loader
-from jit_tools import abi, toolchain
+from jit_tools import abi, prebuilt, toolchain
 from test_jit_loader import copy_op, make_env, ninja_log, result_of, run_py
 
 LOAD_AND_SCALE = """
@@ -175,7 +175,40 @@ def test_stable_key_names_the_target_version_not_the_torch_build(tmp_path, monke
     assert jit_loader.op_key(aten_dir)[0] != aten_key      # an ATen build stays exact
 
 
-@pytest.mark.parametrize("name, abi_name", [("sigmoid", "stable"), ("gelu", "stable"),
+def test_stable_key_is_the_same_on_another_machine(tmp_path, monkeypatch):
+    """What differs between two machines with the same compiler releases (where the op
+    folder and the compilers lie, their mtimes) leaves a stable key as it is, so that a
+    prebuilt cache layer serves both; a compiler release is part of it. An ATen key
+    stays exact."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    stable_key = jit_loader.op_key(copy_op("stable_op", here))[0]
+    aten_key = jit_loader.op_key(copy_op("toy_op", here))[0]
+    identity = toolchain.file_identity
+    monkeypatch.setattr(toolchain, "file_identity",
+                        lambda path: identity(path) and identity(path) + ":another-install")
+    assert jit_loader.op_key(copy_op("stable_op", there))[0] == stable_key
+    assert jit_loader.op_key(copy_op("toy_op", there))[0] != aten_key
+    monkeypatch.setattr(toolchain, "tool_version", lambda path: "(GCC) 99.1.0")
+    assert jit_loader.op_key(there / "stable_op")[0] != stable_key
+
+
+@pytest.mark.parametrize("torch_version, torch_cuda, runs", [
+    ("2.11.0+cu130", "13.0", True), ("2.14.1+cu130", "13.2", True), ("2.10.0+cu130", "13.0", False),
+    ("2.11.0+cu128", "12.8", False), ("2.11.0+cpu", None, False)])
+def test_prebuilt_stable_library_runs_from_its_target_on(monkeypatch, torch_version, torch_cuda, runs):
+    """A prebuilt stable library (the AOT wheel's) is taken by every torch from its target
+    version on with the CUDA major version it was built with; an ATen one only by its own."""
+    stable = {"abi": "stable", "torch": abi.TARGET_NAME, "target": [2, 11], "torch_cuda": "13.0"}
+    aten = {"abi": "aten", "torch": "2.14.1+cu130"}
+    monkeypatch.setattr(torch, "__version__", torch_version)
+    monkeypatch.setattr(torch.version, "cuda", torch_cuda)
+    assert prebuilt.runs_with_this_torch(stable) is runs
+    assert prebuilt.runs_with_this_torch(dict(stable, torch_cuda=None)) is (torch_version >= "2.11")
+    assert prebuilt.runs_with_this_torch(aten) is (torch_version == "2.14.1+cu130")
+
+
+@pytest.mark.parametrize("name, abi_name", [("sigmoid", "stable"), ("gelu", "stable"), ("resize", "stable"),
+                                            ("detection", "stable"),
                                             ("lltm", "aten"), ("scatter", "aten")])
 def test_bundled_ops_build_against_their_abi(name, abi_name):
     """Ops whose autograd lives in Python are stable; the two with C++ autograd, ATen."""

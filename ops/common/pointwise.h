@@ -13,11 +13,7 @@
 
 #include "common/cpu_loops.h"
 #include "common/stable_checks.h"
-
-// The dtypes every pointwise kernel takes (scalar_t inside BODY).
-#define OPS_DISPATCH_FLOATING(TYPE, NAME, BODY)                                      \
-  THO_DISPATCH_V2(TYPE, NAME, AT_WRAP(BODY), AT_FLOATING_TYPES,                     \
-                  torch::headeronly::ScalarType::Half, torch::headeronly::ScalarType::BFloat16)
+#include "common/stable_ops.h"  // OPS_DISPATCH_FLOATING
 
 namespace ops_common {
 

@@ -25,20 +25,41 @@ inline std::string device_name(const torch::stable::Tensor& t) {
   return out.str();
 }
 
-// "[3, 4]": how torch prints a shape.
-inline std::string shape_of(const torch::stable::Tensor& t) {
+inline bool is_integral(ScalarType t) {
+  return t == ScalarType::Byte || t == ScalarType::Char || t == ScalarType::Short ||
+         t == ScalarType::Int || t == ScalarType::Long || t == ScalarType::UInt16 ||
+         t == ScalarType::UInt32 || t == ScalarType::UInt64;
+}
+
+// "[3, 4]": how torch prints a list of numbers (a shape, an int[] or float[] argument).
+template <typename List>
+inline std::string list_of(const List& values) {
   std::ostringstream out;
   out << "[";
-  for (int64_t d = 0; d < t.dim(); ++d) out << (d ? ", " : "") << t.size(d);
+  bool first = true;
+  for (const auto& v : values) {
+    out << (first ? "" : ", ") << v;
+    first = false;
+  }
   out << "]";
   return out.str();
 }
+
+inline std::string shape_of(const torch::stable::Tensor& t) { return list_of(t.sizes()); }
 
 }  // namespace ops_common
 
 #define OP_CHECK_FLOATING(op, name, t)                                                 \
   STD_TORCH_CHECK(::ops_common::is_floating((t).scalar_type()), op, ": ", name,         \
                   " must be a floating-point tensor, got ", (t).scalar_type())
+
+#define OP_CHECK_DIM(op, name, t, d)                                                   \
+  STD_TORCH_CHECK((t).dim() == (d), op, ": ", name, " must be a ", d, "-D tensor, got ",  \
+                  (t).dim(), "-D with shape ", ::ops_common::shape_of(t))
+
+#define OP_CHECK_SIZE(op, name, t, dim, expected)                                      \
+  STD_TORCH_CHECK((t).size(dim) == (expected), op, ": ", name, ".size(", dim, ") must be ", \
+                  expected, ", got ", (t).size(dim), " (shape ", ::ops_common::shape_of(t), ")")
 
 #define OP_CHECK_SAME_DEVICE(op, name, t, ref_name, ref)                               \
   STD_TORCH_CHECK(::ops_common::device_name(t) == ::ops_common::device_name(ref), op, ": ", \

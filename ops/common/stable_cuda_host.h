@@ -10,6 +10,7 @@
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/util/BFloat16.h>
 #include <torch/headeronly/util/Half.h>
+#include <torch/headeronly/util/shim_utils.h>
 
 #include "common/cuda_types.h"
 
@@ -41,19 +42,10 @@ inline const cuda_t<scalar_t>* cuda_ptr(const torch::stable::Tensor& t) {
   return reinterpret_cast<const cuda_t<scalar_t>*>(t.const_data_ptr<scalar_t>());
 }
 
-// A shim call's status as an error: torch 2.11 names the macro TORCH_ERROR_CODE_CHECK,
-// later versions also STABLE_TORCH_ERROR_CODE_CHECK (a 2.14 build does not gate it by
-// TORCH_TARGET_VERSION, so only a build against 2.11 itself shows the difference).
-#if defined(STABLE_TORCH_ERROR_CODE_CHECK)
-#define OPS_SHIM_CHECK(call) STABLE_TORCH_ERROR_CODE_CHECK(call)
-#else
-#define OPS_SHIM_CHECK(call) TORCH_ERROR_CODE_CHECK(call)
-#endif
-
 // torch's current stream on the tensor's device (the one a device guard made current).
 inline cudaStream_t current_stream(const torch::stable::Tensor& t) {
   void* stream = nullptr;
-  OPS_SHIM_CHECK(aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream));
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream));
   return static_cast<cudaStream_t>(stream);
 }
 

@@ -1,24 +1,27 @@
 // Detection ops (NMS, batched NMS, ROIAlign): schema and CPU kernels, torchvision's
-// semantics. Shared math in detection.h, argument checks in detection_checks.h.
+// semantics, on the stable ABI (the autograd of roi_align is in detection.py). Shared math
+// in detection.h, argument checks in detection_checks.h.
 //
 // NMS on the CPU keeps torchvision's greedy order but works on the boxes copied into
 // score order (contiguous, so the inner loop vectorises), resolves 64 candidates at a
 // time and lets the kept ones of a step suppress all later boxes in parallel; suppressed
 // boxes are squeezed out once they make up a quarter of the rest.
-#include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
 
+#include <algorithm>
+#include <optional>
 #include <vector>
 
+#include "common/stable_ops.h"
 #include "detection.h"
 #include "detection_checks.h"
 
 namespace {
 
 using detection::RoiAxis;
+using torch::headeronly::ScalarType;
+using torch::stable::Tensor;
 
 // ---------------------------------------------------------------------------------------
 // NMS
@@ -86,7 +89,7 @@ int64_t greedy_nms(SortedBoxes<T>& b, Th threshold, const int64_t* order, int64_
     const int64_t pairs = static_cast<int64_t>(kept_here.size()) * (alive - cursor);
     const int64_t grain = pairs >= (int64_t(1) << 21) ? std::max<int64_t>(4096, (alive - cursor) / 64)
                                                       : alive - cursor;
-    at::parallel_for(cursor, alive, grain, [&](int64_t begin, int64_t end) {
+    torch::stable::parallel_for(cursor, alive, grain, [&](int64_t begin, int64_t end) {
       for (const int64_t i : kept_here) {
         suppress_range<T, Th, kClasses>(b, i, begin, end, threshold, flags.data());
       }
@@ -107,8 +110,8 @@ int64_t greedy_nms(SortedBoxes<T>& b, Th threshold, const int64_t* order, int64_
 }
 
 template <typename T>
-at::Tensor nms_cpu_typed(const at::Tensor& boxes_sorted, const at::Tensor& order,
-                         const at::Tensor& classes_sorted, double iou_threshold) {
+Tensor nms_cpu_typed(const Tensor& boxes_sorted, const Tensor& order,
+                     const std::optional<Tensor>& classes_sorted, double iou_threshold) {
   const int64_t n = boxes_sorted.size(0);
   SortedBoxes<T> b;
   for (auto* v : {&b.x1, &b.y1, &b.x2, &b.y2, &b.area}) v->resize(n);
@@ -122,13 +125,13 @@ at::Tensor nms_cpu_typed(const at::Tensor& boxes_sorted, const at::Tensor& order
     b.area[i] = (b.x2[i] - b.x1[i]) * (b.y2[i] - b.y1[i]);
     b.rank[i] = i;
   }
-  const bool with_classes = classes_sorted.defined();
+  const bool with_classes = classes_sorted.has_value();
   if (with_classes) {
-    const int64_t* c = classes_sorted.const_data_ptr<int64_t>();
+    const int64_t* c = classes_sorted->const_data_ptr<int64_t>();
     b.cls.assign(c, c + n);
   }
-  at::Tensor keep = at::empty({n}, order.options());
-  int64_t* k = keep.data_ptr<int64_t>();
+  Tensor keep = torch::stable::new_empty(order, std::vector<int64_t>{n});
+  int64_t* k = keep.mutable_data_ptr<int64_t>();
   const int64_t* o = order.const_data_ptr<int64_t>();
   int64_t num_kept;
   if constexpr (std::is_same_v<T, float>) {
@@ -139,30 +142,35 @@ at::Tensor nms_cpu_typed(const at::Tensor& boxes_sorted, const at::Tensor& order
     num_kept = with_classes ? greedy_nms<T, double, true>(b, iou_threshold, o, k)
                             : greedy_nms<T, double, false>(b, iou_threshold, o, k);
   }
-  return keep.narrow(0, 0, num_kept);
+  return torch::stable::narrow(keep, 0, 0, num_kept);
 }
 
-at::Tensor nms_cpu_impl(const char* op, const at::Tensor& boxes, const at::Tensor& scores,
-                        const at::Tensor* idxs, double iou_threshold) {
+Tensor nms_cpu_impl(const char* op, const Tensor& boxes, const Tensor& scores, const Tensor* idxs,
+                    double iou_threshold) {
   detection::check_nms_args(op, boxes, scores, idxs);
-  if (boxes.size(0) == 0) return at::empty({0}, boxes.options().dtype(at::kLong));
+  if (boxes.size(0) == 0) return torch::stable::new_empty(boxes, std::vector<int64_t>{0}, ScalarType::Long);
   // Stable, as torchvision sorts: tied scores keep their index order.
-  const at::Tensor order = std::get<1>(scores.sort(/*stable=*/true, /*dim=*/0, /*descending=*/true));
+  const Tensor order = ops_common::argsort_descending_stable(scores);
   // 16-bit boxes are compared in float on the CPU.
-  const at::ScalarType compute = boxes.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const at::Tensor sorted = boxes.index_select(0, order).to(compute).contiguous();
-  at::Tensor classes;
-  if (idxs != nullptr) classes = idxs->index_select(0, order).to(at::kLong).contiguous();
-  return compute == at::kDouble ? nms_cpu_typed<double>(sorted, order, classes, iou_threshold)
-                                : nms_cpu_typed<float>(sorted, order, classes, iou_threshold);
+  const ScalarType compute = boxes.scalar_type() == ScalarType::Double ? ScalarType::Double
+                                                                       : ScalarType::Float;
+  const Tensor sorted = torch::stable::contiguous(
+      ops_common::to_dtype(ops_common::index_select(boxes, 0, order), compute));
+  std::optional<Tensor> classes;
+  if (idxs != nullptr) {
+    classes = torch::stable::contiguous(
+        ops_common::to_dtype(ops_common::index_select(*idxs, 0, order), ScalarType::Long));
+  }
+  return compute == ScalarType::Double ? nms_cpu_typed<double>(sorted, order, classes, iou_threshold)
+                                       : nms_cpu_typed<float>(sorted, order, classes, iou_threshold);
 }
 
-at::Tensor nms_cpu(const at::Tensor& boxes, const at::Tensor& scores, double iou_threshold) {
+Tensor nms_cpu(const Tensor& boxes, const Tensor& scores, double iou_threshold) {
   return nms_cpu_impl("detection.nms", boxes, scores, nullptr, iou_threshold);
 }
 
-at::Tensor batched_nms_cpu(const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& idxs,
-                           double iou_threshold) {
+Tensor batched_nms_cpu(const Tensor& boxes, const Tensor& scores, const Tensor& idxs,
+                       double iou_threshold) {
   return nms_cpu_impl("detection.batched_nms", boxes, scores, &idxs, iou_threshold);
 }
 
@@ -200,8 +208,8 @@ std::vector<int64_t> roi_batches(const char* op, const A* rois, int64_t num_rois
   std::vector<int64_t> out(num_rois);
   for (int64_t r = 0; r < num_rois; ++r) {
     const A b = rois[r * 5];
-    TORCH_CHECK(b >= A(0) && b < static_cast<A>(batch), op, ": rois[", r,
-                ", 0] must be a batch index in [0, ", batch, "), got ", static_cast<double>(b));
+    STD_TORCH_CHECK(b >= A(0) && b < static_cast<A>(batch), op, ": rois[", r,
+                    ", 0] must be a batch index in [0, ", batch, "), got ", static_cast<double>(b));
     out[r] = static_cast<int64_t>(b);
   }
   return out;
@@ -226,7 +234,7 @@ void roi_align_forward_cpu_kernel(const T* input, const A* rois, const std::vect
   const int64_t plane = p.height * p.width;
   const int64_t bins = int64_t(p.pooled_height) * p.pooled_width;
   const A scale = static_cast<A>(p.spatial_scale);
-  at::parallel_for(0, p.num_rois, grain_for(p.channels * bins), [&](int64_t begin, int64_t end) {
+  torch::stable::parallel_for(0, p.num_rois, grain_for(p.channels * bins), [&](int64_t begin, int64_t end) {
     AxisSamples<A> ys, xs;
     for (int64_t r = begin; r < end; ++r) {
       const A* roi = rois + r * 5;
@@ -273,7 +281,7 @@ void roi_align_backward_cpu_kernel(const T* grad, const A* rois, const std::vect
   const int64_t plane = p.height * p.width;
   const int64_t bins = int64_t(p.pooled_height) * p.pooled_width;
   const A scale = static_cast<A>(p.spatial_scale);
-  at::parallel_for(0, p.channels, grain_for(p.num_rois * bins), [&](int64_t c_begin, int64_t c_end) {
+  torch::stable::parallel_for(0, p.channels, grain_for(p.num_rois * bins), [&](int64_t c_begin, int64_t c_end) {
     AxisSamples<A> ys, xs;
     for (int64_t r = 0; r < p.num_rois; ++r) {
       const A* roi = rois + r * 5;
@@ -312,56 +320,57 @@ void roi_align_backward_cpu_kernel(const T* grad, const A* rois, const std::vect
   });
 }
 
-at::Tensor roi_align_cpu(const at::Tensor& input, const at::Tensor& rois, double spatial_scale,
-                         int64_t pooled_height, int64_t pooled_width, int64_t sampling_ratio,
-                         bool aligned) {
+Tensor roi_align_cpu(const Tensor& input, const Tensor& rois, double spatial_scale,
+                     int64_t pooled_height, int64_t pooled_width, int64_t sampling_ratio, bool aligned) {
   constexpr const char* op = "detection.roi_align";
   detection::check_roi_align_args(op, input, rois, spatial_scale, pooled_height, pooled_width);
-  const at::Tensor x = input.contiguous();
-  at::Tensor output = at::empty({rois.size(0), input.size(1), pooled_height, pooled_width}, x.options());
+  const Tensor x = torch::stable::contiguous(input);
+  Tensor output = torch::stable::new_empty(x, std::vector<int64_t>{rois.size(0), input.size(1), pooled_height, pooled_width});
   if (output.numel() == 0) return output;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "roi_align_cpu", [&] {
-    using A = at::opmath_type<scalar_t>;
-    const at::Tensor r = rois.to(c10::CppTypeToScalarType<A>::value).contiguous();
+  const RoiAlignParams p{rois.size(0), x.size(0), x.size(1), x.size(2), x.size(3),
+                         static_cast<int>(pooled_height), static_cast<int>(pooled_width),
+                         static_cast<int>(sampling_ratio), spatial_scale, aligned};
+  OPS_DISPATCH_FLOATING(x.scalar_type(), "roi_align_cpu", [&] {
+    using A = ops_common::opmath_t<scalar_t>;
+    const Tensor r = torch::stable::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
     const A* rp = r.const_data_ptr<A>();
-    const RoiAlignParams p{rois.size(0), x.size(0), x.size(1), x.size(2), x.size(3),
-                           static_cast<int>(pooled_height), static_cast<int>(pooled_width),
-                           static_cast<int>(sampling_ratio), spatial_scale, aligned};
     const std::vector<int64_t> batches = roi_batches(op, rp, p.num_rois, p.batch);
     roi_align_forward_cpu_kernel<scalar_t, A>(x.const_data_ptr<scalar_t>(), rp, batches, p,
-                                              output.data_ptr<scalar_t>());
+                                              output.mutable_data_ptr<scalar_t>());
   });
   return output;
 }
 
-at::Tensor roi_align_backward_cpu(const at::Tensor& grad, const at::Tensor& rois, double spatial_scale,
-                                  int64_t pooled_height, int64_t pooled_width, int64_t batch,
-                                  int64_t channels, int64_t height, int64_t width,
-                                  int64_t sampling_ratio, bool aligned) {
+Tensor roi_align_backward_cpu(const Tensor& grad, const Tensor& rois, double spatial_scale,
+                              int64_t pooled_height, int64_t pooled_width, int64_t batch,
+                              int64_t channels, int64_t height, int64_t width, int64_t sampling_ratio,
+                              bool aligned) {
   constexpr const char* op = "detection.roi_align_backward";
   detection::check_roi_align_backward_args(op, grad, rois, spatial_scale, pooled_height, pooled_width,
                                            batch, channels, height, width);
-  const at::Tensor g = grad.contiguous();
-  const at::ScalarType acc_type = at::toOpMathType(g.scalar_type());
-  at::Tensor grad_input = at::zeros({batch, channels, height, width}, g.options().dtype(acc_type));
-  if (grad_input.numel() == 0 || g.numel() == 0) return grad_input.to(g.scalar_type());
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, g.scalar_type(), "roi_align_backward_cpu", [&] {
-    using A = at::opmath_type<scalar_t>;
-    const at::Tensor r = rois.to(c10::CppTypeToScalarType<A>::value).contiguous();
+  const Tensor g = torch::stable::contiguous(grad);
+  // Accumulated in the op-math type (float for 16-bit grads), rounded once at the end.
+  const ScalarType acc_type = g.scalar_type() == ScalarType::Double ? ScalarType::Double
+                                                                    : ScalarType::Float;
+  Tensor grad_input = torch::stable::new_zeros(g, std::vector<int64_t>{batch, channels, height, width}, acc_type);
+  if (grad_input.numel() == 0 || g.numel() == 0) return ops_common::to_dtype(grad_input, g.scalar_type());
+  const RoiAlignParams p{rois.size(0), batch, channels, height, width,
+                         static_cast<int>(pooled_height), static_cast<int>(pooled_width),
+                         static_cast<int>(sampling_ratio), spatial_scale, aligned};
+  OPS_DISPATCH_FLOATING(g.scalar_type(), "roi_align_backward_cpu", [&] {
+    using A = ops_common::opmath_t<scalar_t>;
+    const Tensor r = torch::stable::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
     const A* rp = r.const_data_ptr<A>();
-    const RoiAlignParams p{rois.size(0), batch, channels, height, width,
-                           static_cast<int>(pooled_height), static_cast<int>(pooled_width),
-                           static_cast<int>(sampling_ratio), spatial_scale, aligned};
     const std::vector<int64_t> batches = roi_batches(op, rp, p.num_rois, p.batch);
     roi_align_backward_cpu_kernel<scalar_t, A>(g.const_data_ptr<scalar_t>(), rp, batches, p,
-                                               grad_input.data_ptr<A>());
+                                               grad_input.mutable_data_ptr<A>());
   });
-  return grad_input.to(g.scalar_type());
+  return ops_common::to_dtype(grad_input, g.scalar_type());
 }
 
 }  // namespace
 
-TORCH_LIBRARY(detection, m) {
+STABLE_TORCH_LIBRARY(detection, m) {
   m.def("nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor");
   m.def("batched_nms(Tensor boxes, Tensor scores, Tensor idxs, float iou_threshold) -> Tensor");
   m.def("roi_align(Tensor input, Tensor rois, float spatial_scale, int pooled_height, "
@@ -371,9 +380,9 @@ TORCH_LIBRARY(detection, m) {
         "int sampling_ratio, bool aligned) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(detection, CPU, m) {
-  m.impl("nms", &nms_cpu);
-  m.impl("batched_nms", &batched_nms_cpu);
-  m.impl("roi_align", &roi_align_cpu);
-  m.impl("roi_align_backward", &roi_align_backward_cpu);
+STABLE_TORCH_LIBRARY_IMPL(detection, CPU, m) {
+  m.impl("nms", TORCH_BOX(&nms_cpu));
+  m.impl("batched_nms", TORCH_BOX(&batched_nms_cpu));
+  m.impl("roi_align", TORCH_BOX(&roi_align_cpu));
+  m.impl("roi_align_backward", TORCH_BOX(&roi_align_backward_cpu));
 }

@@ -1,13 +1,13 @@
-// resize: schema and CPU kernels of the bilinear resize with a selectable coordinate mode.
+// resize: schema and CPU kernels of the bilinear resize with a selectable coordinate mode,
+// on the stable ABI (its autograd is in resize.py).
 // Coordinates come from resize.h, shared with the CUDA kernels. The backward gathers: each
 // input pixel sums the output pixels that read it (ranges from first_reader/end_reader),
 // in a fixed order, so its result does not depend on the number of threads.
-#include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "resize.h"
@@ -24,7 +24,7 @@ int64_t grain_rows(int64_t row_elements) {
 
 template <typename scalar_t>
 void forward_cpu_kernel(const scalar_t* in, scalar_t* out, const Plan& plan) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = ops_common::opmath_t<scalar_t>;
   const Geometry& g = plan.geometry;
   const AxisMap<acc_t> hmap = height_map<acc_t>(plan), wmap = width_map<acc_t>(plan);
   std::vector<Taps<acc_t>> th(g.out_h), tw(g.out_w);
@@ -33,7 +33,7 @@ void forward_cpu_kernel(const scalar_t* in, scalar_t* out, const Plan& plan) {
   const int64_t C = g.channels;
   const int64_t in_row = g.in_w * C, in_plane = g.in_h * in_row;
   const int64_t out_row = g.out_w * C, out_plane = g.out_h * out_row;
-  at::parallel_for(0, g.planes * g.out_h, grain_rows(out_row), [&](int64_t begin, int64_t end) {
+  torch::stable::parallel_for(0, g.planes * g.out_h, grain_rows(out_row), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t p = r / g.out_h;
       const Taps<acc_t>& ty = th[r % g.out_h];
@@ -78,13 +78,13 @@ struct Readers {
 
 template <typename scalar_t>
 void backward_cpu_kernel(const scalar_t* grad_out, scalar_t* grad_in, const Plan& plan) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = ops_common::opmath_t<scalar_t>;
   const Geometry& g = plan.geometry;
   const Readers<acc_t> rows(height_map<acc_t>(plan)), cols(width_map<acc_t>(plan));
   const int64_t C = g.channels;
   const int64_t in_row = g.in_w * C, in_plane = g.in_h * in_row;
   const int64_t out_row = g.out_w * C, out_plane = g.out_h * out_row;
-  at::parallel_for(0, g.planes * g.in_h, grain_rows(out_row * 4), [&](int64_t begin, int64_t end) {
+  torch::stable::parallel_for(0, g.planes * g.in_h, grain_rows(out_row * 4), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> sum(in_row);
     for (int64_t r = begin; r < end; ++r) {
       const int64_t p = r / g.in_h;
@@ -108,41 +108,39 @@ void backward_cpu_kernel(const scalar_t* grad_out, scalar_t* grad_in, const Plan
   });
 }
 
-at::Tensor resize_forward_cpu(const at::Tensor& input, at::IntArrayRef output_size,
-                              c10::string_view coordinate_mode,
-                              std::optional<at::ArrayRef<double>> scale_factors) {
+Tensor resize_forward_cpu(const Tensor& input, std::vector<int64_t> output_size,
+                          std::string coordinate_mode, std::optional<std::vector<double>> scale_factors) {
   const Plan plan = forward_plan("resize.forward", input, output_size, coordinate_mode, scale_factors);
-  at::Tensor out = empty_result(plan, {plan.n, plan.c, output_size[0], output_size[1]}, input);
+  Tensor out = empty_result(plan, {plan.n, plan.c, output_size[0], output_size[1]}, input);
   if (out.numel() == 0) return out;
-  const at::Tensor in = input.contiguous(plan.format);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.scalar_type(), "resize_forward_cpu", [&] {
-    forward_cpu_kernel(in.const_data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), plan);
+  const Tensor in = torch::stable::contiguous(input, plan.format);
+  OPS_DISPATCH_FLOATING(in.scalar_type(), "resize_forward_cpu", [&] {
+    forward_cpu_kernel(in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), plan);
   });
   return out;
 }
 
-at::Tensor resize_backward_cpu(const at::Tensor& grad_output, at::IntArrayRef input_size,
-                               c10::string_view coordinate_mode,
-                               std::optional<at::ArrayRef<double>> scale_factors) {
+Tensor resize_backward_cpu(const Tensor& grad_output, std::vector<int64_t> input_size,
+                           std::string coordinate_mode, std::optional<std::vector<double>> scale_factors) {
   const Plan plan = backward_plan("resize.backward", grad_output, input_size, coordinate_mode,
                                   scale_factors);
-  at::Tensor grad_in = empty_result(plan, input_size, grad_output);
+  Tensor grad_in = empty_result(plan, input_size, grad_output);
   if (grad_in.numel() == 0) return grad_in;
-  const at::Tensor g = grad_output.contiguous(plan.format);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, g.scalar_type(), "resize_backward_cpu", [&] {
-    backward_cpu_kernel(g.const_data_ptr<scalar_t>(), grad_in.data_ptr<scalar_t>(), plan);
+  const Tensor g = torch::stable::contiguous(grad_output, plan.format);
+  OPS_DISPATCH_FLOATING(g.scalar_type(), "resize_backward_cpu", [&] {
+    backward_cpu_kernel(g.const_data_ptr<scalar_t>(), grad_in.mutable_data_ptr<scalar_t>(), plan);
   });
   return grad_in;
 }
 
 }  // namespace
 
-TORCH_LIBRARY(resize, m) {
+STABLE_TORCH_LIBRARY(resize, m) {
   m.def("forward(Tensor input, SymInt[2] output_size, str coordinate_mode, float[]? scale_factors) -> Tensor");
   m.def("backward(Tensor grad_output, SymInt[4] input_size, str coordinate_mode, float[]? scale_factors) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(resize, CPU, m) {
-  m.impl("forward", &resize_forward_cpu);
-  m.impl("backward", &resize_backward_cpu);
+STABLE_TORCH_LIBRARY_IMPL(resize, CPU, m) {
+  m.impl("forward", TORCH_BOX(&resize_forward_cpu));
+  m.impl("backward", TORCH_BOX(&resize_backward_cpu));
 }

@@ -1,0 +1,97 @@
+#pragma once
+// Host-side pieces of the stable-ABI ops that torch 2.11's stable API (the oldest the ops
+// load in) does not offer as such: the floating dtype dispatch, the accumulation type,
+// the memory format torch suggests for a tensor, and the aten ops the hosts need beyond
+// torch/csrc/stable/ops.h, called by name through the dispatcher (torch_call_dispatcher,
+// the stable C shim's way to run any aten op).
+#include <torch/csrc/stable/c/shim.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/stableivalue_conversions.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/Dispatch.h>
+#include <torch/headeronly/core/MemoryFormat.h>
+#include <torch/headeronly/core/ScalarType.h>
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+#include <utility>
+
+// The dtypes every floating kernel takes (scalar_t inside the body, a lambda given as the
+// last arguments, so that its commas need no wrapping).
+#define OPS_DISPATCH_FLOATING(TYPE, NAME, ...)                                       \
+  THO_DISPATCH_SWITCH(TYPE, NAME,                                                    \
+                      THO_DISPATCH_CASE(torch::headeronly::ScalarType::Double, __VA_ARGS__) \
+                      THO_DISPATCH_CASE(torch::headeronly::ScalarType::Float, __VA_ARGS__)  \
+                      THO_DISPATCH_CASE(torch::headeronly::ScalarType::Half, __VA_ARGS__)   \
+                      THO_DISPATCH_CASE(torch::headeronly::ScalarType::BFloat16, __VA_ARGS__))
+
+namespace ops_common {
+
+using torch::headeronly::MemoryFormat;
+
+// The type a kernel of scalar_t accumulates in (at::opmath_type): float for the 16-bit
+// types, the type itself otherwise.
+template <typename scalar_t>
+using opmath_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+
+template <typename T> constexpr torch::headeronly::ScalarType scalar_type_of();
+template <> constexpr torch::headeronly::ScalarType scalar_type_of<float>() {
+  return torch::headeronly::ScalarType::Float;
+}
+template <> constexpr torch::headeronly::ScalarType scalar_type_of<double>() {
+  return torch::headeronly::ScalarType::Double;
+}
+
+// Tensor::suggest_memory_format of a 4-D tensor: ChannelsLast when its strides order the
+// dimensions C, W, H, N from the fastest (ties and size-1 dimensions decided as ATen's
+// is_channels_last_strides_2d decides them), Contiguous otherwise.
+inline MemoryFormat suggest_memory_format(const torch::stable::Tensor& t) {
+  if (t.dim() != 4 || t.stride(1) == 0) return MemoryFormat::Contiguous;
+  int64_t min = 0;
+  for (const int64_t d : {1, 3, 2, 0}) {
+    const int64_t size = t.size(d), stride = t.stride(d);
+    if (size == 0 || stride < min) return MemoryFormat::Contiguous;
+    if (d == 0 && min == t.stride(1)) return MemoryFormat::Contiguous;
+    min = size > 1 ? stride * size : stride;
+  }
+  return MemoryFormat::ChannelsLast;
+}
+
+// Runs aten::<name>.<overload> on a stack of at least as many slots as the op has
+// arguments and returns; the results are in the first slots.
+template <size_t N>
+void call_aten(const char* name, const char* overload, std::array<StableIValue, N>& stack) {
+  STD_TORCH_CHECK(torch_call_dispatcher(name, overload, stack.data(), TORCH_ABI_VERSION) ==
+                      AOTI_TORCH_SUCCESS,
+                  "calling ", name, " through the dispatcher failed");
+}
+
+// The indices that sort a 1-D tensor by decreasing value, ties in index order
+// (aten::sort.stable; the stable API of 2.11 has no sort).
+inline torch::stable::Tensor argsort_descending_stable(const torch::stable::Tensor& t) {
+  using torch::stable::detail::from;
+  std::array<StableIValue, 4> stack{from(t), from(std::optional<bool>(true)), from(int64_t{0}),
+                                    from(true)};
+  call_aten("aten::sort", "stable", stack);
+  torch::stable::detail::to<torch::stable::Tensor>(stack[0]);  // values, released
+  return torch::stable::detail::to<torch::stable::Tensor>(stack[1]);
+}
+
+// t.index_select(dim, index) (not in the stable API of 2.11).
+inline torch::stable::Tensor index_select(const torch::stable::Tensor& t, int64_t dim,
+                                          const torch::stable::Tensor& index) {
+  using torch::stable::detail::from;
+  std::array<StableIValue, 3> stack{from(t), from(dim), from(index)};
+  call_aten("aten::index_select", "", stack);
+  return torch::stable::detail::to<torch::stable::Tensor>(stack[0]);
+}
+
+// A copy of t in dtype (a no-op when t has it already).
+inline torch::stable::Tensor to_dtype(const torch::stable::Tensor& t,
+                                      torch::headeronly::ScalarType dtype) {
+  return t.scalar_type() == dtype ? t : torch::stable::to(t, dtype);
+}
+
+}  // namespace ops_common
