@@ -161,8 +161,16 @@ def compute_key(name: str, op_dir: Path, opts: dict, source_list: Sequence[Path]
     cfg = config(name, op_dir, opts, all_sources, cuda_only, abi)
     compiled = [p for p in all_sources if cfg["with_cuda"] or not cuda_only(p)]
     headers = sources.local_headers(all_sources, include_dirs(op_dir, opts))
-    digest = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode())
-    for p in sorted(set(compiled) | set(headers)):
+    hashed = {p: sources.sha256(p) for p in set(compiled) | set(headers)}
+    return digest(cfg, op_dir, hashed), cfg, compiled, [*all_sources, *headers]
+
+
+def digest(cfg: dict, op_dir: Path, hashes: dict[Path, str]) -> str:
+    """The key of a configuration and the content hash of each file compiled or included
+    (what ``compute_key`` hashes; also used to check that texts read later are still
+    those of a key)."""
+    out = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode())
+    for p in sorted(hashes):
         rel = os.path.relpath(p, op_dir) if p.is_relative_to(op_dir) else str(p)
-        digest.update(f"\0{rel}\0{sources.sha256(p)}".encode())
-    return digest.hexdigest()[:20], cfg, compiled, [*all_sources, *headers]
+        out.update(f"\0{rel}\0{hashes[p]}".encode())
+    return out.hexdigest()[:20]
