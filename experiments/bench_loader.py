@@ -17,9 +17,18 @@ Prints, for tiny fixture ops built in a private cache:
     torch.utils.cpp_extension.load (cold and after an edit) as the baseline. Scenarios
     are interleaved and repeated (--repeats); the table shows medians.
 
+  * with a GPU (--only-edit-loop runs these alone): a kernel edit until its first result,
+    for copies of sigmoid and resize through jit_loader (the edit swapped in through
+    NVRTC), and for the same tiny kernel through CuPy RawKernel and Triton (a row says
+    "not installed" without them). Each round writes a fresh edit (a device function
+    holding the round's number, which the call does not run, so the result is checked
+    unchanged), so no cache holds the edited content; NVRTC, CuPy and Triton caches are
+    private and start empty. jit_loader's background build of the new key is waited for
+    between rounds, outside the timing.
+
 Usage: python -m experiments.bench_loader [--json PATH] [--no-cuda] [--ops toy,sigmoid,...]
        [--repeats N] [--shared-repeats N] [--shared-only] [--absent toy,sigmoid] [--no-plain]
-       [--cpp-edits toy,sigmoid]
+       [--cpp-edits toy,sigmoid] [--only-edit-loop] [--edit-rounds N]
 """
 
 from __future__ import annotations
@@ -329,6 +338,136 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
     return rows
 
 
+# A kernel edit until its first result, in one interpreter with the op loaded and called
+# once (its kernels tracked); prints one JSON line.
+EDIT_LOOP = r"""
+import json, os, sys, time, torch, jit_loader
+from pathlib import Path
+from jit_tools import hotswap
+op_dir, rounds = Path(sys.argv[1]), int(sys.argv[2])
+name = op_dir.name
+torch.manual_seed(0)
+if name == "sigmoid":
+    x = torch.randn(1 << 16, device="cuda")
+    call = lambda op: op.sigmoid(x)
+else:
+    x = torch.randn(1, 3, 64, 64, device="cuda")
+    call = lambda op: op.resize_bilinear(x, size=(96, 80))
+op = jit_loader.load(op_dir)
+expected = call(op)
+torch.cuda.synchronize()
+(cu,) = sorted(op_dir.glob("*.cu"))
+original = cu.read_text()
+out = {"seconds": [], "swapped": [], "compiled": []}
+for i in range(rounds):
+    edit = f"\n__device__ float jit_bench_edit_{os.getpid()}_{i}(float v) {{ return v + {i}; }}\n"
+    t = time.perf_counter()
+    cu.write_text(original + edit)
+    op.reload()
+    y = call(op)
+    torch.cuda.synchronize()
+    out["seconds"].append(time.perf_counter() - t)
+    out["swapped"].append(op.build.swapped_over is not None)
+    out["compiled"].append(op.build.compiled)
+    torch.testing.assert_close(y, expected)
+    hotswap.wait_for_background(op._state)
+print(json.dumps(out))
+"""
+
+CUPY_LOOP = r"""
+import json, sys, time
+try:
+    import cupy
+except ImportError:
+    print(json.dumps({"missing": True})); sys.exit()
+rounds = int(sys.argv[1])
+SRC = '''
+extern "C" __global__ void sigmoid_k(const float* x, float* y, long n) {
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+    y[i] = 1.0f / (1.0f + expf(-x[i])) + ROUND * 0.0f;
+}'''
+x = cupy.random.standard_normal(1 << 16, dtype=cupy.float32)
+y = cupy.empty_like(x)
+out = {"seconds": []}
+for i in range(-1, rounds):  # round -1: CUDA context and CuPy's first use, not timed
+    t = time.perf_counter()
+    kernel = cupy.RawKernel(SRC.replace("ROUND", str(i + 7)), "sigmoid_k")
+    kernel((256,), (256,), (x, y, cupy.int64(x.size)))
+    cupy.cuda.Device().synchronize()
+    if i >= 0:
+        out["seconds"].append(time.perf_counter() - t)
+print(json.dumps(out))
+"""
+
+TRITON_LOOP = r"""
+import importlib.util, json, sys, tempfile, time
+from pathlib import Path
+try:
+    import torch, triton, triton.language as tl
+except ImportError:
+    print(json.dumps({"missing": True})); sys.exit()
+rounds, folder = int(sys.argv[1]), Path(tempfile.mkdtemp())
+SRC = '''
+import triton, triton.language as tl
+@triton.jit
+def sigmoid_k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, tl.sigmoid(x) + ROUND * 0.0, mask=mask)
+'''
+x = torch.randn(1 << 16, device="cuda")
+y = torch.empty_like(x)
+out = {"seconds": []}
+for i in range(-1, rounds):  # round -1: Triton's first use, not timed
+    t = time.perf_counter()
+    path = folder / f"bench_triton_{i + 1}.py"
+    path.write_text(SRC.replace("ROUND", str(i + 7)))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.sigmoid_k[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    torch.cuda.synchronize()
+    if i >= 0:
+        out["seconds"].append(time.perf_counter() - t)
+print(json.dumps(out))
+"""
+
+
+def edit_loop_rows(tmp: Path, base_env: dict, rounds: int) -> list[dict]:
+    """A kernel edit until its first result: jit_loader (sigmoid, resize), CuPy, Triton."""
+    env = {**base_env, "JIT_LOADER_CACHE": str(tmp / "edit-cache"),
+           "CUPY_CACHE_DIR": str(tmp / "cupy-cache"), "TRITON_CACHE_DIR": str(tmp / "triton-cache")}
+    rows = []
+
+    def add(route: str, result: dict, note: str = "") -> None:
+        if result.get("missing"):
+            rows.append({"route": route, "median": None, "min": None, "n": 0, "note": "not installed"})
+            return
+        times = sorted(result["seconds"])
+        rows.append({"route": route, "median": times[len(times) // 2], "min": times[0],
+                     "n": len(times), "note": note})
+
+    for name in ("sigmoid", "resize"):
+        copy = tmp / "edit" / name
+        shutil.copytree(ROOT / "ops" / name, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        result = run_script(EDIT_LOOP, [str(copy), str(rounds)], env)
+        add(f"jit_loader {name} .cu edit", result,
+            f"swapped {sum(result['swapped'])}/{len(result['swapped'])}, "
+            f"Ninja on the call's path {sum(result['compiled'])}")
+    add("CuPy RawKernel, same kernel", run_script(CUPY_LOOP, [str(rounds)], env))
+    add("Triton @jit, same kernel", run_script(TRITON_LOOP, [str(rounds)], env))
+    return rows
+
+
+def run_script(script: str, args: list[str], env: dict) -> dict:
+    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark script failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def extension_h_variant(op_dir: Path) -> None:
     """The same op, but through the catch-all header most tutorials use."""
     src = op_dir / "toy_op.cpp"
@@ -353,9 +492,30 @@ def main(argv=None) -> int:
                         "(default: every op of --ops)")
     parser.add_argument("--no-plain", action="store_true",
                         help="skip the tiny op's cold build with the precompiled header and ccache off")
+    parser.add_argument("--only-edit-loop", action="store_true",
+                        help="only the kernel edit loop (jit_loader, CuPy, Triton; needs a GPU)")
+    parser.add_argument("--edit-rounds", type=int, default=3, help="edits timed per route")
     args = parser.parse_args(argv)
 
     import jit_loader
+
+    if args.only_edit_loop:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("# kernel edit loop: skipped, no GPU visible")
+            return 0
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ, PYTHONPATH=str(ROOT))
+            env.pop("JIT_LOADER_VERBOSE", None)
+            rows = edit_loop_rows(Path(tmp), env, args.edit_rounds)
+        env_info = environment()
+        print(f"# kernel edit until its first result: {env_info['device']}, torch "
+              f"{env_info['torch']}, {env_info['date']}; wall seconds")
+        print(format_table(rows, ["route", "median", "min", "n", "note"]))
+        if args.json:
+            save_json(args.json, rows, benchmark="loader-edit-loop")
+        return 0
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -151,7 +151,8 @@ def _ninja_preexec() -> None:
 
 
 def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
-              local_dirs: Sequence[Path], cache_root: Path, extra_env: dict | None = None) -> str:
+              local_dirs: Sequence[Path], cache_root: Path, extra_env: dict | None = None,
+              progress: bool = True) -> str:
     """Run Ninja in ``work``; progress bar from its [k/n] lines; returns the log path.
 
     Ninja and its compilers inherit the build lock's descriptor, so the flock stays
@@ -163,7 +164,7 @@ def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
     cmd = [toolchain.ninja(), "-v", "-j", jobs]
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ", **(extra_env or {}))
     bar = None
-    if not verbose:
+    if not verbose and progress:  # no bar for a build in the background
         import warnings
 
         with warnings.catch_warnings():  # "IProgress not found" in a notebook without ipywidgets
@@ -356,7 +357,7 @@ def invalidate_stale_objects(work: Path, hashes: dict[str, str]) -> list[Path]:
 
 def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, config: dict,
           sources: list[Path], verbose: bool, lock_fd: int,
-          hashes: dict[str, str] | None = None) -> tuple[dict, str]:
+          hashes: dict[str, str] | None = None, progress: bool = True) -> tuple[dict, str]:
     """Compile in the op's Ninja working folder, then publish the library into the
     store under ``key``. Caller holds the build lock. Returns (manifest, log path).
 
@@ -377,7 +378,7 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
             invalidate_stale_objects(work, hashes)
             mtimes = _mtimes(hashes)
         log_path = run_ninja(name, work, verbose, lock_fd, keys.include_dirs(op_dir, opts),
-                             store.root, extra_env)
+                             store.root, extra_env, progress)
         if hashes is not None:
             # A file written during the build (even back to its old content, which the
             # compiler may not have seen) leaves its objects suspect.

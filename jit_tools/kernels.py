@@ -156,7 +156,8 @@ def compile_in_use(name: str, op_dir: Path, in_use: list[str], arch: str,
 
 def swap(op, opts: dict | None = None) -> list[str]:
     """Compile the kernels the op launched from its ``.cu`` as it is now and launch them
-    from the next call on; returns their name expressions. ``opts``: the build options
+    from the next call on; returns their name expressions. ``op``: a handle ``load``
+    returned, or the op's state (the load path's own swap). ``opts``: the build options
     the op was loaded with (``extra_cuda_cflags=...``), when any."""
     if not enabled():
         raise SwapRefused("JIT_LOADER_NVRTC=0")
@@ -164,7 +165,8 @@ def swap(op, opts: dict | None = None) -> list[str]:
 
     device = torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(device)
-    compiled, exprs = compile_in_use(op.name, Path(op.path), launched(op), f"{major}.{minor}",
+    op_dir = getattr(op, "op_dir", None) or op.path
+    compiled, exprs = compile_in_use(op.name, Path(op_dir), launched(op), f"{major}.{minor}",
                                      opts)
     module = _load(compiled.image, device)
     lib = _library(op)

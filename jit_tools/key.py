@@ -200,8 +200,16 @@ def compute_key(name: str, op_dir: Path, opts: dict, source_list: Sequence[Path]
     cfg = config(name, op_dir, opts, all_sources, cuda_only, abi)
     compiled = [p for p in all_sources if cfg["with_cuda"] or not cuda_only(p)]
     headers = sources.local_headers(all_sources, include_dirs(op_dir, opts))
-    digest = hashlib.sha256(json.dumps(key_view(cfg, op_dir), sort_keys=True).encode())
+    hashed = {p: sources.sha256(p) for p in set(compiled) | set(headers)}
+    return digest(cfg, op_dir, hashed), cfg, compiled, [*all_sources, *headers]
+
+
+def digest(cfg: dict, op_dir: Path, hashes: dict[Path, str]) -> str:
+    """The key of a configuration and the content hash of each file compiled or included
+    (what ``compute_key`` hashes; also used to check that texts read later are still
+    those of a key)."""
+    out = hashlib.sha256(json.dumps(key_view(cfg, op_dir), sort_keys=True).encode())
     stable = cfg.get("abi") == abis.STABLE
-    for p in sorted(set(compiled) | set(headers)):
-        digest.update(f"\0{_portable_file(p, op_dir, stable)}\0{sources.sha256(p)}".encode())
-    return digest.hexdigest()[:20], cfg, compiled, [*all_sources, *headers]
+    for p in sorted(hashes):
+        out.update(f"\0{_portable_file(p, op_dir, stable)}\0{hashes[p]}".encode())
+    return out.hexdigest()[:20]

@@ -8,13 +8,14 @@ Functions here take and return :class:`~jit_tools.state.OpState`; the facade
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import time
 from pathlib import Path
 
-from jit_tools import (_torch_private, build as builder, key as keys, registry, shared, sources,
-                       store as stores, surface, toolchain)
+from jit_tools import (_torch_private, build as builder, hotswap, key as keys, registry, shared,
+                       sources, store as stores, surface, toolchain)
 from jit_tools.errors import (BuildError, CacheError, CorruptBuild, JitLoaderError, OpNotFoundError,
                                SourcesChanged)
 from jit_tools.log import logger
@@ -127,7 +128,20 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                                 surface_file(state))
     if key == state.key:
         state.snapshot = snapshot
-        return False
+        if state.swapped is None:
+            return False
+        hotswap.restore(state)  # back to the sources of the live build: its own kernels
+        state.swapped = None
+        state.info = dataclasses.replace(state.info, key=key, swapped_over=None)
+        return True
+    if state.key is not None and state.info is not None and hotswap.try_swap(
+            state, key, config, compiled_sources, inputs):
+        # The live library runs kernels of the new sources; its key stays the build's.
+        state.swapped, state.snapshot = key, snapshot
+        state.info = dataclasses.replace(
+            state.info, key=key, compiled=False, seconds=time.perf_counter() - started,
+            log_path=None, swapped_over=state.key)
+        return True
     compiled = False
     log_path = None
     corrupt_retries = changed_retries = 0
@@ -175,6 +189,9 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                     raise
                 logger.warning("%s; rebuilding", e)
     state.snapshot = snapshot
+    state.swapped = None
+    hotswap.record(state, key, config, compiled_sources, inputs)
+    hotswap.track_new_build(state)
     state.info = BuildInfo(
         key=key, library=state.library, compiled=compiled,
         seconds=time.perf_counter() - started, log_path=log_path,
@@ -206,12 +223,14 @@ def refresh(state: OpState, verbose: bool | None) -> bool:
                 state.op_dir, ", ".join(others), state.name, state.name)
     surface_key = str(surface_path) if surface_path else None
     old_surface = state.snapshot.get(surface_key) if surface_key else None
+    old_library = state.library
     with _busy(state):
         native_changed = ensure_current(state, verbose)
         surface_changed = surface_key is not None and (
             state.module is None or state.surface_error is not None
             or old_surface != state.snapshot.get(surface_key))
-        if native_changed or surface_changed:
+        # Kernels swapped into the same library need no new surface.
+        if (native_changed and state.library != old_library) or surface_changed:
             surface.import_surface(state)
     return native_changed or surface_changed
 

@@ -25,6 +25,9 @@ class BuildInfo:
     with_cuda: bool
     cuda_arch: str | None
     no_cuda_reason: str | None
+    # Set when the load swapped kernels compiled by NVRTC into the live build instead of
+    # building: the key of the build whose library runs them (``key`` is the sources').
+    swapped_over: str | None = None
 
 
 @dataclasses.dataclass
@@ -54,6 +57,13 @@ class OpState:
     # source in op_dir. With a list, op_dir is their common folder and there is no
     # Python surface.
     sources: tuple[Path, ...] | None = None
+    # The texts the live build was compiled from (hotswap.LiveSources), kept for builds
+    # with CUDA: an edit of device code only is swapped in against them.
+    live: Any = None
+    # Set while the live build runs kernels swapped in for another key (that key).
+    swapped: str | None = None
+    # The background Ninja build of the swapped key, while one was started.
+    background: Any = None
 
 
 # One re-entrant lock serialises loads in this process: an op's Python surface calls
