@@ -161,6 +161,9 @@ setup(
                   "jit_tools": ["csrc/*"]},
     ext_modules=[_extension(p, WITH_CUDA) for p in OP_DIRS],
     cmdclass={"build_ext": BuildOps.with_options(use_ninja=True)},
-    options={"egg_info": {"egg_base": BUILD_DIR}, "build": {"build_base": BUILD_DIR}},
+    # The libraries use no Python API (py_limited_api above): one wheel serves every
+    # CPython from 3.10 on, so a wheel built with one Python installs under another.
+    options={"egg_info": {"egg_base": BUILD_DIR}, "build": {"build_base": BUILD_DIR},
+             "bdist_wheel": {"py_limited_api": "cp310"}},
     zip_safe=False,
 )
