@@ -4,7 +4,7 @@
     python -m jit_loader build  [OP ...] [--cuda-arch LIST] [-j N] [--verbose]
     python -m jit_loader clean  [OP ...] [--older-than DAYS] [--keep N] [--broken] [--dry-run]
     python -m jit_loader doctor
-    python -m jit_loader new    NAME [--cuda] [--dir PATH]
+    python -m jit_loader new    NAME [--cuda] [--aten [--schema SCHEMA]] [--dir PATH]
 
 Everything here goes through the loader's own pipeline (``op_key``, ``cached_builds``,
 ``build_in_use``, ``remove_build``, ``load_library``) and its cache store, so the command
@@ -919,7 +919,8 @@ def cmd_doctor(args) -> int:
 
 def cmd_new(args) -> int:
     try:
-        made = scaffold.create(args.name, args.dir, cuda=args.cuda, schema=args.schema)
+        made = scaffold.create(args.name, args.dir, cuda=args.cuda, schema=args.schema,
+                              aten=args.aten)
     except scaffold.ScaffoldError as e:
         print(f"new: {e}", file=sys.stderr)
         return 2
@@ -952,7 +953,7 @@ examples:
   python -m jit_loader build lltm --cuda-arch "8.0;9.0"
   python -m jit_loader clean --older-than 30   drop builds older than a month
   python -m jit_loader new my_op --cuda        start a new op (CPU and CUDA kernels, tests)
-  python -m jit_loader new rms --schema "rms(Tensor x, Tensor weight, float eps) -> Tensor"
+  python -m jit_loader new rms --aten --schema "rms(Tensor x, Tensor weight, float eps) -> Tensor"
 
 The cache lives in $JIT_LOADER_CACHE (default ~/.cache/jit_loader).
 """
@@ -1050,7 +1051,10 @@ def _parser() -> argparse.ArgumentParser:
                     "__init__.py and test_NAME.py; with --cuda also NAME_cuda.cu (torch-free "
                     "kernels and launchers), NAME_cuda.h and NAME_cuda.cpp (the CUDA host side). "
                     "The op computes y = x * |x| as a placeholder: replace the math in NAME.h "
-                    "and reference.py. With --schema every file follows the schema's arguments "
+                    "and reference.py. The C++ host side is on the LibTorch stable ABI "
+                    "(STABLE_TORCH_LIBRARY, STD_TORCH_CHECK; the library loads in later torch "
+                    "releases); with --aten it is on ATen (the full API, C++ autograd). With "
+                    "--aten --schema every file follows the schema's arguments "
                     "(checks, kernels, fake kernels, one gradient per tensor, reference, tests). "
                     "Its dispatcher namespace is NAME (torch.ops.NAME.forward "
                     "and .backward). When --dir is a folder named ops beside a tests folder (this "
@@ -1064,9 +1068,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda", action="store_true",
                    help="also generate the CUDA kernel (NAME_cuda.cu) and its host side (NAME_cuda.cpp); "
                         "they are compiled only where nvcc and a CUDA build of torch are present")
+    p.add_argument("--aten", action="store_true",
+                   help="write the C++ host side against ATen (ATen/ATen.h, TORCH_LIBRARY) rather "
+                        "than the stable ABI: the full API and C++ autograd, a slower rebuild, a "
+                        "library that loads only in the torch it was built with")
     p.add_argument("--schema", metavar="SCHEMA",
-                   help='the op\'s arguments, e.g. "NAME(Tensor x, Tensor weight, float eps=1e-06) -> '
-                        'Tensor" (Tensor, float, int, bool; one Tensor result): every file follows it, '
+                   help='with --aten: the op\'s arguments, e.g. "NAME(Tensor x, Tensor weight, '
+                        'float eps=1e-06) -> Tensor" (Tensor, float, int, bool; one Tensor result): every file follows it, '
                         "with one gradient per tensor argument and an elementwise placeholder math "
                         "to replace (default: NAME(Tensor x) -> Tensor, y = x * |x|)")
     p.add_argument("--dir", metavar="PATH",

@@ -4,9 +4,16 @@ The generated op is small but complete, so that it builds and its tests pass bef
 line of it is changed: ``y = x * |x|`` (a signed square, whose gradient ``2 |x|``
 depends on the input) with a CPU kernel, optionally a CUDA kernel, the Python surface
 with its fake kernels and autograd, a plain-PyTorch reference and a test file. One
-replaces the math in ``<name>.h`` and the reference, then grows the rest. With a schema
-(``new NAME --schema "NAME(Tensor x, Tensor weight, float eps) -> Tensor"``) the files of
-jit_tools/scaffold_schema.py, written from its arguments, take the place of these.
+replaces the math in ``<name>.h`` and the reference, then grows the rest.
+
+The host side (``<name>.cpp``, ``<name>_host.h``, ``<name>_cuda.cpp``) is written
+against the LibTorch stable ABI by default (``STABLE_TORCH_LIBRARY``, ``TORCH_BOX``,
+``STD_TORCH_CHECK``, the headeronly dispatch): it rebuilds fastest and loads in later torch
+releases. ``--aten`` writes it against ATen instead, for the full API and C++ autograd.
+The math header, the torch-free ``.cu``, the Python surface, the reference and the tests
+are the same for both. With a schema (``new NAME --aten --schema "NAME(Tensor x, Tensor
+weight, float eps) -> Tensor"``) the ATen files of jit_tools/scaffold_schema.py, written
+from its arguments, take the place of these; the stable templates take no schema.
 
 Where the files go: the op folder ``<dir>/<name>/``. When ``<dir>`` is a folder named
 ``ops`` beside a ``tests`` folder (this repository's layout), the test file goes to
@@ -97,13 +104,17 @@ class Plan:
 
 
 def plan(name: str, directory: str | os.PathLike | None = None, cuda: bool = False,
-         schema: str | None = None) -> Plan:
+         schema: str | None = None, aten: bool = False) -> Plan:
     """The files ``new`` writes, without writing them; raises :class:`ScaffoldError`
-    for a bad name or schema, or when any of them exists already. Without ``schema`` the
-    op is ``y = f(x)``; with one (``"NAME(Tensor x, Tensor weight, float eps) -> Tensor"``)
-    every file follows its arguments (jit_tools/scaffold_schema.py)."""
+    for a bad name or schema, or when any of them exists already. The host side is on
+    the stable ABI, or on ATen with ``aten``. Without ``schema`` the op is ``y = f(x)``;
+    with one (``"NAME(Tensor x, Tensor weight, float eps) -> Tensor"``, ATen only) every
+    file follows its arguments (jit_tools/scaffold_schema.py)."""
     validate_name(name)
     parsed = None
+    if schema is not None and not aten:
+        raise ScaffoldError("--schema writes an ATen op; add --aten "
+                            f"(python -m jit_loader new {name} --aten --schema \"...\")")
     if schema is not None:
         try:
             parsed = op_schema.parse_schema(schema, name)
@@ -129,12 +140,14 @@ def plan(name: str, directory: str | os.PathLike | None = None, cuda: bool = Fal
         devices_note=" on CPU and CUDA" if cuda else " on CPU",
     )
     if parsed is None:
+        host_h, cpu_cpp, cuda_cpp = (HOST_H, CPU_CPP, CUDA_CPP) if aten else (
+            STABLE_HOST_H, STABLE_CPU_CPP, STABLE_CUDA_CPP)
         templates = [
-            (f"{name}.h", MATH_H), (f"{name}_host.h", HOST_H), (f"{name}.cpp", CPU_CPP),
+            (f"{name}.h", MATH_H), (f"{name}_host.h", host_h), (f"{name}.cpp", cpu_cpp),
         ]
         if cuda:
             templates += [(f"{name}_cuda.h", CUDA_H), (f"{name}_cuda.cu", CUDA_CU),
-                          (f"{name}_cuda.cpp", CUDA_CPP)]
+                          (f"{name}_cuda.cpp", cuda_cpp)]
         templates += [(f"{name}.py", SURFACE_PY), ("reference.py", REFERENCE_PY), ("__init__.py", INIT_PY)]
         test = TEST_PY + (TEST_CUDA_PY if cuda else "")
     else:
@@ -151,9 +164,9 @@ def plan(name: str, directory: str | os.PathLike | None = None, cuda: bool = Fal
 
 
 def create(name: str, directory: str | os.PathLike | None = None, cuda: bool = False,
-           schema: str | None = None) -> Plan:
+           schema: str | None = None, aten: bool = False) -> Plan:
     """Write the op folder (and its test file); returns what was written."""
-    p = plan(name, directory, cuda, schema)
+    p = plan(name, directory, cuda, schema, aten)
     p.op_dir.parent.mkdir(parents=True, exist_ok=True)
     p.op_dir.mkdir()  # fails, rather than merge, if it appeared since plan()
     for path, text in p.files.items():
@@ -425,6 +438,159 @@ at::Tensor backward_cuda(const at::Tensor& grad, const at::Tensor& x) {
 TORCH_LIBRARY_IMPL($name, CUDA, m) {
   m.impl("forward", &forward_cuda);
   m.impl("backward", &backward_cuda);
+}
+"""
+
+STABLE_HOST_H = """\
+#pragma once
+// $name: argument checks shared by the CPU and CUDA backends (host only). Each error
+// names the op, the argument and the bad value.
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/util/Exception.h>
+
+#include "common/stable_checks.h"
+
+namespace ${name}_op {
+
+using torch::stable::Tensor;
+
+inline void check_forward(const Tensor& x) {
+  OP_CHECK_FLOATING("$name.forward", "x", x);
+}
+
+inline void check_backward(const Tensor& grad, const Tensor& x) {
+  OP_CHECK_FLOATING("$name.backward", "x", x);
+  OP_CHECK_SAME_DEVICE("$name.backward", "grad", grad, "x", x);
+  OP_CHECK_SAME_DTYPE("$name.backward", "grad", grad, "x", x);
+  STD_TORCH_CHECK(grad.sizes().equals(x.sizes()), "$name.backward: grad has shape ",
+                  ops_common::shape_of(grad), " but x has shape ", ops_common::shape_of(x));
+}
+
+}  // namespace ${name}_op
+"""
+
+STABLE_CPU_CPP = """\
+// $name: schema and CPU kernels, on the LibTorch stable ABI: the library loads unchanged
+// in later torch releases (`python -m jit_loader new NAME --aten` writes an ATen op, for
+// the full API or C++ autograd). The math is in $name.h, the checks in ${name}_host.h.
+// Inputs of any layout are made contiguous; outputs are contiguous.
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+
+#include "common/stable_ops.h"
+#include "${name}.h"
+#include "${name}_host.h"
+
+namespace {
+
+using torch::stable::Tensor;
+
+// Elements per parallel task: below this, waking threads costs more than it saves.
+constexpr int64_t kGrain = 32768;
+
+Tensor forward_cpu(const Tensor& x) {
+  ${name}_op::check_forward(x);
+  const Tensor xc = torch::stable::contiguous(x);
+  Tensor y = torch::stable::empty_like(xc);
+  OPS_DISPATCH_FLOATING(xc.scalar_type(), "$name.forward", [&] {
+    using acc = ops_common::opmath_t<scalar_t>;
+    const scalar_t* in = xc.const_data_ptr<scalar_t>();
+    scalar_t* out = y.mutable_data_ptr<scalar_t>();
+    torch::stable::parallel_for(0, xc.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        out[i] = static_cast<scalar_t>(${name}_op::forward(static_cast<acc>(in[i])));
+      }
+    });
+  });
+  return y;
+}
+
+Tensor backward_cpu(const Tensor& grad, const Tensor& x) {
+  ${name}_op::check_backward(grad, x);
+  const Tensor gc = torch::stable::contiguous(grad);
+  const Tensor xc = torch::stable::contiguous(x);
+  Tensor dx = torch::stable::empty_like(xc);
+  OPS_DISPATCH_FLOATING(xc.scalar_type(), "$name.backward", [&] {
+    using acc = ops_common::opmath_t<scalar_t>;
+    const scalar_t* g = gc.const_data_ptr<scalar_t>();
+    const scalar_t* in = xc.const_data_ptr<scalar_t>();
+    scalar_t* out = dx.mutable_data_ptr<scalar_t>();
+    torch::stable::parallel_for(0, xc.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        out[i] = static_cast<scalar_t>(
+            ${name}_op::backward(static_cast<acc>(g[i]), static_cast<acc>(in[i])));
+      }
+    });
+  });
+  return dx;
+}
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY($name, m) {
+  m.def("forward(Tensor x) -> Tensor");
+  m.def("backward(Tensor grad, Tensor x) -> Tensor");
+}
+
+STABLE_TORCH_LIBRARY_IMPL($name, CPU, m) {
+  m.impl("forward", TORCH_BOX(&forward_cpu));
+  m.impl("backward", TORCH_BOX(&backward_cpu));
+}
+"""
+
+STABLE_CUDA_CPP = """\
+// $name: CUDA host side on the stable ABI (checks, device guard, current stream, dtype
+// dispatch, allocation) around the torch-free launchers of ${name}_cuda.cu.
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+
+#include "common/stable_cuda_host.h"
+#include "common/stable_ops.h"
+#include "${name}_cuda.h"
+#include "${name}_host.h"
+
+namespace {
+
+using ops_common::cuda_ptr;
+using ops_common::cuda_t;
+using torch::stable::Tensor;
+
+Tensor forward_cuda(const Tensor& x) {
+  ${name}_op::check_forward(x);
+  const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
+  const Tensor xc = torch::stable::contiguous(x);
+  Tensor y = torch::stable::empty_like(xc);
+  if (y.numel() == 0) return y;
+  OPS_DISPATCH_FLOATING(xc.scalar_type(), "$name.forward", [&] {
+    OPS_CHECK_LAUNCH(${name}_op::launch_forward<cuda_t<scalar_t>>(
+        cuda_ptr<scalar_t>(xc), cuda_ptr<scalar_t>(y), xc.numel(), ops_common::current_stream(xc)));
+  });
+  return y;
+}
+
+Tensor backward_cuda(const Tensor& grad, const Tensor& x) {
+  ${name}_op::check_backward(grad, x);
+  const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
+  const Tensor gc = torch::stable::contiguous(grad);
+  const Tensor xc = torch::stable::contiguous(x);
+  Tensor dx = torch::stable::empty_like(xc);
+  if (dx.numel() == 0) return dx;
+  OPS_DISPATCH_FLOATING(xc.scalar_type(), "$name.backward", [&] {
+    OPS_CHECK_LAUNCH(${name}_op::launch_backward<cuda_t<scalar_t>>(
+        cuda_ptr<scalar_t>(gc), cuda_ptr<scalar_t>(xc), cuda_ptr<scalar_t>(dx), xc.numel(),
+        ops_common::current_stream(xc)));
+  });
+  return dx;
+}
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY_IMPL($name, CUDA, m) {
+  m.impl("forward", TORCH_BOX(&forward_cuda));
+  m.impl("backward", TORCH_BOX(&backward_cuda));
 }
 """
 

@@ -1,4 +1,5 @@
-"""The files of ``new NAME --schema "NAME(Tensor x, Tensor weight, float eps) -> Tensor"``.
+"""The files of ``new NAME --aten --schema "NAME(Tensor x, Tensor weight, float eps) -> Tensor"``
+(an ATen op).
 
 Every file follows the schema: the C++ schema, the host checks (one per tensor
 argument), the CPU and CUDA kernels, the fake kernels, the autograd (one gradient per

@@ -22,8 +22,8 @@ TIMEOUT = 600  # a hang fails the test instead of blocking the suite
 
 
 def scaffold(tmp_path: Path, name: str, env: dict) -> Path:
-    proc = subprocess.run([sys.executable, "-m", "jit_loader", "new", name, "--dir", str(tmp_path)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "jit_loader", "new", name, "--aten", "--dir",
+                           str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return tmp_path / name
 

@@ -1,5 +1,6 @@
 """``python -m jit_loader new``: the op folder it writes builds, and the tests it writes
-pass unchanged, for a CPU op and a CUDA op; it never overwrites and rejects bad names.
+pass unchanged, for a stable-ABI CPU op and CUDA op (the default), an ATen op
+(``--aten``) and an ATen op from a schema; it never overwrites and rejects bad names.
 
 The generated ops are built and tested as a user would: ``python -m jit_loader new`` and
 ``build`` in subprocesses, then pytest on the generated test file in a subprocess from
@@ -45,6 +46,15 @@ def _count(word: str, summary: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def _includes(path: Path) -> list[str]:
+    return re.findall(r'#include [<"]([^>"]+)[>"]', path.read_text())
+
+
+def _aten_headers(path: Path) -> list[str]:
+    return [h for h in _includes(path)
+            if h.startswith(("ATen", "torch/library.h", "torch/extension.h", "c10"))]
+
+
 def _scaffold_build_and_test(base: Path, name: str, cuda: bool, dir_arg: Path,
                              test_file: Path, *new_args: str) -> SimpleNamespace:
     """new, build, then pytest on the generated test file, each in a subprocess."""
@@ -69,8 +79,8 @@ def _scaffold_build_and_test(base: Path, name: str, cuda: bool, dir_arg: Path,
 
 @pytest.fixture(scope="module")
 def cpu_op(tmp_path_factory):
-    """A CPU op scaffolded into a project laid out like this repository (ops/ and
-    tests/ side by side): its test file goes to tests/."""
+    """A stable-ABI CPU op (the default) scaffolded into a project laid out like this
+    repository (ops/ and tests/ side by side): its test file goes to tests/."""
     base = tmp_path_factory.mktemp("cpu_project")
     (base / "tests").mkdir()
     return _scaffold_build_and_test(base, "scaffold_cpu_op", False, base / "ops",
@@ -79,8 +89,8 @@ def cpu_op(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cuda_op(tmp_path_factory):
-    """A CUDA op scaffolded into a folder of no project: its test file and a conftest
-    registering the cuda marker go into the op folder."""
+    """A stable-ABI CUDA op scaffolded into a folder of no project: its test file and a
+    conftest registering the cuda marker go into the op folder."""
     base = tmp_path_factory.mktemp("cuda_anywhere")
     op_dir = base / "my" / "ops_here" / "scaffold_cuda_op"
     return _scaffold_build_and_test(base, "scaffold_cuda_op", True, op_dir.parent,
@@ -94,6 +104,16 @@ def test_cpu_op_builds_and_its_tests_pass(cpu_op):
     assert (cpu_op.op_dir.parent.parent / "tests" / "test_scaffold_cpu_op.py").is_file()
     math = (cpu_op.op_dir / "scaffold_cpu_op.h").read_text()
     assert re.findall(r'#include [<"]([^>"]+)[>"]', math) == ["common/host_device.h"]  # torch-free
+    for host in ("scaffold_cpu_op.cpp", "scaffold_cpu_op_host.h"):  # stable ABI: no ATen header
+        assert not _aten_headers(cpu_op.op_dir / host), host
+    cpp = (cpu_op.op_dir / "scaffold_cpu_op.cpp").read_text()
+    assert "STABLE_TORCH_LIBRARY(scaffold_cpu_op, m) {" in cpp
+    assert 'm.impl("forward", TORCH_BOX(&forward_cpu));' in cpp
+    assert "OPS_DISPATCH_FLOATING(xc.scalar_type()" in cpp  # the headeronly dispatch
+    host = (cpu_op.op_dir / "scaffold_cpu_op_host.h").read_text()
+    assert 'OP_CHECK_FLOATING("scaffold_cpu_op.forward", "x", x);' in host
+    assert ('STD_TORCH_CHECK(grad.sizes().equals(x.sizes()), '
+            '"scaffold_cpu_op.backward: grad has shape "') in host
     assert "ok      scaffold_cpu_op  built in" in cpu_op.build.stdout
     assert cpu_op.tests.returncode == 0, cpu_op.output
     assert cpu_op.failed == 0 and cpu_op.passed >= 60, cpu_op.output
@@ -109,11 +129,51 @@ def test_cuda_op_builds_and_its_tests_pass(cuda_op):
     cu = (cuda_op.op_dir / "scaffold_cuda_op_cuda.cu").read_text()
     includes = re.findall(r'#include [<"]([^>"]+)[>"]', cu)
     assert not [h for h in includes if h.startswith(("ATen", "torch", "c10"))], includes
+    assert "return ops_common::launch(forward_kernel<T>," in cu and "<<<" not in cu
+    host = cuda_op.op_dir / "scaffold_cuda_op_cuda.cpp"
+    assert not _aten_headers(host) and "common/stable_cuda_host.h" in _includes(host)
+    host_text = host.read_text()
+    assert "STABLE_TORCH_LIBRARY_IMPL(scaffold_cuda_op, CUDA, m) {" in host_text
+    assert "const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());" in host_text
+    assert "ops_common::current_stream(xc)" in host_text
+    if jit_loader.why_no_cuda() is None:
+        assert "CUDA arch" in cuda_op.build.stdout, cuda_op.build.stdout  # the CUDA part compiled
     assert cuda_op.tests.returncode == 0, cuda_op.output
     assert cuda_op.failed == 0 and cuda_op.passed >= 60, cuda_op.output
     if not HAS_CUDA:
         assert cuda_op.skipped > 0, cuda_op.output
         assert "no CUDA GPU visible" in cuda_op.output
+
+
+@pytest.fixture(scope="module")
+def aten_op(tmp_path_factory):
+    """The same op with its host side on ATen (--aten)."""
+    base = tmp_path_factory.mktemp("aten_project")
+    (base / "tests").mkdir()
+    return _scaffold_build_and_test(base, "scaffold_aten_op", False, base / "ops",
+                                    base / "tests" / "test_scaffold_aten_op.py", "--aten")
+
+
+def test_aten_op_builds_and_its_tests_pass(aten_op):
+    names = sorted(p.name for p in aten_op.op_dir.iterdir())
+    assert names == ["__init__.py", "reference.py", "scaffold_aten_op.cpp", "scaffold_aten_op.h",
+                     "scaffold_aten_op.py", "scaffold_aten_op_host.h"]
+    cpp = aten_op.op_dir / "scaffold_aten_op.cpp"
+    assert {"ATen/ATen.h", "torch/library.h"} <= set(_includes(cpp))
+    assert "TORCH_LIBRARY(scaffold_aten_op, m) {" in cpp.read_text()
+    assert "STABLE_TORCH_LIBRARY" not in cpp.read_text()
+    assert "ok      scaffold_aten_op  built in" in aten_op.build.stdout
+    assert aten_op.tests.returncode == 0, aten_op.output
+    assert aten_op.failed == 0 and aten_op.passed >= 60 and aten_op.skipped == 0, aten_op.output
+
+
+def test_schema_needs_aten(tmp_path, capsys):
+    """The schema templates write an ATen op: without --aten, one line says to add it."""
+    assert _new("my_op", "--dir", str(tmp_path), "--schema", "my_op(Tensor x) -> Tensor") == 2
+    err = capsys.readouterr().err
+    assert err == ('new: --schema writes an ATen op; add --aten '
+                   '(python -m jit_loader new my_op --aten --schema "...")\n'), err
+    assert list(tmp_path.iterdir()) == []
 
 
 RMSNORM_SCHEMA = "scaffold_rmsnorm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor"
@@ -126,7 +186,7 @@ def schema_op(tmp_path_factory):
     base = tmp_path_factory.mktemp("schema_project")
     return _scaffold_build_and_test(base, "scaffold_rmsnorm", True, base / "kernels",
                                     base / "kernels" / "scaffold_rmsnorm" / "test_scaffold_rmsnorm.py",
-                                    "--schema", RMSNORM_SCHEMA)
+                                    "--aten", "--schema", RMSNORM_SCHEMA)
 
 
 def test_schema_op_follows_its_schema_builds_and_its_tests_pass(schema_op):
@@ -165,7 +225,7 @@ def test_schema_op_follows_its_schema_builds_and_its_tests_pass(schema_op):
     ("my_op Tensor x", "is not of the form"),
 ])
 def test_rejects_schemas_it_cannot_scaffold(tmp_path, capsys, schema, message):
-    assert _new("my_op", "--dir", str(tmp_path), "--schema", schema) == 2
+    assert _new("my_op", "--dir", str(tmp_path), "--aten", "--schema", schema) == 2
     err = capsys.readouterr().err
     assert err.startswith("new: --schema: ") and message in err, err
     assert list(tmp_path.iterdir()) == []
