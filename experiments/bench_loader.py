@@ -15,7 +15,14 @@ Prints, for tiny fixture ops built in a private cache:
     them present, rebuild after editing the .cu, after editing the .cpp (the .cu edit
     reverted first), the revert, warm load in a new process; and the tiny op through
     torch.utils.cpp_extension.load (cold and after an edit) as the baseline. Scenarios
-    are interleaved and repeated (--repeats); the table shows medians.
+    are interleaved and repeated (--repeats); the table shows medians. (These builds make
+    the shared pieces first, JIT_LOADER_SHARED_NOW=1, as they always did.)
+  * with --first-build: the first build of the C++ extension tutorial's LLTM through the
+    drop-in, load(name=..., sources=[...], extra_cflags=["-O2"]), a flag set no build
+    used before, in an empty cache and in a cache whose pieces were made for the default
+    flags, against torch.utils.cpp_extension.load of the same sources and flags. The
+    loader's default leaves the pieces of a new flag set to a background process after
+    the build; each measurement waits for it to finish before the next starts.
 
   * with a GPU (--only-edit-loop runs these alone): a kernel edit until its first result,
     for copies of sigmoid and resize through jit_loader (the edit swapped in through
@@ -28,7 +35,7 @@ Prints, for tiny fixture ops built in a private cache:
 
 Usage: python -m experiments.bench_loader [--json PATH] [--no-cuda] [--ops toy,sigmoid,...]
        [--repeats N] [--shared-repeats N] [--shared-only] [--absent toy,sigmoid] [--no-plain]
-       [--cpp-edits toy,sigmoid] [--only-edit-loop] [--edit-rounds N]
+       [--cpp-edits toy,sigmoid] [--only-edit-loop] [--edit-rounds N] [--first-build] [--first-repeats N]
 """
 
 from __future__ import annotations
@@ -216,6 +223,81 @@ def stable_rows(tmp: Path, base_env: dict) -> list[dict]:
     rows.append({"measurement": "tvm_ffi.cpp.load_inline: cold", "value": tvm["cold"], "unit": "s"})
     rows.append({"measurement": "tvm_ffi.cpp.load_inline: after an edit", "value": tvm["edit"], "unit": "s"})
     rows.append({"measurement": "  tvm_ffi edit / stable edit", "value": tvm["edit"] / edit["seconds"], "unit": "x"})
+
+
+DROPIN_FIRST = CPU + """
+import json, sys, time, torch, jit_loader
+from pathlib import Path
+t, c = time.perf_counter(), cpu()
+m = jit_loader.load(name="lltm_cpp", sources=[sys.argv[1]], extra_cflags=["-O2"], verbose=False)
+seconds, cpu_seconds = time.perf_counter() - t, cpu() - c
+(op,) = [o for o in jit_loader.loaded_ops() if o.name == "lltm_cpp"]
+assert op.build.compiled
+manifest = json.loads((Path(op.library).parent / "manifest.json").read_text())
+print(json.dumps({"seconds": seconds, "cpu": cpu_seconds, "later": manifest["shared"].get("later", [])}))
+"""
+
+TORCH_FIRST = CPU + """
+import json, sys, time, torch
+from torch.utils.cpp_extension import load
+t, c = time.perf_counter(), cpu()
+load("lltm_cpp", [sys.argv[1]], extra_cflags=["-O2"], build_directory=sys.argv[2], verbose=False)
+print(json.dumps({"seconds": time.perf_counter() - t, "cpu": cpu() - c}))
+"""
+
+
+def _wait_for_pieces(shared_dir: Path, names: list[str], timeout: float = 1800) -> None:
+    """Until the background process has built (or failed) every piece in ``names``."""
+    import time
+    deadline = time.monotonic() + timeout
+    while not all((shared_dir / n / "ok").exists() or (shared_dir / n / "FAILED").exists()
+                  for n in names):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"shared pieces {names} not built after {timeout} s")
+        time.sleep(1)
+
+
+def first_build_rows(repeats: int, base_env: dict, tmp: Path) -> list[dict]:
+    """The drop-in LLTM with extra_cflags=["-O2"], first build, ours vs torch's."""
+    source = FIXTURES / "lltm_tutorial" / "lltm.cpp"
+    samples: dict[str, list[tuple[float, float]]] = {}
+
+    def add(what, m):
+        samples.setdefault(what, []).append((m["seconds"], m["cpu"]))
+        print(f"  {what}: {m['seconds']:.2f} s (cpu {m['cpu']:.2f} s)", file=sys.stderr, flush=True)
+
+    env = {k: v for k, v in base_env.items() if k != "JIT_LOADER_SHARED_NOW"}
+    for r in range(repeats):
+        # A cache that has the pieces of the default flags (a user who loaded ops before).
+        warm = tmp / f"first-r{r}-default-pieces"
+        toy = tmp / f"first-r{r}-toy" / "toy_op"
+        shutil.copytree(FIXTURES / "toy_op", toy)
+        run(WARM_ANY, {**env, "JIT_LOADER_CACHE": str(warm), "JIT_LOADER_SHARED_NOW": "1"}, str(toy))
+        for i, (label, cache) in enumerate((("empty cache", tmp / f"first-r{r}-empty"),
+                                            ("default flags' pieces cached", warm))):
+            src = tmp / f"first-r{r}-{i}" / "lltm.cpp"
+            src.parent.mkdir(parents=True)
+            shutil.copy(source, src)
+            m = run(DROPIN_FIRST, {**env, "JIT_LOADER_CACHE": str(cache)}, str(src))
+            add(f"jit_loader.load, {label}", m)
+            _wait_for_pieces(cache / "_shared", m["later"])
+        src = tmp / f"first-r{r}-torch" / "lltm.cpp"
+        src.parent.mkdir(parents=True)
+        shutil.copy(source, src)
+        build = tmp / f"first-r{r}-torch-build"
+        build.mkdir()
+        add("cpp_extension.load", run(TORCH_FIRST, {**env, "TORCH_NO_COMPILER_WRAPPER": "1"}, str(src),
+                                      str(build)))
+    rows = [{"measurement": what, "median": _median([w for w, _ in v]), "min": min(w for w, _ in v),
+             "cpu_median": _median([c for _, c in v]), "n": len(v), "unit": "s"}
+            for what, v in samples.items()]
+    base = samples["cpp_extension.load"]
+    for what, v in samples.items():
+        if what != "cpp_extension.load":
+            rows.append({"measurement": f"  {what} / cpp_extension.load",
+                         "median": _median([w for w, _ in v]) / _median([w for w, _ in base]), "min": None,
+                         "cpu_median": _median([c for _, c in v]) / _median([c for _, c in base]),
+                         "n": None, "unit": "x"})
     return rows
 
 
@@ -255,6 +337,7 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
         cpu_text = f" (cpu {cpu:.3f} s)" if cpu is not None else ""
         print(f"  {op}: {what}: {value:.3f} s{cpu_text}", file=sys.stderr, flush=True)  # progress
 
+    base_env = {**base_env, "JIT_LOADER_SHARED_NOW": "1"}
     env_off = {**base_env, "JIT_LOADER_PCH": "0", "JIT_LOADER_CCACHE": "0"}
     for r in range(repeats):
         pool = tmp / f"r{r}-pieces"  # the shared pieces the cold builds of this repeat made
@@ -490,6 +573,9 @@ def main(argv=None) -> int:
                         "the shared pieces is timed (default: every op of --ops)")
     parser.add_argument("--cpp-edits", default="", help="comma list: the ops whose .cpp edit is timed "
                         "(default: every op of --ops)")
+    parser.add_argument("--first-build", action="store_true",
+                        help="only the first build of the drop-in LLTM with -O2, ours against torch's")
+    parser.add_argument("--first-repeats", type=int, default=2, help="repeats of --first-build")
     parser.add_argument("--no-plain", action="store_true",
                         help="skip the tiny op's cold build with the precompiled header and ccache off")
     parser.add_argument("--only-edit-loop", action="store_true",
@@ -528,6 +614,16 @@ def main(argv=None) -> int:
         base_env.pop("JIT_LOADER_VERBOSE", None)
         base_env.pop("JIT_LOADER_SHARED_DIR", None)  # each cache keeps its own pieces
         with_cuda = not args.no_cuda and jit_loader._why_no_cuda() is None
+        if args.first_build:
+            first = first_build_rows(args.first_repeats, base_env, tmp)
+            env_info = environment()
+            print(f"# first build of the drop-in LLTM, extra_cflags=['-O2']: {os.cpu_count()} cores, "
+                  f"torch {env_info['torch']}, {env_info['date']}, load average "
+                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end; wall and CPU seconds")
+            print(format_table(first, ["measurement", "median", "min", "cpu_median", "n", "unit"]), flush=True)
+            if args.json:
+                save_json(args.json, first, benchmark="loader-first-build")
+            return 0
         if args.ops:
             ops = args.ops.split(",") if args.ops != "all" else ["toy", *jit_loader.available_ops()]
             absent = args.absent.split(",") if args.absent else None

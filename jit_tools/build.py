@@ -374,6 +374,7 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
         write_ninja_file(name, config, sources, work)
         extra_env = shared.apply(work, name, [op_dir], store.root)
         used = extra_env.pop("used")
+        later = extra_env.pop("later", None)
         if hashes is not None:
             invalidate_stale_objects(work, hashes)
             mtimes = _mtimes(hashes)
@@ -390,6 +391,8 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
                 raise SourcesChanged(
                     f"op {name!r}: {', '.join(moved)} changed while it compiled; "
                     "the build was not published")
+        if later is not None:  # the shared pieces this build went without, for the next
+            shared.build_later(later)
         manifest = store.publish(name, key, work / f"{name}.so", Path(log_path), {
             "op_dir": str(op_dir),
             "sources": [str(s) for s in sources],

@@ -11,6 +11,14 @@ name and renamed into place; a piece unused for ``SHARED_KEEP_DAYS`` is pruned.
 None of them changes what an op computes, so none enters the op's cache key; a build
 that cannot use a piece (no ccache, a compiler that refuses the header) builds as
 before.
+
+A piece pays from the second build of its toolchain and flags on; building it first
+would put it on the critical path of the first (the precompiled header alone takes
+longer than a tiny op). So a build uses the pieces that exist, compiles the glue into
+the op where its piece is missing, and once it has succeeded starts the missing pieces
+in a background process (``build_later``) at low priority: the next build with those
+flags finds them. ``JIT_LOADER_SHARED_NOW=1`` builds them first instead (the test suite,
+which builds many ops with one toolchain, does).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -172,15 +181,27 @@ def _lock(path: Path):
         os.close(fd)
 
 
-def _build_piece(folder: Path, make) -> Path | None:
+def build_now() -> bool:
+    """``JIT_LOADER_SHARED_NOW=1``: build missing pieces before the op, not after it."""
+    return os.environ.get("JIT_LOADER_SHARED_NOW", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+class Missing(Exception):
+    """A piece that is not built yet, and was not to be built now."""
+
+
+def _build_piece(folder: Path, make, now: bool = True) -> Path | None:
     """``folder`` complete (built by ``make(tmp_folder)`` under a lock if missing); None
-    when building it failed before (marker) or now."""
+    when building it failed before (marker) or now. With ``now`` false a missing piece
+    raises :class:`Missing` instead of being built."""
     if (folder / "ok").exists():
         with contextlib.suppress(OSError):
             os.utime(folder / "ok")
         return folder
     if (folder / FAILED).exists():
         return None
+    if not now:
+        raise Missing(folder.name)
     with _lock(folder.parent / f"{folder.name}.lock"):
         if (folder / "ok").exists():
             return folder
@@ -215,7 +236,7 @@ def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[bool, str]
 
 def glue_object(root: Path, cxx: str, flags: list[str], post: str,
                 launcher: list[str], env: dict | None = None,
-                source: Path = keys.GLUE_SOURCE) -> Path | None:
+                source: Path = keys.GLUE_SOURCE, now: bool = True) -> Path | None:
     """The glue (``source``: the ATen one or the stable ABI's) compiled once for these
     flags: the path of its object file."""
     kind = "glue" if source == keys.GLUE_SOURCE else "stable-glue" + abis.STABLE_SUPPORT_HASH
@@ -225,12 +246,13 @@ def glue_object(root: Path, cxx: str, flags: list[str], post: str,
         return _run([*launcher, cxx, *flags, "-c", str(source), "-o",
                      str(tmp / "jit_loader_glue.o"), *shlex.split(post)], tmp, env)
 
-    built = _build_piece(folder, make)
+    built = _build_piece(folder, make, now)
     return built / "jit_loader_glue.o" if built else None
 
 
 def precompiled_header(root: Path, cxx: str, flags: list[str], post: str,
-                       header: str = PCH_HEADER, text: str = PCH_TEXT) -> Path | None:
+                       header: str = PCH_HEADER, text: str = PCH_TEXT,
+                       now: bool = True) -> Path | None:
     """A header set (the lean ATen one, or the stable ABI's) precompiled with exactly
     the units' flags: the path of the header (its .gch beside it), or None where
     disabled or refused."""
@@ -243,7 +265,7 @@ def precompiled_header(root: Path, cxx: str, flags: list[str], post: str,
         return _run([cxx, *flags, "-x", "c++-header", header, "-o", header + ".gch",
                      *shlex.split(post)], tmp)
 
-    built = _build_piece(folder, make)
+    built = _build_piece(folder, make, now)
     if built is None:
         return None
     _pch_checksum(built / (header + ".gch"))
@@ -264,7 +286,11 @@ def _pch_checksum(gch: Path) -> None:
     os.replace(tmp, checksum)
 
 
-def fast_linker(root: Path, cxx: str, glue: Path | None, ldflags: str) -> list[str]:
+def _link_folder(root: Path, cxx: str, ldflags: str) -> Path:
+    return shared_dir(root) / f"link-{_piece_key('link-fuse-ld=gold', cxx, shlex.split(ldflags), '')}"
+
+
+def fast_linker(root: Path, cxx: str, glue: Path | None, ldflags: str, now: bool = True) -> list[str]:
     """``-fuse-ld=gold`` where gold links the glue against torch's libraries (probed
     once per toolchain and link flags), else nothing (the compiler's default linker).
     GNU ld reads every dynamic symbol of libtorch_cpu/libtorch_cuda on each link; gold
@@ -273,7 +299,7 @@ def fast_linker(root: Path, cxx: str, glue: Path | None, ldflags: str) -> list[s
     if _off("JIT_LOADER_GOLD") or glue is None or not is_gcc(cxx):
         return []
     flag = "-fuse-ld=gold"
-    folder = shared_dir(root) / f"link-{_piece_key('link' + flag, cxx, shlex.split(ldflags), '')}"
+    folder = _link_folder(root, cxx, ldflags)
 
     def probe(tmp: Path, extra: list[str]):
         return _run([cxx, flag, *extra, str(glue), *shlex.split(ldflags), "-o", str(tmp / "probe.so")], tmp)
@@ -295,7 +321,7 @@ def fast_linker(root: Path, cxx: str, glue: Path | None, ldflags: str) -> list[s
             (tmp / "runtime-link").write_text(runtime + "\n")
         return ok, log + "\nwith a libstdc++.so link of its own:\n" + second
 
-    built = _build_piece(folder, make)
+    built = _build_piece(folder, make, now)
     if built is None:
         return []
     return [flag, f"-L{built}"] if (built / "runtime-link").exists() else [flag]
@@ -383,14 +409,17 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
         env = ccache_env(root)
         (root / "_ccache").mkdir(parents=True, exist_ok=True)
     glue_source, pch_header, pch_text = pieces_for(text)
-    # The two pieces build side by side (each under its own lock) unless MAX_JOBS=1.
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(1) as pool:
-        make_glue = lambda: glue_object(root, cxx, flags, post, [launch] if launch else [], env,
-                                        glue_source)
-        glue_job = pool.submit(make_glue) if toolchain.max_jobs() != "1" else None
-        pch = precompiled_header(root, cxx, flags, post, pch_header, pch_text)
-        glue = glue_job.result() if glue_job is not None else make_glue()
+    ldflags = v.get("ldflags", "")
+    later = {"root": str(root), "cxx": cxx, "flags": flags, "post": post,
+             "launcher": [launch] if launch else [], "env": dict(env), "ldflags": ldflags,
+             "glue_source": str(glue_source), "pch_header": pch_header, "pch_text": pch_text}
+    if build_now():
+        glue, pch, linker = _pieces_now(later)
+    else:
+        glue, pch, linker, missing = _pieces_built(later)
+        if missing:
+            used["later"] = missing
+            env["later"] = later
     if glue is not None:
         glue_line = f"build {glue_source.stem}.o: compile {glue_source}\n"
         if glue_line in text:
@@ -399,7 +428,6 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
                           lambda m: m.group(1) + " " + _ninja_escape(str(glue)), text,
                           flags=re.M)
             used["glue"] = True
-    linker = fast_linker(root, cxx, glue, v.get("ldflags", ""))
     if linker:
         text = re.sub(r"^ldflags = ", lambda m: f"ldflags = {shlex.join(linker)} ", text, count=1, flags=re.M)
         used["linker"] = "gold"
@@ -425,6 +453,77 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
     path.write_text(text)
     env["used"] = used
     return env
+
+
+def _pieces_now(spec: dict):
+    """(glue, pch, linker) built where missing; glue and header side by side (each under
+    its own lock) unless MAX_JOBS=1."""
+    root = Path(spec["root"])
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as pool:
+        make_glue = lambda: glue_object(root, spec["cxx"], spec["flags"], spec["post"],
+                                        spec["launcher"], spec["env"], Path(spec["glue_source"]))
+        glue_job = pool.submit(make_glue) if toolchain.max_jobs() != "1" else None
+        pch = precompiled_header(root, spec["cxx"], spec["flags"], spec["post"],
+                                 spec["pch_header"], spec["pch_text"])
+        glue = glue_job.result() if glue_job is not None else make_glue()
+    return glue, pch, fast_linker(root, spec["cxx"], glue, spec["ldflags"])
+
+
+def _pieces_built(spec: dict):
+    """(glue, pch, linker, names of the missing pieces): only pieces built before."""
+    root, missing = Path(spec["root"]), []
+    glue = pch = None
+    linker: list[str] = []
+    try:
+        glue = glue_object(root, spec["cxx"], spec["flags"], spec["post"], spec["launcher"],
+                           spec["env"], Path(spec["glue_source"]), now=False)
+    except Missing as e:
+        missing.append(str(e))
+        link = _link_folder(root, spec["cxx"], spec["ldflags"])  # probed with the glue, later
+        if not _off("JIT_LOADER_GOLD") and is_gcc(spec["cxx"]) and not (
+                (link / "ok").exists() or (link / FAILED).exists()):
+            missing.append(link.name)
+    try:
+        pch = precompiled_header(root, spec["cxx"], spec["flags"], spec["post"],
+                                 spec["pch_header"], spec["pch_text"], now=False)
+    except Missing as e:
+        missing.append(str(e))
+    try:
+        linker = fast_linker(root, spec["cxx"], glue, spec["ldflags"], now=False)
+    except Missing as e:
+        missing.append(str(e))
+    return glue, pch, linker, missing
+
+
+def build_later(spec: dict) -> None:
+    """Build the missing pieces of ``spec`` in a detached background process at low
+    priority (after the op's own build, so that they never delay it)."""
+    package_parent = Path(__file__).resolve().parents[1]
+    try:
+        subprocess.Popen([sys.executable, "-m", "jit_tools.shared", json.dumps(spec)],
+                         cwd=package_parent, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError as e:
+        logger.debug("could not start the background build of shared pieces: %s", e)
+
+
+def _main(argv: list[str]) -> int:
+    """``python -m jit_tools.shared SPEC``: the background build of ``build_later``. One
+    at a time per folder of pieces: builds that finish while it runs (each starts one)
+    leave their pieces to the next build's background process instead of queueing."""
+    spec = json.loads(argv[0])
+    folder = shared_dir(Path(spec["root"]))
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / "background.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    _pieces_now(spec)
+    return 0
 
 
 def prune(root: Path, days: float = SHARED_KEEP_DAYS) -> list[Path]:
@@ -508,3 +607,7 @@ def remove_piece(root: Path, piece: Path) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,34 @@ def test_compiler_cache_on_path_is_not_put_in_front_twice(cache, tmp_path):
     tokens = shlex.split(cxx)
     assert sum(os.path.basename(t) in shared.WRAPPERS for t in tokens) == int(used["ccache"]), cxx
     assert os.path.basename(tokens[-1]) not in shared.WRAPPERS, cxx
+
+
+def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path):
+    """By default a build compiles at once with the pieces that exist (none in a new
+    cache: the glue goes into the op, no precompiled header), then builds the missing
+    ones in the background; the next build with the same flags uses them."""
+    cache = tmp_path / "cache"
+    env = make_env(cache, JIT_LOADER_SHARED_NOW="0", JIT_LOADER_SHARED_DIR=None)
+    first = copy_op("toy_op", tmp_path / "a")
+    r1 = result_of(run_py(LOAD_AND_SCALE.format(path=str(first)), env))
+    assert r1["compiled"] and r1["y"] == [2.0, 2.0, 2.0]
+    used = manifest_of(cache, "toy_op", r1["key"])["shared"]
+    assert not used["glue"] and not used["pch"] and used["linker"] == "default", used
+    assert any(name.startswith("glue-") for name in used["later"]), used
+    assert "build jit_loader_glue.o" in build_ninja(cache, "toy_op", first)
+    # The background process builds them under their locks; wait for it.
+    deadline = time.monotonic() + 600
+    while not all((shared.shared_dir(cache) / name / "ok").exists()
+                  or (shared.shared_dir(cache) / name / shared.FAILED).exists()
+                  for name in used["later"]):
+        assert time.monotonic() < deadline, sorted(os.listdir(shared.shared_dir(cache)))
+        time.sleep(1)
+    second = copy_op("toy_op", tmp_path / "b")
+    set_factor(second, 3.0)
+    r2 = result_of(run_py(LOAD_AND_SCALE.format(path=str(second)), env))
+    assert r2["compiled"] and r2["y"] == [3.0, 3.0, 3.0]
+    used = manifest_of(cache, "toy_op", r2["key"])["shared"]
+    assert used["glue"] and used["pch"] == shared.is_gcc("c++") and "later" not in used, used
 
 
 @pytest.mark.parametrize("command, compiler", [
