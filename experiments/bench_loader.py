@@ -223,6 +223,7 @@ def stable_rows(tmp: Path, base_env: dict) -> list[dict]:
     rows.append({"measurement": "tvm_ffi.cpp.load_inline: cold", "value": tvm["cold"], "unit": "s"})
     rows.append({"measurement": "tvm_ffi.cpp.load_inline: after an edit", "value": tvm["edit"], "unit": "s"})
     rows.append({"measurement": "  tvm_ffi edit / stable edit", "value": tvm["edit"] / edit["seconds"], "unit": "x"})
+    return rows
 
 
 DROPIN_FIRST = CPU + """
@@ -581,6 +582,8 @@ def main(argv=None) -> int:
     parser.add_argument("--only-edit-loop", action="store_true",
                         help="only the kernel edit loop (jit_loader, CuPy, Triton; needs a GPU)")
     parser.add_argument("--edit-rounds", type=int, default=3, help="edits timed per route")
+    parser.add_argument("--only-stable", action="store_true",
+                        help="only the tiny stable-ABI op (cold, .cpp edit) and tvm_ffi.cpp.load_inline")
     args = parser.parse_args(argv)
 
     import jit_loader
@@ -613,7 +616,16 @@ def main(argv=None) -> int:
         base_env = dict(os.environ, PYTHONPATH=str(ROOT))
         base_env.pop("JIT_LOADER_VERBOSE", None)
         base_env.pop("JIT_LOADER_SHARED_DIR", None)  # each cache keeps its own pieces
-        with_cuda = not args.no_cuda and jit_loader._why_no_cuda() is None
+        with_cuda = not args.no_cuda and jit_loader.why_no_cuda() is None
+        if args.only_stable:
+            stable = stable_rows(tmp, base_env)
+            env_info = environment()
+            print(f"# the tiny op on the stable ABI and through tvm_ffi: {os.cpu_count()} cores, torch "
+                  f"{env_info['torch']}, {env_info['date']}; wall seconds")
+            print(format_table(stable, ["measurement", "value", "unit"]), flush=True)
+            if args.json:
+                save_json(args.json, stable, benchmark="loader-stable")
+            return 0
         if args.first_build:
             first = first_build_rows(args.first_repeats, base_env, tmp)
             env_info = environment()
@@ -658,7 +670,7 @@ def main(argv=None) -> int:
         rows.append({"measurement": "no-change check in a live process", "value": nochange["seconds"] * 1e6,
                      "unit": "us"})
 
-        if not args.no_cuda and jit_loader._why_no_cuda() is None:
+        if not args.no_cuda and jit_loader.why_no_cuda() is None:
             two = tmp / "two" / "toy_cuda"
             shutil.copytree(FIXTURES / "toy_cuda", two)
             env2 = {**base_env, "JIT_LOADER_CACHE": str(tmp / "c3")}
