@@ -116,8 +116,10 @@ class Op:
         state = self._state
         if state.module is not None and hasattr(state.module, attr):
             cls = type(self)
+            # Not while torch.compile traces the call: dynamo cannot trace making a
+            # property (torch 2.11), and the eager calls that follow install it anyway.
             if (attr in vars(state.module) and not attr.startswith("_") and cls is not Op
-                    and not hasattr(cls, attr)):
+                    and not hasattr(cls, attr) and not torch.compiler.is_compiling()):
                 setattr(cls, attr, _surface_property(attr))
             return getattr(state.module, attr)
         if state.ext_module is not None and hasattr(state.ext_module, attr):

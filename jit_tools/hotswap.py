@@ -217,7 +217,7 @@ def try_swap(state, key: str, config: dict, compiled: list[Path], inputs: list[P
                         state.name, len(names), state.key)
             build_later(state, key, config, compiled, inputs)
             return True
-    logger.info("op %r: building (no kernel swap: %s)", state.name, reason)
+    logger.debug("op %r: building (no kernel swap: %s)", state.name, reason)
     return False
 
 

@@ -38,16 +38,37 @@ from jit_tools.errors import BuildError, JitLoaderError
 NVRTC_INCLUDE = Path(__file__).resolve().parent / "nvrtc_include"
 FORMAT = 1  # bump when what a cache entry holds changes meaning
 
-# nvcc flags of torch's build.ninja (cpp_extension.COMMON_NVCC_FLAGS and its -std) that
-# every .cu gets; tests/test_nvrtc.py checks them against a build.ninja torch writes.
+# nvcc flags of torch's build.ninja (cpp_extension.COMMON_NVCC_FLAGS) that every .cu
+# gets; tests/test_nvrtc.py checks them against a build.ninja torch writes. The C++
+# standard is torch's own choice (c++17 in 2.11, c++20 later): see torch_cxx_std.
 TORCH_NVCC_FLAGS = (
     "-D__CUDA_NO_HALF_OPERATORS__",
     "-D__CUDA_NO_HALF_CONVERSIONS__",
     "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
     "-D__CUDA_NO_HALF2_OPERATORS__",
     "--expt-relaxed-constexpr",
-    "-std=c++20",
 )
+
+_CXX_STD: list[str] = []
+
+
+def torch_cxx_std() -> str:
+    """The ``-std=`` torch's build.ninja gives nvcc, read from one that torch writes for a
+    probe source (once per process): NVRTC must compile device code as the Ninja build
+    does, and torch hard-codes the standard, which changes between releases."""
+    if not _CXX_STD:
+        import tempfile
+        from jit_tools import build, key as keys
+        with tempfile.TemporaryDirectory() as tmp:
+            cu = Path(tmp) / "probe_cuda.cu"
+            cu.write_text("")
+            cfg = keys.config("probe", Path(tmp), {}, [cu])
+            build.write_ninja_file("probe", cfg, [cu], Path(tmp))
+            line = next((l for l in (Path(tmp) / "build.ninja").read_text().splitlines()
+                         if l.startswith("cuda_cflags = ")), "")
+        found = re.findall(r"(?<!\S)-std=\S+", line)
+        _CXX_STD.append(found[-1] if found else "-std=c++17")
+    return _CXX_STD[0]
 
 # nvcc flags that change device code and that NVRTC spells the same way.
 _SAME_FLAGS = re.compile(
@@ -301,7 +322,7 @@ def compile_kernels(source: Path, names: Sequence[str], *, arch: str, cache_dir:
     ``nvcc_flags`` are the build's extra nvcc flags, translated. A flag NVRTC cannot
     take raises JitLoaderError naming it (the caller keeps to nvcc then)."""
     source = Path(source).resolve()
-    translated, unknown = translate_nvcc_flags([*TORCH_NVCC_FLAGS, *nvcc_flags])
+    translated, unknown = translate_nvcc_flags([*TORCH_NVCC_FLAGS, torch_cxx_std(), *nvcc_flags])
     if unknown:
         raise JitLoaderError(f"nvcc flags without an NVRTC equivalent: {' '.join(unknown)}")
     target = arch_option(arch)

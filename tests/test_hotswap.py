@@ -182,7 +182,7 @@ def test_without_a_gpu_a_kernel_edit_builds_normally(built_probe, monkeypatch, c
     monkeypatch.setattr(hotswap, "gpu_visible", lambda: False)
     before = op.build.key
     edit(cu, FORWARD_BODY, PLUS_ONE)
-    with caplog.at_level(logging.INFO, logger="jit_loader"):
+    with caplog.at_level(logging.DEBUG, logger="jit_loader"):
         assert op.reload()
     assert op.build.compiled and op.build.key != before and op.build.swapped_over is None
     assert op._state.swapped is None and op.build.key == op._state.key

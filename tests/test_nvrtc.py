@@ -74,6 +74,8 @@ def test_torch_nvcc_flags_are_those_of_the_ninja_build(tmp_path):
     flags = line.split()
     for flag in nvrtc.TORCH_NVCC_FLAGS:
         assert flag in flags, (flag, line)
+    stds = [f for f in flags if f.startswith("-std=")]
+    assert stds and nvrtc.torch_cxx_std() == stds[-1], (stds, line)
 
 
 @needs_cuda_build
