@@ -135,7 +135,15 @@ def host_view(text: str) -> str:
         if m.group(1) == "__global__":  # the launchers name it: its signature stays
             out.append(code[pos:j] + "{ <device code> }")
         else:
-            out.append(code[pos:decl_start] + " <device function> ")
+            # The function begins on the line of __device__, or at the template header just
+            # above it; text before that since the last ";{}" (e.g. a macro invocation
+            # without a semicolon) is host code.
+            start = code.rfind("\n", 0, m.start()) + 1
+            above = code.rfind("\n", 0, max(start - 1, 0)) + 1
+            if start > decl_start and code[above:start].strip().startswith("template"):
+                start = above
+            start = max(start, decl_start)
+            out.append(code[pos:start] + " ")
         pos = i = decl_start = close + 1
     out.append(code[pos:])
     return " ".join("".join(out).split())

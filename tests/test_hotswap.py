@@ -57,6 +57,25 @@ def view_after(old: str, new: str) -> bool:
     return hotswap.host_view(KERNEL.replace(old, new)) == hotswap.host_view(KERNEL)
 
 
+# A .cu that instantiates its kernels through macros written without a semicolon, as the
+# bundled pointwise ops do, then gains a device function: host code sees no change, and the
+# macro lines stay part of what it sees.
+MACRO_UNIT = """#include "common/vectorized.cuh"
+OPS_INSTANTIATE_UNARY(op::Forward)
+OPS_INSTANTIATE_BINARY(op::Backward)
+"""
+
+
+def test_a_device_function_added_after_macro_lines_is_device_only():
+    added = MACRO_UNIT + "__device__ float extra(float v) { return v + 1; }\n"
+    templated = MACRO_UNIT + "template <typename T>\n__device__ T extra(T v) { return v; }\n"
+    assert hotswap.host_view(added) == hotswap.host_view(MACRO_UNIT)
+    assert hotswap.host_view(templated) == hotswap.host_view(MACRO_UNIT)
+    assert "OPS_INSTANTIATE_BINARY(op::Backward)" in hotswap.host_view(added)
+    edited = MACRO_UNIT.replace("op::Backward", "op::Other") + "__device__ float extra(float v) { return v; }\n"
+    assert hotswap.host_view(edited) != hotswap.host_view(MACRO_UNIT)
+
+
 @pytest.mark.parametrize("old,new", [
     ("y[i] = twice(x[i]);", "y[i] = twice(x[i]) + 1;"),          # a kernel body
     ("return 2 * v;", "return 3 * v;"),                           # a device function
