@@ -186,8 +186,10 @@ def test_try_swap_swaps_a_device_only_edit_and_not_with_nvrtc_0(probe, faked_dri
 
 
 @pytest.fixture
-def built_probe(tmp_path):
-    """A scaffolded CUDA op, built and loaded."""
+def built_probe(tmp_path, monkeypatch):
+    """A scaffolded CUDA op, built and loaded into a cache of its own (an edit the test
+    makes must compile, whatever earlier runs left in the user's cache)."""
+    monkeypatch.setenv("JIT_LOADER_CACHE", str(tmp_path / "cache"))
     name = next(_NAMES)
     plan = scaffold.create(name, tmp_path, cuda=True)
     op = jit_loader.load(plan.op_dir)
