@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from jit_tools import abi as abis, key as keys, toolchain
-from jit_tools.store import folder_bytes
+from jit_tools.store import folder_bytes, remove_when_free
 from jit_tools.log import logger
 
 PCH_HEADER = "jit_loader_lean.h"
@@ -591,22 +591,7 @@ def owned(root: Path) -> bool:
 def remove_piece(root: Path, piece: Path) -> bool:
     """Remove one piece unless it is being built (its lock taken without waiting). The
     caller makes sure no build of this cache runs (it holds every op's build lock)."""
-    lock = shared_dir(root) / f"{piece.name}.lock"
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        doomed = piece.with_name(f".tmp-removed-{piece.name}-{os.getpid()}")
-        try:
-            os.rename(piece, doomed)
-        except OSError:
-            return False
-        shutil.rmtree(doomed, ignore_errors=True)
-        return True
-    finally:
-        os.close(fd)
+    return remove_when_free(piece, shared_dir(root) / f"{piece.name}.lock", create=True)
 
 
 if __name__ == "__main__":

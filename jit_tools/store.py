@@ -119,6 +119,33 @@ def folder_bytes(path: Path) -> int:
     return total
 
 
+def remove_when_free(folder: Path, lock: Path, create: bool = False) -> bool:
+    """Remove ``folder`` unless another process holds a flock on ``lock``: while this one
+    holds it exclusively, the folder is renamed out of its place (so nothing finds it
+    half-deleted), then deleted. A ``lock`` that does not exist (and is not to be
+    created) guards nothing. True when removed."""
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT if create else os.O_RDONLY, 0o644)
+    except OSError:
+        fd = None
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+        doomed = folder.with_name(f"{TMP_PREFIX}removed-{folder.name}-{os.getpid()}")
+        try:
+            os.rename(folder, doomed)
+        except OSError:
+            return False
+    finally:
+        if fd is not None:
+            os.close(fd)
+    shutil.rmtree(doomed, ignore_errors=True)
+    return True
+
+
 def _holder(fd: int) -> tuple[str, float | None]:
     """(pid, start time) that the process holding a build lock wrote into it."""
     fields = os.pread(fd, 64, 0).decode(errors="replace").split()
@@ -471,26 +498,7 @@ class CacheStore:
         leaves its key by a rename while its manifest is locked, so no process can take
         it into use half-deleted."""
         entry = Path(entry)
-        try:
-            fd = os.open(entry / "manifest.json", os.O_RDONLY)
-        except OSError:
-            fd = None  # no manifest: a broken build nobody can hold
-        try:
-            if fd is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    return False
-            doomed = entry.with_name(f"{TMP_PREFIX}removed-{entry.name}-{os.getpid()}")
-            try:
-                os.rename(entry, doomed)
-            except OSError:
-                return False
-        finally:
-            if fd is not None:
-                os.close(fd)
-        shutil.rmtree(doomed, ignore_errors=True)
-        return not entry.exists()
+        return remove_when_free(entry, entry / "manifest.json") and not entry.exists()
 
     def bytes_used(self) -> int:
         """Bytes of everything under the cache folder."""
