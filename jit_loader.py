@@ -79,6 +79,7 @@ __all__ = [
     "loaded_ops",
     "check",
     "check_same_device",
+    "register_autograd_op",
     "Op",
     "BuildInfo",
     "JitLoaderError",
@@ -175,6 +176,27 @@ def load_library(name_or_path: str | os.PathLike, *, verbose: bool | None = None
     return Op(_pipeline.load_library(
         op_dir, verbose, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
         extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, cuda_arch=cuda_arch))
+
+
+def register_autograd_op(op: str, backward: str, args: Sequence[str],
+                         gives: str | Sequence[str | None] | None = None, *,
+                         lib: "torch.library.Library") -> str:
+    """Make ``op`` differentiable through ``backward``, an op that computes its gradient.
+
+    ``args`` names each argument of ``backward`` in ``op``'s terms: ``"grad"`` (or
+    ``"grad[i]"``), ``"result"`` (``"result[i]"``), an input of ``op`` by name, or an
+    input's sizes (``"input.shape"``, ``"input.shape[2:]"``, ``"input.shape[0]"``);
+    ``gives`` names the input of ``op`` that receives each output of ``backward`` (default:
+    its first tensor argument). E.g.
+    ``register_autograd_op("sigmoid::forward", "sigmoid::backward", ["grad", "result"], lib=LIB)``.
+
+    Served by the loader's C++ autograd kernel (no Python per call) where that shared
+    piece is built, else by ``torch.library.register_autograd`` with the same gradients.
+    The registration belongs to ``lib``, so it is withdrawn with it when the op reloads.
+    Returns the path taken: ``"cpp"`` or ``"python"``.
+    """
+    from jit_tools import autograd
+    return autograd.register(op, backward, args, gives, lib=lib)
 
 
 def load_inline(name: str, cpp_sources: Sequence[str] | str | None = None,

@@ -39,6 +39,13 @@ def destroy_library(lib: torch.library.Library) -> None:
     lib._destroy()
 
 
+def add_registration_handle(lib: torch.library.Library, handle) -> None:
+    """Make ``handle.destroy()`` run when ``lib`` is destroyed (or collected), as for the
+    library's own registrations: the loader's C++ autograd kernels then follow the op
+    surface's Library through reloads. Library keeps that list private."""
+    lib._registration_handles.append(handle)
+
+
 def forget_ops_namespace(namespace: types.ModuleType) -> None:
     """Drop the op packets ``torch.ops.<ns>`` cached (attributes and its ``_dir`` list),
     so the next access builds them again against the newly registered schema."""

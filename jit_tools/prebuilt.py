@@ -205,6 +205,12 @@ def load(op_dir: Path, *, surface: bool = False) -> "PrebuiltOp":
     return op
 
 
+def loaded_namespaces() -> set[str]:
+    """The dispatcher namespaces of the prebuilt libraries this process loaded."""
+    with _LOCK:
+        return {ns for op in _LOADED.values() for ns in op.namespaces}
+
+
 class PrebuiltOp:
     """The prebuilt twin of ``jit_loader.Op``: the same attribute lookup (the Python
     surface, then ``torch.ops.<namespace>``); nothing to rebuild or reload."""

@@ -327,6 +327,45 @@ def fast_linker(root: Path, cxx: str, glue: Path | None, ldflags: str, now: bool
     return [flag, f"-L{built}"] if (built / "runtime-link").exists() else [flag]
 
 
+AUTOGRAD_SOURCE = keys.CSRC / "jit_loader_autograd.cpp"
+AUTOGRAD_LIBRARY = "jit_loader_autograd.so"
+
+
+def autograd_command(cxx: str) -> tuple[list[str], list[str]]:
+    """(compile flags, link flags) of the C++ autograd piece: torch's headers and the
+    C++ ABI of this torch build, linked against libc10 and libtorch_cpu only (no Python)."""
+    cx = toolchain.cpp_extension()
+    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    flags = ["-O2", "-fPIC", "-std=c++20", "-fvisibility=hidden",
+             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+             *(f"-isystem{p}" for p in cx.include_paths())]
+    return flags, [f"-L{torch_lib}", "-lc10", "-ltorch_cpu", *keys.DEFAULT_LDFLAGS]
+
+
+def autograd_piece(root: Path, now: bool = True) -> Path | None:
+    """The loader's C++ autograd kernel (``csrc/jit_loader_autograd.cpp``, full ATen and
+    autograd headers) compiled once per exact torch build and compiler: the path of its
+    library, or None where the compiler refused it. With ``now`` false a missing piece
+    raises :class:`Missing`."""
+    cxx = unwrap(toolchain.cxx_compiler())
+    flags, ldflags = autograd_command(cxx)
+    kind = "autograd" + hashlib.sha256(AUTOGRAD_SOURCE.read_bytes()).hexdigest()
+    folder = shared_dir(root) / f"autograd-{_piece_key(kind, cxx, flags + ldflags, '')}"
+
+    def make(tmp: Path):
+        return _run([cxx, *flags, "-shared", str(AUTOGRAD_SOURCE), "-o", str(tmp / AUTOGRAD_LIBRARY),
+                     *ldflags], tmp)
+
+    built = _build_piece(folder, make, now)
+    return built / AUTOGRAD_LIBRARY if built else None
+
+
+def build_autograd_later(root: Path) -> None:
+    """Build the C++ autograd piece in a detached background process at low priority
+    (an op's first build never waits for it; the Python path serves meanwhile)."""
+    _background({"autograd": str(root)})
+
+
 def nvcc_threads() -> int:
     """nvcc's ``--threads``: it then preprocesses a unit's host and device sides at once
     (and compiles several archs at once), instead of one step after the other. The
@@ -499,6 +538,10 @@ def _pieces_built(spec: dict):
 def build_later(spec: dict) -> None:
     """Build the missing pieces of ``spec`` in a detached background process at low
     priority (after the op's own build, so that they never delay it)."""
+    _background(spec)
+
+
+def _background(spec: dict) -> None:
     package_parent = Path(__file__).resolve().parents[1]
     try:
         subprocess.Popen([sys.executable, "-m", "jit_tools.shared", json.dumps(spec)],
@@ -513,6 +556,11 @@ def _main(argv: list[str]) -> int:
     at a time per folder of pieces: builds that finish while it runs (each starts one)
     leave their pieces to the next build's background process instead of queueing."""
     spec = json.loads(argv[0])
+    if "autograd" in spec:  # one piece, under its own lock
+        with contextlib.suppress(OSError):
+            os.nice(10)
+        autograd_piece(Path(spec["autograd"]))
+        return 0
     folder = shared_dir(Path(spec["root"]))
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / "background.lock", os.O_RDWR | os.O_CREAT, 0o644)

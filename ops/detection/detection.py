@@ -100,47 +100,20 @@ def _roi_align_backward_fake(grad, rois, spatial_scale, pooled_height, pooled_wi
     return grad.new_empty((batch_size, channels, height, width))
 
 
-def _roi_align_setup_context(ctx, inputs, output):
-    input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned = inputs
-    ctx.save_for_backward(rois)
-    ctx.input_shape = tuple(input.shape)
-    ctx.params = (spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned)
-
-
-def _roi_align_backward(ctx, grad):
-    if not ctx.needs_input_grad[0]:
-        return (None,) * 7
-    (rois,) = ctx.saved_tensors
-    spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned = ctx.params
-    batch, channels, height, width = ctx.input_shape
-    grad_input = torch.ops.detection.roi_align_backward(
-        grad, rois, spatial_scale, pooled_height, pooled_width, batch, channels, height, width,
-        sampling_ratio, aligned)
-    return grad_input, None, None, None, None, None, None
-
-
-# Gradients flow to input (not to the roi coordinates, as in torchvision).
-torch.library.register_autograd("detection::roi_align", _roi_align_backward,
-                                setup_context=_roi_align_setup_context, lib=LIB)
-
-
-def _roi_align_backward_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[1])
-    ctx.params = (inputs[2], inputs[3], inputs[4], inputs[9], inputs[10])
-
-
-def _roi_align_double_backward(ctx, grad_grad_input):
-    (rois,) = ctx.saved_tensors
-    spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned = ctx.params
-    grad_grad = torch.ops.detection.roi_align(grad_grad_input, rois, spatial_scale, pooled_height,
-                                              pooled_width, sampling_ratio, aligned)
-    return (grad_grad,) + (None,) * 10
-
-
+# Gradients flow to input (not to the roi coordinates, as in torchvision). Served by the
+# loader's C++ autograd kernel where it is built (no Python per call), else by
+# register_autograd.
+jit_loader.register_autograd_op(
+    "detection::roi_align", "detection::roi_align_backward",
+    ["grad", "rois", "spatial_scale", "pooled_height", "pooled_width", "input.shape[0]",
+     "input.shape[1]", "input.shape[2]", "input.shape[3]", "sampling_ratio", "aligned"],
+    gives="input", lib=LIB)
 # The backward is linear in grad with the forward as its adjoint: this makes double
 # backward (gradgradcheck, gradient penalties) work.
-torch.library.register_autograd("detection::roi_align_backward", _roi_align_double_backward,
-                                setup_context=_roi_align_backward_setup_context, lib=LIB)
+jit_loader.register_autograd_op(
+    "detection::roi_align_backward", "detection::roi_align",
+    ["grad", "rois", "spatial_scale", "pooled_height", "pooled_width", "sampling_ratio", "aligned"],
+    gives="grad", lib=LIB)
 
 
 def nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:

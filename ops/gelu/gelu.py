@@ -42,17 +42,9 @@ def _backward_fake(grad, x):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-def _setup_context(ctx, inputs, output):
-    (x,) = inputs
-    ctx.save_for_backward(x)
-
-
-def _backward(ctx, grad):
-    (x,) = ctx.saved_tensors
-    return _BACKWARD(grad, x)
-
-
-torch.library.register_autograd("gelu::forward", _backward, setup_context=_setup_context, lib=LIB)
+# The gradient is the backward op of the input: declared once, served by the loader's C++
+# autograd kernel where it is built (no Python per call), else by register_autograd.
+jit_loader.register_autograd_op("gelu::forward", "gelu::backward", ["grad", "x"], lib=LIB)
 
 # Resolved here, once per build, rather than at each call: through the packet a call
 # looks up two attributes and resolves the overload in Python, every time (the layers

@@ -78,30 +78,14 @@ def _backward_fake(grad_output, input_size, coordinate_mode, scale_factors):
 
 
 # Autograd of forward: its backward op. Autograd of backward (a linear map of grad_output):
-# its adjoint, the forward op, so second derivatives work too.
-def _setup_forward(ctx, inputs, output):
-    input, _, ctx.coordinate_mode, ctx.scale_factors = inputs
-    ctx.input_size = list(input.shape)
-
-
-def _forward_backward(ctx, grad):
-    grad_input = torch.ops.resize.backward(grad, ctx.input_size, ctx.coordinate_mode, ctx.scale_factors)
-    return grad_input, None, None, None
-
-
-def _setup_backward(ctx, inputs, output):
-    grad_output, _, ctx.coordinate_mode, ctx.scale_factors = inputs
-    ctx.output_size = list(grad_output.shape[2:])
-
-
-def _backward_backward(ctx, grad):
-    grad_grad = torch.ops.resize.forward(grad, ctx.output_size, ctx.coordinate_mode, ctx.scale_factors)
-    return grad_grad, None, None, None
-
-
-torch.library.register_autograd("resize::forward", _forward_backward, setup_context=_setup_forward, lib=LIB)
-torch.library.register_autograd("resize::backward", _backward_backward, setup_context=_setup_backward,
-                                lib=LIB)
+# its adjoint, the forward op, so second derivatives work too. Served by the loader's C++
+# autograd kernel where it is built (no Python per call), else by register_autograd.
+jit_loader.register_autograd_op(
+    "resize::forward", "resize::backward", ["grad", "input.shape", "coordinate_mode", "scale_factors"],
+    lib=LIB)
+jit_loader.register_autograd_op(
+    "resize::backward", "resize::forward",
+    ["grad", "grad_output.shape[2:]", "coordinate_mode", "scale_factors"], lib=LIB)
 
 
 def resolve_coordinate_mode(coordinate_mode: Optional[str] = None, convention: Optional[str] = None,

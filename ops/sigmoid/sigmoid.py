@@ -40,16 +40,9 @@ def _backward_fake(grad, y):
     return torch.empty_like(y, memory_format=torch.contiguous_format)
 
 
-def _setup_context(ctx, inputs, output):
-    ctx.save_for_backward(output)
-
-
-def _backward(ctx, grad):
-    (y,) = ctx.saved_tensors
-    return _BACKWARD(grad, y)
-
-
-torch.library.register_autograd("sigmoid::forward", _backward, setup_context=_setup_context, lib=LIB)
+# The gradient is the backward op of the output: declared once, served by the loader's C++
+# autograd kernel where it is built (no Python per call), else by register_autograd.
+jit_loader.register_autograd_op("sigmoid::forward", "sigmoid::backward", ["grad", "result"], lib=LIB)
 
 # Resolved here, once per build, rather than at each call: through the packet a call
 # looks up two attributes and resolves the overload in Python, every time (the layers
