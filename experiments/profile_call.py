@@ -3,8 +3,10 @@
 A call ``op.sigmoid(x)`` passes through: the handle's attribute lookup (``jit_tools/handle.py``:
 handles follow reloads), the surface function (``ops/sigmoid/sigmoid.py``), the
 ``torch.ops`` attribute lookups and the packet's overload resolution (``OpOverloadPacket``),
-``OpOverload.__call__``, the dispatcher, the autograd kernel that ``register_autograd``
-registers (Python, on every call), then the kernel with its output's allocation. Three views:
+``OpOverload.__call__``, the dispatcher, the autograd kernel (the loader's C++ kernel of
+``register_autograd_op``, or ``register_autograd``'s Python one where that piece is not built,
+e.g. with ``JIT_LOADER_CPP_AUTOGRAD=0``), then the kernel with its output's allocation. Three
+views:
 
 1. **Ladder.** The same call entered at each layer, from the dispatcher's C++ entry (below
    autograd) up to the handle; each rung's host time minus the one below is that layer's cost.
@@ -40,7 +42,7 @@ from experiments import benchutil
 
 # Layer of a profiled function: the first (path fragment, function name prefix or None)
 # that matches. C functions have the path "~" and names like "<built-in method ...>".
-AUTOGRAD_KERNEL = "autograd kernel (register_autograd, Python)"
+AUTOGRAD_KERNEL = "autograd kernel (Python path: register_autograd)"
 CPP = "C++ below the Python entry (dispatcher, kernel, allocation)"
 LAYERS = [
     ("jit_tools/handle.py", None, "handle lookup (jit_tools/handle.py)"),
@@ -60,9 +62,7 @@ LAYERS = [
     ("torch/_tensor.py", "backward", "autograd engine"),
     ("torch/autograd/", None, "autograd engine"),
     ("~", "<method 'run_backward'", "autograd engine"),
-    ("ops/", "_setup", "our setup_context / backward (Python)"),
-    ("ops/", "_backward", "our setup_context / backward (Python)"),
-    ("ops/", "_forward_backward", "our setup_context / backward (Python)"),
+    ("jit_tools/autograd.py", None, "setup_context / backward of the Python path"),
     ("ops/", None, "surface function (Python)"),
     ("experiments/profile_call.py", None, "benchmark loop"),
     ("~", "<method 'sum'", ".sum() (the benchmark's loss)"),
