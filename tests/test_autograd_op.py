@@ -205,3 +205,30 @@ def test_without_shared_now_the_piece_builds_in_the_background(tmp_path):
     env = env_for(tmp_path, JIT_LOADER_SHARED_DIR=str(tmp_path / "shared"), JIT_LOADER_SHARED_NOW="0")
     out = run(PIECE, env)
     assert out == {"first": True, "built": True}
+
+
+@pytest.mark.cuda
+def test_forward_and_backward_capture_into_a_cuda_graph():
+    # The C++ node calls the backward op on the engine's stream: nothing syncs, so a
+    # training step with these ops captures (make_graphed_callables and the like).
+    resize = jit_loader.load("resize").resize_bilinear
+    sigmoid = jit_loader.load("sigmoid").sigmoid
+    x = torch.randn(2, 3, 8, 8, device="cuda", requires_grad=True)
+
+    def step():
+        (grad,) = torch.autograd.grad(sigmoid(resize(x, (16, 16))).sum(), x)
+        return grad
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    with torch.no_grad():
+        x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.testing.assert_close(captured, step())
