@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 
 import jit_loader
 from jit_tools import autograd, shared, store
@@ -232,3 +233,11 @@ def test_forward_and_backward_capture_into_a_cuda_graph():
         x.copy_(torch.randn_like(x))
     graph.replay()
     torch.testing.assert_close(captured, step())
+
+
+def test_forward_mode_ad_is_refused_not_dropped():
+    sigmoid = jit_loader.load("sigmoid").sigmoid
+    with fwAD.dual_level():
+        x = fwAD.make_dual(torch.randn(4), torch.ones(4))
+        with pytest.raises(RuntimeError, match="forward-mode AD is not supported"):
+            sigmoid(x)

@@ -155,14 +155,16 @@ struct AutogradKernel final : public c10::OperatorKernel {
     const Spec& spec = *spec_;
     auto args = torch::jit::last(*stack, spec.num_inputs);
     bool needs_grad = false;
-    if (at::GradMode::is_enabled()) {
-      for (int i : spec.tensor_inputs) {
-        const c10::IValue& v = args[i];
-        if (v.isTensor() && v.toTensor().requires_grad()) {
-          needs_grad = true;
-          break;
-        }
-      }
+    const bool grad_mode = at::GradMode::is_enabled();
+    for (int i : spec.tensor_inputs) {
+      const c10::IValue& v = args[i];
+      if (!v.isTensor()) continue;
+      const at::Tensor& t = v.toTensor();
+      // A tangent would be dropped without a word: no jvp is declared.
+      TORCH_CHECK(!torch::autograd::isFwGradDefined(t), spec.forward, ": argument ", i,
+                  " is a dual tensor, but forward-mode AD is not supported (register_autograd_op "
+                  "declares no jvp)");
+      needs_grad = needs_grad || (grad_mode && t.requires_grad());
     }
     if (!needs_grad) {
       at::AutoDispatchBelowADInplaceOrView guard;
