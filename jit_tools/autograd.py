@@ -180,6 +180,11 @@ def cpp_library() -> ctypes.CDLL | None:
             _STARTED.add(key)
             shared.build_autograd_later(root)
         return None
+    except OSError as e:  # a cache this process cannot write: the Python path serves
+        logger.info("the C++ autograd piece is not available (%s); using "
+                    "torch.library.register_autograd", e)
+        _CPP[key] = None
+        return None
     lib = None
     if path is not None:
         try:
