@@ -44,7 +44,8 @@ struct Arg {
 
 struct Spec {
   std::string forward;  // ns::name[.overload], for messages and the node's name
-  std::optional<c10::OperatorHandle> backward;
+  std::optional<c10::OperatorHandle> backward;  // as registered: for the checks below
+  c10::OperatorName backward_name{"", ""};
   std::vector<Arg> args;
   std::vector<int> gives;          // backward output j -> forward input index (or -1)
   std::vector<int> edge_of_input;  // forward input index -> edge index (-1: not a tensor)
@@ -121,7 +122,12 @@ struct BackwardNode : public Node {
         stack.push_back(values_[k]);
       }
     }
-    spec.backward->callBoxed(stack);
+    // Looked up per call (a hash lookup): a reload that changes the backward op's schema
+    // frees its old operator entry, and a graph recorded before may still run backward.
+    auto backward = c10::Dispatcher::singleton().findSchema(spec.backward_name);
+    TORCH_CHECK(backward.has_value(), spec.forward, ": its backward op ", spec.backward_name,
+                " is no longer registered (the op was reloaded without it)");
+    backward->callBoxed(stack);
     TORCH_INTERNAL_ASSERT(stack.size() == spec.gives.size());
     for (size_t j = 0; j < spec.gives.size(); ++j) {
       const int input = spec.gives[j];
@@ -284,6 +290,7 @@ std::shared_ptr<Spec> parse_spec(const std::string& text, std::optional<c10::Ope
   forward = find_op(forward_name, "forward");
   spec->forward = forward_name;
   spec->backward = find_op(backward_name, "backward");
+  spec->backward_name = spec->backward->operator_name();
   const auto& fs = forward->schema();
   const auto& bs = spec->backward->schema();
   spec->num_inputs = fs.arguments().size();
