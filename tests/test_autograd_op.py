@@ -152,6 +152,8 @@ RELOAD = """
         return next((l for l in torch._C._dispatch_dump("sigmoid::forward").splitlines()
                      if l.startswith("Autograd")), "")
     out = {"first": kernel()}
+    x0 = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    y0 = op.sigmoid(x0)                                   # a graph recorded before the reload
     registry.destroy_module_libraries(op.module)          # what a reload does first
     out["withdrawn"] = kernel()
     surface = op.path / "sigmoid.py"
@@ -160,6 +162,8 @@ RELOAD = """
     out["again"] = kernel()
     x = torch.randn(6, dtype=torch.float64, requires_grad=True)
     out["gradcheck"] = torch.autograd.gradcheck(op.sigmoid, (x,))
+    y0.sum().backward()
+    out["old graph"] = torch.allclose(x0.grad, y0 * (1 - y0))
     print(json.dumps(out))
 """
 
@@ -171,6 +175,7 @@ def test_a_reload_withdraws_and_registers_the_kernel_again(tmp_path):
     out = run(RELOAD, env, str(copy))
     assert CPP_FILE in out["first"] and out["withdrawn"] == "", out
     assert out["reloaded"] and CPP_FILE in out["again"] and out["gradcheck"], out
+    assert out["old graph"], out
 
 
 @pytest.mark.parametrize("args, gives, message", [
