@@ -19,11 +19,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import os
 import re
+import sys
 import threading
 from pathlib import Path
 
-from jit_tools import build as builder, kernels, key as keys, sources, store as stores
+from jit_tools import build as builder, kernels, key as keys, nvrtc, sources, store as stores
 from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
 from jit_tools.log import logger
 
@@ -195,6 +197,47 @@ def track_new_build(state) -> None:
         kernels.track(state)
     except kernels.SwapRefused as e:
         logger.debug("%s", e)
+        return
+    if interactive():
+        warm_later(state)
+
+
+def interactive() -> bool:
+    """A session where kernel edits are expected: IPython or Jupyter, the Python prompt,
+    or JIT_LOADER_NVRTC_WARM=1 (0 turns it off everywhere)."""
+    flag = os.environ.get("JIT_LOADER_NVRTC_WARM")
+    if flag is not None:
+        return flag not in ("0", "false", "False", "")
+    if hasattr(sys, "ps1"):
+        return True
+    ipython = sys.modules.get("IPython")
+    return bool(ipython is not None and getattr(ipython, "get_ipython", lambda: None)())
+
+
+def warm_later(state) -> None:
+    """Make the op's NVRTC precompiled header in a background thread (about a second of
+    one core), so that the first kernel edit of the session swaps as fast as later ones."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    name, op_dir, options = state.name, state.op_dir, dict(state.options)
+
+    def run() -> None:
+        try:
+            nvrtc.warm_for_op(name, op_dir, opts=options, arch=f"{major}.{minor}")
+        except Exception as e:  # noqa: BLE001 - a thread has no caller to raise to
+            logger.debug("op %r: no NVRTC precompiled header made ahead (%s)", name, e)
+
+    thread = threading.Thread(target=run, name=f"jit_loader nvrtc header {name}", daemon=True)
+    state.warming = thread
+    thread.start()
+
+
+def wait_for_warm(state, timeout: float | None = None) -> None:
+    """Wait for the op's precompiled header to be made, if that runs."""
+    thread = getattr(state, "warming", None)
+    if thread is not None:
+        thread.join(timeout)
 
 
 def try_swap(state, key: str, config: dict, compiled: list[Path], inputs: list[Path]) -> bool:

@@ -303,3 +303,47 @@ def test_jit_loader_nvrtc_0_builds_a_kernel_edit(gpu_probe, monkeypatch):
     assert op.reload()
     assert builds == [True] and op.build.compiled and op.build.swapped_over is None
     torch.testing.assert_close(forward(x), before + 1)
+
+
+def test_interactive_sessions_warm_the_nvrtc_header(monkeypatch):
+    monkeypatch.delenv("JIT_LOADER_NVRTC_WARM", raising=False)
+    monkeypatch.delattr(sys, "ps1", raising=False)
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    assert not hotswap.interactive()  # a script
+    monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)
+    assert hotswap.interactive()  # the Python prompt
+    monkeypatch.setenv("JIT_LOADER_NVRTC_WARM", "0")
+    assert not hotswap.interactive()
+    monkeypatch.setenv("JIT_LOADER_NVRTC_WARM", "1")
+    monkeypatch.delattr(sys, "ps1")
+    assert hotswap.interactive()
+
+
+@pytest.mark.cuda
+def test_a_warmed_header_serves_the_first_kernel_edit(tmp_path, monkeypatch):
+    from jit_tools import nvrtc
+
+    if not nvrtc.pch_enabled():
+        pytest.skip(f"NVRTC {nvrtc.version()} makes no precompiled headers")
+    monkeypatch.setenv("JIT_LOADER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("JIT_LOADER_NVRTC_WARM", "1")
+    plan = scaffold.create(next(_NAMES), tmp_path, cuda=True)
+    op = jit_loader.load(plan.op_dir)
+    forward = getattr(torch.ops, op.name).forward
+    x = torch.randn(1000, device="cuda")
+    before = forward(x)
+    hotswap.wait_for_warm(op._state)
+    logs = []
+    real = nvrtc._run_nvrtc
+
+    def recording(source, text, names, options, want_cubin):
+        result = real(source, text, names, options, want_cubin)
+        logs.append(result[1])
+        return result
+
+    monkeypatch.setattr(nvrtc, "_run_nvrtc", recording)
+    edit(plan.op_dir / f"{op.name}_cuda.cu", FORWARD_BODY, PLUS_ONE)
+    assert op.reload() and op.build.swapped_over is not None
+    torch.testing.assert_close(forward(x), before + 1)
+    assert len(logs) == 1 and "using precompiled header" in logs[0], logs
+    hotswap.wait_for_background(op._state)
