@@ -141,4 +141,29 @@ void parallel_map(int64_t n, scalar_t* out, const In*... in) {
   });
 }
 
+// The loops common/pointwise.h declares for the host side.
+template <typename Op, typename T>
+void map_cpu(int64_t n, T* out, const T* in) {
+  parallel_map<Op>(n, out, in);
+}
+
+template <typename Op, typename T>
+void map_cpu(int64_t n, T* out, const T* a, const T* b) {
+  parallel_map<Op>(n, out, a, b);
+}
+
 }  // namespace ops_common
+
+// Compiles map_cpu for one op's math in every floating dtype the host side dispatches
+// to, with one input (a forward) or two (a backward: grad and the saved tensor).
+#define OPS_INSTANTIATE_CPU_TYPE(Op, T, ...) \
+  template void ops_common::map_cpu<Op, T>(int64_t, T*, __VA_ARGS__);
+#define OPS_INSTANTIATE_CPU_TYPES(Op, INPUTS)              \
+  OPS_INSTANTIATE_CPU_TYPE(Op, float, INPUTS(float))       \
+  OPS_INSTANTIATE_CPU_TYPE(Op, double, INPUTS(double))     \
+  OPS_INSTANTIATE_CPU_TYPE(Op, c10::Half, INPUTS(c10::Half)) \
+  OPS_INSTANTIATE_CPU_TYPE(Op, c10::BFloat16, INPUTS(c10::BFloat16))
+#define OPS_CPU_ONE_INPUT(T) const T*
+#define OPS_CPU_TWO_INPUTS(T) const T*, const T*
+#define OPS_INSTANTIATE_CPU_UNARY(Op) OPS_INSTANTIATE_CPU_TYPES(Op, OPS_CPU_ONE_INPUT)
+#define OPS_INSTANTIATE_CPU_BINARY(Op) OPS_INSTANTIATE_CPU_TYPES(Op, OPS_CPU_TWO_INPUTS)
