@@ -21,7 +21,6 @@ import dataclasses
 import hashlib
 import os
 import re
-import sys
 import threading
 from pathlib import Path
 
@@ -202,16 +201,30 @@ def track_new_build(state) -> None:
         warm_later(state)
 
 
+_EDIT_SESSION: list[bool] = []
+
+
+def expect_kernel_edits(on: bool = True) -> None:
+    """Declare this process an edit session (the notebook extension does): from now on each
+    op with CUDA kernels gets its NVRTC precompiled header made ahead of the first kernel
+    edit, ops loaded already included."""
+    _EDIT_SESSION[:] = [on]
+    if on and kernels.enabled() and gpu_visible():
+        from jit_tools.state import loaded_states
+
+        for state in loaded_states():
+            if state.live is not None and getattr(state, "warming", None) is None:
+                warm_later(state)
+
+
 def interactive() -> bool:
-    """A session where kernel edits are expected: IPython or Jupyter, the Python prompt,
-    or JIT_LOADER_NVRTC_WARM=1 (0 turns it off everywhere)."""
+    """An edit session: the notebook extension said so (:func:`expect_kernel_edits`), or
+    JIT_LOADER_NVRTC_WARM=1 (0 turns it off). Other processes run no NVRTC until an edit:
+    a new process with unchanged sources compiles nothing."""
     flag = os.environ.get("JIT_LOADER_NVRTC_WARM")
     if flag is not None:
         return flag not in ("0", "false", "False", "")
-    if hasattr(sys, "ps1"):
-        return True
-    ipython = sys.modules.get("IPython")
-    return bool(ipython is not None and getattr(ipython, "get_ipython", lambda: None)())
+    return bool(_EDIT_SESSION and _EDIT_SESSION[0])
 
 
 def warm_later(state) -> None:

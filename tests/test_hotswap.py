@@ -305,17 +305,17 @@ def test_jit_loader_nvrtc_0_builds_a_kernel_edit(gpu_probe, monkeypatch):
     torch.testing.assert_close(forward(x), before + 1)
 
 
-def test_interactive_sessions_warm_the_nvrtc_header(monkeypatch):
+def test_only_edit_sessions_warm_the_nvrtc_header(monkeypatch):
     monkeypatch.delenv("JIT_LOADER_NVRTC_WARM", raising=False)
-    monkeypatch.delattr(sys, "ps1", raising=False)
-    monkeypatch.delitem(sys.modules, "IPython", raising=False)
-    assert not hotswap.interactive()  # a script
-    monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)
-    assert hotswap.interactive()  # the Python prompt
+    monkeypatch.setattr(hotswap, "_EDIT_SESSION", [])
+    assert not hotswap.interactive()  # a script, a training job: no NVRTC before an edit
+    monkeypatch.setattr(hotswap, "gpu_visible", lambda: False)
+    hotswap.expect_kernel_edits()  # what the notebook extension says
+    assert hotswap.interactive()
     monkeypatch.setenv("JIT_LOADER_NVRTC_WARM", "0")
     assert not hotswap.interactive()
     monkeypatch.setenv("JIT_LOADER_NVRTC_WARM", "1")
-    monkeypatch.delattr(sys, "ps1")
+    hotswap.expect_kernel_edits(False)
     assert hotswap.interactive()
 
 
