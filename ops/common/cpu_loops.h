@@ -7,8 +7,9 @@
 // conversions of cpu_convert.h, and computed with the fast exp (kFastMath), as on CUDA.
 // The loop runs in blocks of kCpuBlock elements, unrolled: an op's math is one long
 // dependent chain per vector (an exp and a division), and a block gives the core several
-// independent chains to overlap (sigmoid: 1.28x the speed of one vector at a time on the
-// 2-core AMD EPYC development machine).
+// independent chains to overlap (sigmoid: faster than one vector at a time on the 2-core
+// AMD EPYC development machine; the loops' figures: experiments/RESULTS.md, "sigmoid and
+// GELU").
 #include <torch/csrc/stable/ops.h>
 #include <torch/headeronly/util/BFloat16.h>
 #include <torch/headeronly/util/Half.h>
