@@ -198,7 +198,7 @@ TVM_FFI = """
 
 
 def stable_rows(tmp: Path, base_env: dict) -> list[dict]:
-    """The tiny stable op: cold build with the stable pieces absent (they are built too),
+    """The tiny stable op: cold build with the stable pieces absent (they are built first),
     cold build of a copy with them present, then the copy's .cpp edited in a live process;
     the same function through tvm_ffi.cpp.load_inline where it is installed."""
     env = {**base_env, "JIT_LOADER_CACHE": str(tmp / "c4")}
@@ -207,7 +207,10 @@ def stable_rows(tmp: Path, base_env: dict) -> list[dict]:
     shutil.copytree(FIXTURES / "stable_op", second)
     header = second / "stable_op.h"
     header.write_text(header.read_text().replace("kFactor = 2.0f", "kFactor = 3.0f"))
-    absent = run(COLD_BUILD.format(path=str(first)), env)
+    # The pieces are built before the op (JIT_LOADER_SHARED_NOW=1): by default a background
+    # process builds them after the first build, and might not have finished when the
+    # second cold build starts.
+    absent = run(COLD_BUILD.format(path=str(first)), {**env, "JIT_LOADER_SHARED_NOW": "1"})
     present = run(COLD_BUILD.format(path=str(second)), env)
     edit = run(STABLE_EDIT.format(path=str(second)), env)
     assert absent["compiled"] and present["compiled"] and edit["compiled"] and edit["y"] == 3.0
@@ -434,7 +437,7 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
 EDIT_LOOP = r"""
 import json, os, sys, time, torch, jit_loader
 from pathlib import Path
-from jit_tools import hotswap
+from jit_tools import hotswap, kernels
 op_dir, rounds = Path(sys.argv[1]), int(sys.argv[2])
 name = op_dir.name
 torch.manual_seed(0)
@@ -457,6 +460,7 @@ for i in range(rounds):
     cu.write_text(original + edit)
     op.reload()
     out["reload"].append(time.perf_counter() - t)
+    out.setdefault("nvrtc", []).append(kernels.LAST_SWAP.get("compile_s", float("nan")))
     y = call(op)
     torch.cuda.synchronize()
     out["seconds"].append(time.perf_counter() - t)
@@ -546,9 +550,11 @@ def edit_loop_rows(tmp: Path, base_env: dict, rounds: int) -> list[dict]:
         shutil.copytree(ROOT / "ops" / name, copy, ignore=shutil.ignore_patterns("__pycache__"))
         result = run_script(EDIT_LOOP, [str(copy), str(rounds)], env)
         reload = sorted(result["reload"])[len(result["reload"]) // 2]
+        nvrtc = sorted(result["nvrtc"])[len(result["nvrtc"]) // 2]
         add(f"jit_loader {name} .cu edit", result,
             f"swapped {sum(result['swapped'])}/{len(result['swapped'])}, "
-            f"Ninja on the call's path {sum(result['compiled'])}, reload() median {reload:.3g} s")
+            f"Ninja on the call's path {sum(result['compiled'])}, reload() median {reload:.3g} s "
+            f"(NVRTC {nvrtc:.3g} s)")
     add("CuPy RawKernel, same kernel", run_script(CUPY_LOOP, [str(rounds)], env))
     add("Triton @jit, same kernel", run_script(TRITON_LOOP, [str(rounds)], env))
     return rows

@@ -320,7 +320,7 @@ def test_only_edit_sessions_warm_the_nvrtc_header(monkeypatch):
 
 
 @pytest.mark.cuda
-def test_a_warmed_header_serves_the_first_kernel_edit(tmp_path, monkeypatch):
+def test_a_warmed_header_serves_the_first_kernel_edit(tmp_path, monkeypatch, request):
     from jit_tools import nvrtc
 
     if not nvrtc.pch_enabled():
@@ -333,15 +333,7 @@ def test_a_warmed_header_serves_the_first_kernel_edit(tmp_path, monkeypatch):
     x = torch.randn(1000, device="cuda")
     before = forward(x)
     hotswap.wait_for_warm(op._state)
-    logs = []
-    real = nvrtc._run_nvrtc
-
-    def recording(source, text, names, options, want_cubin):
-        result = real(source, text, names, options, want_cubin)
-        logs.append(result[1])
-        return result
-
-    monkeypatch.setattr(nvrtc, "_run_nvrtc", recording)
+    logs = request.getfixturevalue("nvrtc_logs")  # the compiles from here on
     edit(plan.op_dir / f"{op.name}_cuda.cu", FORWARD_BODY, PLUS_ONE)
     assert op.reload() and op.build.swapped_over is not None
     torch.testing.assert_close(forward(x), before + 1)

@@ -113,19 +113,12 @@ def test_an_nvrtc_error_names_the_users_file_and_line(tmp_path):
 
 
 @needs_cuda_build
-def test_unchanged_inputs_compile_once_and_a_header_edit_compiles_again(tmp_path, monkeypatch):
+def test_unchanged_inputs_compile_once_and_a_header_edit_compiles_again(tmp_path, nvrtc_logs):
     op_dir = tmp_path / "gelu"
     shutil.copytree(sources.OPS_DIR / "gelu", op_dir)
     cu = op_dir / "gelu_cuda.cu"
     name = "ops_common::elementwise_kernel<4, 2, ops_common::PointwiseApply<gelu_op::Forward, float>, float, 1>"
-    runs = []
-    real = nvrtc._run_nvrtc
-
-    def counting(*args, **kwargs):
-        runs.append(args[0])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(nvrtc, "_run_nvrtc", counting)
+    runs = nvrtc_logs  # one per NVRTC call
 
     def compile_once():
         return nvrtc.compile_for_op("gelu", op_dir, cu, [name], arch=ARCH, cache_dir=tmp_path / "c")
@@ -197,23 +190,15 @@ def test_the_precompiled_header_gives_the_same_kernels_and_follows_header_edits(
 
 
 @needs_cuda_build
-def test_warming_makes_the_header_the_first_kernel_edit_uses(tmp_path, monkeypatch):
+def test_warming_makes_the_header_the_first_kernel_edit_uses(tmp_path, request):
     if not nvrtc.pch_enabled():
         pytest.skip(f"NVRTC {nvrtc.version()} makes no precompiled headers")
     op_dir = tmp_path / "gelu"
     shutil.copytree(sources.OPS_DIR / "gelu", op_dir)
     assert nvrtc.warm_for_op("gelu", op_dir, arch=ARCH)
-    runs = []
-    real = nvrtc._run_nvrtc
-
-    def recording(source, text, names, options, want_cubin):
-        result = real(source, text, names, options, want_cubin)
-        runs.append(result[1])
-        return result
-
-    monkeypatch.setattr(nvrtc, "_run_nvrtc", recording)
+    logs = request.getfixturevalue("nvrtc_logs")  # the compiles from here on
     cu = op_dir / "gelu_cuda.cu"
     cu.write_text(cu.read_text() + "\n__device__ float an_edit(float v) { return v; }\n")
     name = "ops_common::elementwise_kernel<4, 2, ops_common::PointwiseApply<gelu_op::Forward, float>, float, 1>"
     nvrtc.compile_for_op("gelu", op_dir, cu, [name], arch=ARCH, cache_dir=tmp_path / "c")
-    assert len(runs) == 1 and "using precompiled header" in runs[0], runs
+    assert len(logs) == 1 and "using precompiled header" in logs[0], logs
