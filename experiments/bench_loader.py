@@ -531,7 +531,8 @@ print(json.dumps(out))
 """
 
 
-def edit_loop_rows(tmp: Path, base_env: dict, rounds: int) -> list[dict]:
+def edit_loop_rows(tmp: Path, base_env: dict, rounds: int,
+                   ops: tuple[str, ...] = ("sigmoid", "resize")) -> list[dict]:
     """A kernel edit until its first result: jit_loader (sigmoid, resize), CuPy, Triton."""
     env = {**base_env, "JIT_LOADER_CACHE": str(tmp / "edit-cache"), "JIT_LOADER_NVRTC_WARM": "1",
            "CUPY_CACHE_DIR": str(tmp / "cupy-cache"), "TRITON_CACHE_DIR": str(tmp / "triton-cache")}
@@ -545,7 +546,7 @@ def edit_loop_rows(tmp: Path, base_env: dict, rounds: int) -> list[dict]:
         rows.append({"route": route, "median": times[len(times) // 2], "min": times[0],
                      "n": len(times), "note": note})
 
-    for name in ("sigmoid", "resize"):
+    for name in ops:
         copy = tmp / "edit" / name
         shutil.copytree(ROOT / "ops" / name, copy, ignore=shutil.ignore_patterns("__pycache__"))
         result = run_script(EDIT_LOOP, [str(copy), str(rounds)], env)
@@ -598,6 +599,8 @@ def main(argv=None) -> int:
     parser.add_argument("--only-edit-loop", action="store_true",
                         help="only the kernel edit loop (jit_loader, CuPy, Triton; needs a GPU)")
     parser.add_argument("--edit-rounds", type=int, default=3, help="edits timed per route")
+    parser.add_argument("--edit-ops", default="sigmoid,resize",
+                        help="comma list: the bundled ops of the kernel edit loop")
     parser.add_argument("--only-stable", action="store_true",
                         help="only the tiny stable-ABI op (cold, .cpp edit) and tvm_ffi.cpp.load_inline")
     args = parser.parse_args(argv)
@@ -614,7 +617,8 @@ def main(argv=None) -> int:
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(
                 [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
             env.pop("JIT_LOADER_VERBOSE", None)
-            rows = edit_loop_rows(Path(tmp), env, args.edit_rounds)
+            rows = edit_loop_rows(Path(tmp), env, args.edit_rounds,
+                                  tuple(filter(None, args.edit_ops.split(","))))
         env_info = environment()
         print(f"# kernel edit until its first result: {env_info['device']}, torch "
               f"{env_info['torch']}, {env_info['date']}; wall seconds")

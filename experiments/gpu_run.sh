@@ -62,7 +62,7 @@ for stage in "${stages[@]}"; do
             python3 -m experiments.gnn_scatter 2>&1 | tr '\r' '\n' | grep -v "it/s" | tee "$OUT/gnn_scatter.txt" | tail -8 || status=1 ;;
     hostopt) python3 -m experiments.bench_host_opt --json "$OUT/bench_host_opt.json" 2>&1 | tee "$OUT/bench_host_opt.txt" || status=1 ;;
     loader) python3 -m experiments.bench_loader ${LOADER_ARGS:-} --json "$OUT/bench_loader.json" 2>&1 | tee "$OUT/bench_loader.txt" || status=1 ;;
-    editloop) python3 -m experiments.bench_loader --only-edit-loop --edit-rounds "${EDIT_ROUNDS:-3}" \
+    editloop) python3 -m experiments.bench_loader --only-edit-loop --edit-rounds "${EDIT_ROUNDS:-3}" --edit-ops "${EDIT_OPS:-sigmoid,resize}" \
               --json "$OUT/edit_loop.json" 2>&1 | tee "$OUT/edit_loop.txt" | tail -8 || status=1 ;;
     stable) python3 -m experiments.bench_loader --only-stable --json "$OUT/stable.json" 2>&1 \
               | tee "$OUT/stable.txt" | tail -10 || status=1 ;;
