@@ -187,17 +187,20 @@ def gpu_visible() -> bool:
 
 
 def track_new_build(state) -> None:
-    """Switch kernel tracking on for a build just activated: every op with CUDA kernels,
-    in a process that sees a GPU (a tracked launch costs a lookup in a table of the
-    library's kernels), so the first kernel edit finds the instantiations in use."""
-    if not (kernels.enabled() and state.live is not None and gpu_visible()):
+    """Switch kernel tracking on for a build just activated: every op with CUDA kernels (a
+    tracked launch costs a lookup in a table of the library's kernels; a process without a
+    GPU launches none), so the first kernel edit finds the instantiations in use. Whether a
+    GPU is visible is not asked here: that starts CUDA, a fifth of a second, in every
+    process that loads an op; a swap asks, and so does an edit session, which makes
+    NVRTC's header ahead."""
+    if not (kernels.enabled() and state.live is not None):
         return
     try:
         kernels.track(state)
     except kernels.SwapRefused as e:
         logger.debug("%s", e)
         return
-    if interactive():
+    if interactive() and gpu_visible():
         warm_later(state)
 
 
