@@ -45,6 +45,7 @@ from typing import Iterable, Sequence
 
 from jit_tools import sources, toolchain
 from jit_tools.errors import BuildError, JitLoaderError
+from jit_tools.log import logger
 
 NVRTC_INCLUDE = Path(__file__).resolve().parent / "nvrtc_include"
 FORMAT = 1  # bump when what a cache entry holds changes meaning
@@ -438,7 +439,11 @@ def _run_with_pch(source: Path, text: bytes, names: Sequence[str], options: Sequ
     include block when NVRTC can make one (one compile at a time per header)."""
     if not pch_enabled():
         return _run_nvrtc(source, text, names, options, want_cubin)
-    folder = _pch_folder(source, text, options, include_dirs)
+    try:
+        folder = _pch_folder(source, text, options, include_dirs)
+    except OSError as e:  # no temporary folder: compile without the header
+        logger.debug("no NVRTC precompiled header for %s: %s", source, e)
+        return _run_nvrtc(source, text, names, options, want_cubin)
     with _PCH_LOCKS[folder]:
         status, log, image, lowered = _run_nvrtc(
             source, text, names, [*options, "--pch", f"--pch-dir={folder}"], want_cubin)

@@ -202,3 +202,17 @@ def test_warming_makes_the_header_the_first_kernel_edit_uses(tmp_path, request):
     name = "ops_common::elementwise_kernel<4, 2, ops_common::PointwiseApply<gelu_op::Forward, float>, float, 1>"
     nvrtc.compile_for_op("gelu", op_dir, cu, [name], arch=ARCH, cache_dir=tmp_path / "c")
     assert len(logs) == 1 and "using precompiled header" in logs[0], logs
+
+
+@needs_cuda_build
+def test_without_a_temporary_folder_nvrtc_compiles_without_the_header(tmp_path, monkeypatch):
+    (tmp_path / "probe.cu").write_text(PROBE_SOURCE)
+    (tmp_path / "probe.h").write_text("#pragma once\n#define PROBE_SCALE 1.0f\n")
+    monkeypatch.setattr(nvrtc, "_PCH_ROOT", [])
+
+    def no_folder(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", "/tmp")
+
+    monkeypatch.setattr(nvrtc.tempfile, "mkdtemp", no_folder)
+    kernels = _probe_compile(tmp_path, tmp_path / "c")
+    assert kernels.image[:4] == b"\x7fELF" and not nvrtc._PCH_ROOT
