@@ -31,7 +31,9 @@ Prints, for tiny fixture ops built in a private cache:
     holding the round's number, which the call does not run, so the result is checked
     unchanged), so no cache holds the edited content; NVRTC, CuPy and Triton caches are
     private and start empty. jit_loader's background build of the new key is waited for
-    between rounds, outside the timing.
+    between rounds, outside the timing. The script runs as a notebook session does
+    (JIT_LOADER_NVRTC_WARM=1: NVRTC's precompiled header of the .cu is made in the
+    background after the load) and waits for that header before the first edit.
 
 Usage: python -m experiments.bench_loader [--json PATH] [--no-cuda] [--ops toy,sigmoid,...]
        [--repeats N] [--shared-repeats N] [--shared-only] [--absent toy,sigmoid] [--no-plain]
@@ -196,7 +198,7 @@ TVM_FFI = """
 
 
 def stable_rows(tmp: Path, base_env: dict) -> list[dict]:
-    """The tiny stable op: cold build with the stable pieces absent (they are built too),
+    """The tiny stable op: cold build with the stable pieces absent (they are built first),
     cold build of a copy with them present, then the copy's .cpp edited in a live process;
     the same function through tvm_ffi.cpp.load_inline where it is installed."""
     env = {**base_env, "JIT_LOADER_CACHE": str(tmp / "c4")}
@@ -205,7 +207,10 @@ def stable_rows(tmp: Path, base_env: dict) -> list[dict]:
     shutil.copytree(FIXTURES / "stable_op", second)
     header = second / "stable_op.h"
     header.write_text(header.read_text().replace("kFactor = 2.0f", "kFactor = 3.0f"))
-    absent = run(COLD_BUILD.format(path=str(first)), env)
+    # The pieces are built before the op (JIT_LOADER_SHARED_NOW=1): by default a background
+    # process builds them after the first build, and might not have finished when the
+    # second cold build starts.
+    absent = run(COLD_BUILD.format(path=str(first)), {**env, "JIT_LOADER_SHARED_NOW": "1"})
     present = run(COLD_BUILD.format(path=str(second)), env)
     edit = run(STABLE_EDIT.format(path=str(second)), env)
     assert absent["compiled"] and present["compiled"] and edit["compiled"] and edit["y"] == 3.0
@@ -366,7 +371,10 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
             if with_cuda:
                 edits += sorted(p.name for p in op_dir.glob("*.cu"))
             if cpp_edits is None or op in cpp_edits:
-                edits += sorted(p.name for p in op_dir.glob("*.cpp"))[:1]
+                # Every C++ unit of a bundled op (schema and host side, CPU loops, CUDA host
+                # side cost differently); the first of others.
+                cpps = sorted(p.name for p in op_dir.glob("*.cpp"))
+                edits += cpps if op != "toy" else cpps[:1]
             out = run(EDIT_CYCLE, {**base_env, "JIT_LOADER_CACHE": str(cache)}, str(op_dir), json.dumps(edits))
             assert out["cold compiled"]
             built = {p.name for p in (cache / "_shared").iterdir()} - before
@@ -375,8 +383,10 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
             add(op, what, out["cold"], out["cpu cold"])
             for e in edits:
                 kind = ".cu" if e.endswith(".cu") else ".cpp"
-                add(op, f"rebuild after editing the {kind}", out["edit " + e], out["cpu edit " + e])
-                add(op, f"revert of the {kind} edit", out["revert " + e], out["cpu revert " + e])
+                what = kind if op == "toy" or kind == ".cu" else e
+                add(op, f"rebuild after editing {'the ' if what == kind else ''}{what}", out["edit " + e],
+                    out["cpu edit " + e])
+                add(op, f"revert of the {what} edit", out["revert " + e], out["cpu revert " + e])
             warm = run(WARM_ANY, {**base_env, "JIT_LOADER_CACHE": str(cache)}, str(op_dir))
             assert not warm["compiled"]
             add(op, "warm load in a new process", warm["seconds"], warm["cpu"])
@@ -427,7 +437,7 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
 EDIT_LOOP = r"""
 import json, os, sys, time, torch, jit_loader
 from pathlib import Path
-from jit_tools import hotswap
+from jit_tools import hotswap, kernels
 op_dir, rounds = Path(sys.argv[1]), int(sys.argv[2])
 name = op_dir.name
 torch.manual_seed(0)
@@ -440,14 +450,17 @@ else:
 op = jit_loader.load(op_dir)
 expected = call(op)
 torch.cuda.synchronize()
+hotswap.wait_for_warm(op._state)  # JIT_LOADER_NVRTC_WARM=1, as in a notebook: a user's first edit comes later
 (cu,) = sorted(op_dir.glob("*.cu"))
 original = cu.read_text()
-out = {"seconds": [], "swapped": [], "compiled": []}
+out = {"seconds": [], "swapped": [], "compiled": [], "reload": []}
 for i in range(rounds):
     edit = f"\n__device__ float jit_bench_edit_{os.getpid()}_{i}(float v) {{ return v + {i}; }}\n"
     t = time.perf_counter()
     cu.write_text(original + edit)
     op.reload()
+    out["reload"].append(time.perf_counter() - t)
+    out.setdefault("nvrtc", []).append(kernels.LAST_SWAP.get("compile_s", float("nan")))
     y = call(op)
     torch.cuda.synchronize()
     out["seconds"].append(time.perf_counter() - t)
@@ -518,9 +531,10 @@ print(json.dumps(out))
 """
 
 
-def edit_loop_rows(tmp: Path, base_env: dict, rounds: int) -> list[dict]:
+def edit_loop_rows(tmp: Path, base_env: dict, rounds: int,
+                   ops: tuple[str, ...] = ("sigmoid", "resize")) -> list[dict]:
     """A kernel edit until its first result: jit_loader (sigmoid, resize), CuPy, Triton."""
-    env = {**base_env, "JIT_LOADER_CACHE": str(tmp / "edit-cache"),
+    env = {**base_env, "JIT_LOADER_CACHE": str(tmp / "edit-cache"), "JIT_LOADER_NVRTC_WARM": "1",
            "CUPY_CACHE_DIR": str(tmp / "cupy-cache"), "TRITON_CACHE_DIR": str(tmp / "triton-cache")}
     rows = []
 
@@ -532,13 +546,16 @@ def edit_loop_rows(tmp: Path, base_env: dict, rounds: int) -> list[dict]:
         rows.append({"route": route, "median": times[len(times) // 2], "min": times[0],
                      "n": len(times), "note": note})
 
-    for name in ("sigmoid", "resize"):
+    for name in ops:
         copy = tmp / "edit" / name
         shutil.copytree(ROOT / "ops" / name, copy, ignore=shutil.ignore_patterns("__pycache__"))
         result = run_script(EDIT_LOOP, [str(copy), str(rounds)], env)
+        reload = sorted(result["reload"])[len(result["reload"]) // 2]
+        nvrtc = sorted(result["nvrtc"])[len(result["nvrtc"]) // 2]
         add(f"jit_loader {name} .cu edit", result,
             f"swapped {sum(result['swapped'])}/{len(result['swapped'])}, "
-            f"Ninja on the call's path {sum(result['compiled'])}")
+            f"Ninja on the call's path {sum(result['compiled'])}, reload() median {reload:.3g} s "
+            f"(NVRTC {nvrtc:.3g} s)")
     add("CuPy RawKernel, same kernel", run_script(CUPY_LOOP, [str(rounds)], env))
     add("Triton @jit, same kernel", run_script(TRITON_LOOP, [str(rounds)], env))
     return rows
@@ -582,6 +599,8 @@ def main(argv=None) -> int:
     parser.add_argument("--only-edit-loop", action="store_true",
                         help="only the kernel edit loop (jit_loader, CuPy, Triton; needs a GPU)")
     parser.add_argument("--edit-rounds", type=int, default=3, help="edits timed per route")
+    parser.add_argument("--edit-ops", default="sigmoid,resize",
+                        help="comma list: the bundled ops of the kernel edit loop")
     parser.add_argument("--only-stable", action="store_true",
                         help="only the tiny stable-ABI op (cold, .cpp edit) and tvm_ffi.cpp.load_inline")
     args = parser.parse_args(argv)
@@ -595,9 +614,11 @@ def main(argv=None) -> int:
             print("# kernel edit loop: skipped, no GPU visible")
             return 0
         with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, PYTHONPATH=str(ROOT))
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
             env.pop("JIT_LOADER_VERBOSE", None)
-            rows = edit_loop_rows(Path(tmp), env, args.edit_rounds)
+            rows = edit_loop_rows(Path(tmp), env, args.edit_rounds,
+                                  tuple(filter(None, args.edit_ops.split(","))))
         env_info = environment()
         print(f"# kernel edit until its first result: {env_info['device']}, torch "
               f"{env_info['torch']}, {env_info['date']}; wall seconds")
@@ -613,7 +634,8 @@ def main(argv=None) -> int:
         shutil.copytree(FIXTURES / "toy_op", lean)
         shutil.copytree(FIXTURES / "toy_op", heavy)
         extension_h_variant(heavy)
-        base_env = dict(os.environ, PYTHONPATH=str(ROOT))
+        base_env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
         base_env.pop("JIT_LOADER_VERBOSE", None)
         base_env.pop("JIT_LOADER_SHARED_DIR", None)  # each cache keeps its own pieces
         with_cuda = not args.no_cuda and jit_loader.why_no_cuda() is None

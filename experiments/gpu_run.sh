@@ -2,8 +2,9 @@
 # One call on a GPU machine (plain python3 with torch, no venv): CUDA tests, checks and
 # benchmarks, each stage's output kept under $OUT.
 # Stages: env build tests loadertests alltests demo bench suite overhead opbench variants hostopt
-#   loader   (suite runs both sections of experiments/bench.py; overhead only the call overhead,
-#   then profile_call on CUDA and on the CPU)
+#   loader editloop stable cppedit xv   (suite runs both sections of experiments/bench.py, or
+#   the kernel cases of SUITE_OPS only; overhead only the call overhead, then profile_call on
+#   CUDA and on the CPU; xv: deploy/check_cross_version.sh check dist/xv, steps XV_STEPS)
 #   bash experiments/gpu_run.sh env build tests       # default: all stages
 #   PYTEST_WORKERS=15 ALLTESTS_TIMEOUT=560 bash experiments/gpu_run.sh env alltests
 #   LOADER_ARGS="--ops toy,sigmoid,lltm" bash experiments/gpu_run.sh loader
@@ -61,6 +62,18 @@ for stage in "${stages[@]}"; do
             python3 -m experiments.gnn_scatter 2>&1 | tr '\r' '\n' | grep -v "it/s" | tee "$OUT/gnn_scatter.txt" | tail -8 || status=1 ;;
     hostopt) python3 -m experiments.bench_host_opt --json "$OUT/bench_host_opt.json" 2>&1 | tee "$OUT/bench_host_opt.txt" || status=1 ;;
     loader) python3 -m experiments.bench_loader ${LOADER_ARGS:-} --json "$OUT/bench_loader.json" 2>&1 | tee "$OUT/bench_loader.txt" || status=1 ;;
+    editloop) python3 -m experiments.bench_loader --only-edit-loop --edit-rounds "${EDIT_ROUNDS:-3}" --edit-ops "${EDIT_OPS:-sigmoid,resize}" \
+              --json "$OUT/edit_loop.json" 2>&1 | tee "$OUT/edit_loop.txt" | tail -8 || status=1 ;;
+    stable) python3 -m experiments.bench_loader --only-stable --json "$OUT/stable.json" 2>&1 \
+              | tee "$OUT/stable.txt" | tail -10 || status=1 ;;
+    cppedit) python3 -m experiments.bench_loader --ops "${CPPEDIT_OPS:-sigmoid,resize}" --absent none \
+              --cpp-edits "${CPPEDIT_OPS:-sigmoid,resize}" --shared-only --no-plain --shared-repeats 1 \
+              --json "$OUT/cppedit.json" 2>&1 | tee "$OUT/cppedit.txt" | grep "^|" || status=1 ;;
+    xv)     STEPS="${XV_STEPS:-a b c}" bash deploy/check_cross_version.sh check dist/xv 2>&1 \
+              | tee "$OUT/xv.txt" | tail -20 || status=1 ;;
+    kernels) python3 -m experiments.bench --only cases --no-progress ${SUITE_OPS:+--ops "$SUITE_OPS"} \
+              --out "$OUT/kernels" 2>&1 | grep -v "^building" | tee "$OUT/kernels.txt" | head -40 || status=1
+            python3 -m experiments.bench --render "$OUT/kernels/bench.json" --results > "$OUT/kernels/results_section.md" ;;
     *) echo "unknown stage $stage"; status=1 ;;
   esac
 done

@@ -19,11 +19,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import os
 import re
 import threading
 from pathlib import Path
 
-from jit_tools import build as builder, kernels, key as keys, sources, store as stores
+from jit_tools import build as builder, kernels, key as keys, nvrtc, sources, store as stores
 from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
 from jit_tools.log import logger
 
@@ -186,15 +187,73 @@ def gpu_visible() -> bool:
 
 
 def track_new_build(state) -> None:
-    """Switch kernel tracking on for a build just activated: every op with CUDA kernels,
-    in a process that sees a GPU (a tracked launch costs a lookup in a table of the
-    library's kernels), so the first kernel edit finds the instantiations in use."""
-    if not (kernels.enabled() and state.live is not None and gpu_visible()):
+    """Switch kernel tracking on for a build just activated: every op with CUDA kernels (a
+    tracked launch costs a lookup in a table of the library's kernels; a process without a
+    GPU launches none), so the first kernel edit finds the instantiations in use. Whether a
+    GPU is visible is not asked here: that starts CUDA, a fifth of a second, in every
+    process that loads an op; a swap asks, and so does an edit session, which makes
+    NVRTC's header ahead."""
+    if not (kernels.enabled() and state.live is not None):
         return
     try:
         kernels.track(state)
     except kernels.SwapRefused as e:
         logger.debug("%s", e)
+        return
+    if interactive() and gpu_visible():
+        warm_later(state)
+
+
+_EDIT_SESSION: list[bool] = []
+
+
+def expect_kernel_edits(on: bool = True) -> None:
+    """Declare this process an edit session (the notebook extension does): from now on each
+    op with CUDA kernels gets its NVRTC precompiled header made ahead of the first kernel
+    edit, ops loaded already included."""
+    _EDIT_SESSION[:] = [on]
+    if on and kernels.enabled() and gpu_visible():
+        from jit_tools.state import loaded_states
+
+        for state in loaded_states():
+            if state.live is not None and getattr(state, "warming", None) is None:
+                warm_later(state)
+
+
+def interactive() -> bool:
+    """An edit session: the notebook extension said so (:func:`expect_kernel_edits`), or
+    JIT_LOADER_NVRTC_WARM=1 (0 turns it off). Other processes run no NVRTC until an edit:
+    a new process with unchanged sources compiles nothing."""
+    flag = os.environ.get("JIT_LOADER_NVRTC_WARM")
+    if flag is not None:
+        return flag not in ("0", "false", "False", "")
+    return bool(_EDIT_SESSION and _EDIT_SESSION[0])
+
+
+def warm_later(state) -> None:
+    """Make the op's NVRTC precompiled header in a background thread (about a second of
+    one core), so that the first kernel edit of the session swaps as fast as later ones."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    name, op_dir, options = state.name, state.op_dir, dict(state.options)
+
+    def run() -> None:
+        try:
+            nvrtc.warm_for_op(name, op_dir, opts=options, arch=f"{major}.{minor}")
+        except Exception as e:  # noqa: BLE001 - a thread has no caller to raise to
+            logger.debug("op %r: no NVRTC precompiled header made ahead (%s)", name, e)
+
+    thread = threading.Thread(target=run, name=f"jit_loader nvrtc header {name}", daemon=True)
+    state.warming = thread
+    thread.start()
+
+
+def wait_for_warm(state, timeout: float | None = None) -> None:
+    """Wait for the op's precompiled header to be made, if that runs."""
+    thread = getattr(state, "warming", None)
+    if thread is not None:
+        thread.join(timeout)
 
 
 def try_swap(state, key: str, config: dict, compiled: list[Path], inputs: list[Path]) -> bool:

@@ -19,10 +19,16 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import time
 from pathlib import Path
 
 from jit_tools import nvrtc
 from jit_tools.errors import JitLoaderError
+
+
+# The last swap of this process: op, kernels, seconds compiling (NVRTC or its cache) and
+# installing (module load, function lookup, table update); for benchmarks and logs.
+LAST_SWAP: dict = {}
 
 
 class SwapRefused(JitLoaderError):
@@ -163,15 +169,20 @@ def swap(op, opts: dict | None = None) -> list[str]:
         raise SwapRefused("JIT_LOADER_NVRTC=0")
     import torch
 
+    started = time.perf_counter()
     device = torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(device)
     op_dir = getattr(op, "op_dir", None) or op.path
     compiled, exprs = compile_in_use(op.name, Path(op_dir), launched(op), f"{major}.{minor}",
                                      opts)
+    compiled_at = time.perf_counter()
     module = _load(compiled.image, device)
     lib = _library(op)
     functions = {e: _function(module, compiled.lowered[e], device) for e in exprs}
     for expr, mangled in exprs.items():
         if not lib.jit_loader_kernel_replace(mangled.encode(), functions[expr], device):
             raise JitLoaderError(f"op {op.name!r}: kernel {expr} vanished from its table")
+    LAST_SWAP.clear()
+    LAST_SWAP.update(op=op.name, kernels=len(exprs), compile_s=compiled_at - started,
+                     install_s=time.perf_counter() - compiled_at, cached=compiled.cached)
     return list(exprs)

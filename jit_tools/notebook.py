@@ -30,7 +30,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from jit_tools import pipeline, registry, store as stores
+from jit_tools import hotswap, pipeline, registry, store as stores
 from jit_tools.errors import BuildError
 from jit_tools.handle import Op
 from jit_tools.state import loaded_states
@@ -51,6 +51,7 @@ def load_ipython_extension(ipython) -> None:
     ipython.events.register("pre_run_cell", _EXTENSION.pre_run_cell)
     ipython.register_magic_function(_EXTENSION.jit_reload, "line", "jit_reload")
     ipython.register_magic_function(_EXTENSION.jit_op, "cell", "jit_op")
+    hotswap.expect_kernel_edits()  # NVRTC's headers made ahead of the first kernel edit
 
 
 def unload_ipython_extension(ipython) -> None:
@@ -60,6 +61,7 @@ def unload_ipython_extension(ipython) -> None:
     ipython.events.unregister("pre_run_cell", _EXTENSION.pre_run_cell)
     ipython.magics_manager.magics["line"].pop("jit_reload", None)
     ipython.magics_manager.magics["cell"].pop("jit_op", None)
+    hotswap.expect_kernel_edits(False)
     _EXTENSION = None
 
 

@@ -14,6 +14,15 @@ are cached on disk by content (the ``.cu``, every local header it includes, opti
 arch, name expressions, NVRTC version, toolkit headers), so a second compile of the same
 inputs runs nothing. An NVRTC error raises :class:`BuildError` whose first line is
 ``file:line: message`` in the user's file.
+
+Most of a compile is the headers: libcu++'s ``<cuda/std/type_traits>`` alone is about half
+a second of NVRTC's front end, where the kernels take a tenth. So compiles use NVRTC's
+automatic precompiled header (``--pch``, NVRTC 12.4 and later) for the ``.cu``'s leading
+``#include`` block. Such a header belongs to the NVRTC instance of one process (NVRTC
+refuses one made by another), and NVRTC reuses it without looking at whether the headers
+changed, so each lives in a per-process folder named by the content of everything it could
+hold (:func:`_pch_folder`): an edited header gets a new one. :func:`warm_for_op` makes it
+ahead of the first kernel edit. ``JIT_LOADER_NVRTC_PCH=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -28,12 +37,15 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from jit_tools import sources, toolchain
 from jit_tools.errors import BuildError, JitLoaderError
+from jit_tools.log import logger
 
 NVRTC_INCLUDE = Path(__file__).resolve().parent / "nvrtc_include"
 FORMAT = 1  # bump when what a cache entry holds changes meaning
@@ -313,6 +325,19 @@ def cache_key(source: Path, names: Sequence[str], options: Sequence[str], arch: 
     return digest.hexdigest()[:24]
 
 
+def _options(arch: str, include_dirs: Sequence[Path], nvcc_flags: Sequence[str]) -> list[str]:
+    """NVRTC's options for one arch, the build's include folders and its extra nvcc flags;
+    the target option first."""
+    translated, unknown = translate_nvcc_flags([*TORCH_NVCC_FLAGS, torch_cxx_std(), *nvcc_flags])
+    if unknown:
+        raise JitLoaderError(f"nvcc flags without an NVRTC equivalent: {' '.join(unknown)}")
+    # Include folders in nvcc's order (the op's first), the standard-header shims before all.
+    includes = [o for o in translated if o.startswith("-I")]
+    shims, *toolkit = toolkit_includes()
+    return [arch_option(arch), *(o for o in translated if not o.startswith("-I")), f"-I{shims}",
+            *(f"-I{d}" for d in include_dirs), *includes, *(f"-I{d}" for d in toolkit)]
+
+
 def compile_kernels(source: Path, names: Sequence[str], *, arch: str, cache_dir: Path,
                     include_dirs: Sequence[Path], nvcc_flags: Sequence[str] = ()) -> Kernels:
     """The instantiations ``names`` of ``source``'s kernels, for one ``arch`` (an arch
@@ -322,17 +347,9 @@ def compile_kernels(source: Path, names: Sequence[str], *, arch: str, cache_dir:
     ``nvcc_flags`` are the build's extra nvcc flags, translated. A flag NVRTC cannot
     take raises JitLoaderError naming it (the caller keeps to nvcc then)."""
     source = Path(source).resolve()
-    translated, unknown = translate_nvcc_flags([*TORCH_NVCC_FLAGS, torch_cxx_std(), *nvcc_flags])
-    if unknown:
-        raise JitLoaderError(f"nvcc flags without an NVRTC equivalent: {' '.join(unknown)}")
-    target = arch_option(arch)
-    # Include folders in nvcc's order (the op's first), the standard-header shims before all.
-    includes = [o for o in translated if o.startswith("-I")]
-    shims, *toolkit = toolkit_includes()
-    options = [target, *(o for o in translated if not o.startswith("-I")), f"-I{shims}",
-               *(f"-I{d}" for d in include_dirs), *includes, *(f"-I{d}" for d in toolkit)]
+    options = _options(arch, include_dirs, nvcc_flags)
     key = cache_key(source, names, options, arch, include_dirs)
-    kind = "ptx" if "=compute_" in target else "cubin"
+    kind = "ptx" if "=compute_" in options[0] else "cubin"
     image_path = cache_dir / f"{key}.{kind}"
     meta_path = cache_dir / f"{key}.json"
     try:
@@ -341,7 +358,8 @@ def compile_kernels(source: Path, names: Sequence[str], *, arch: str, cache_dir:
     except (OSError, ValueError, KeyError):
         pass
     text = source.read_bytes()
-    status, log, image, lowered = _run_nvrtc(source, text, names, options, kind == "cubin")
+    status, log, image, lowered = _run_with_pch(source, text, names, options, include_dirs,
+                                                kind == "cubin")
     cache_dir.mkdir(parents=True, exist_ok=True)
     if status != 0:
         log_path = cache_dir / f"{key}.log"
@@ -355,6 +373,108 @@ def compile_kernels(source: Path, names: Sequence[str], *, arch: str, cache_dir:
         tmp.write_bytes(data)
         os.replace(tmp, path)
     return Kernels(image, kind, lowered, image_path, cached=False, log=log)
+
+
+# ---- the precompiled header of a process ----------------------------------------------------
+
+_PCH_ROOT: list[Path] = []
+_PCH_LOCKS: dict[Path, threading.Lock] = {}
+_PCH_GUARD = threading.Lock()
+
+
+def pch_enabled() -> bool:
+    """NVRTC's automatic precompiled headers are on (NVRTC 12.4+, JIT_LOADER_NVRTC_PCH
+    not 0)."""
+    if os.environ.get("JIT_LOADER_NVRTC_PCH", "1") in ("0", "false", "False", ""):
+        return False
+    try:
+        major, minor = (int(v) for v in version().split("."))
+    except (JitLoaderError, ValueError):
+        return False
+    return (major, minor) >= (12, 4)
+
+
+def _include_block(text: bytes) -> bytes:
+    """The leading lines of a source that are blank, comments or preprocessor directives:
+    what an automatic precompiled header can hold of the file itself."""
+    block = []
+    in_comment = False
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        if in_comment:
+            in_comment = b"*/" not in stripped
+        elif stripped.startswith(b"/*"):
+            in_comment = b"*/" not in stripped
+        elif stripped and not stripped.startswith((b"#", b"//")):
+            break
+        block.append(line)
+    return b"".join(block)
+
+
+def _pch_folder(source: Path, text: bytes, options: Sequence[str],
+                include_dirs: Sequence[Path]) -> Path:
+    """This process's precompiled-header folder for ``source`` compiled with ``options``:
+    named by the options, the source's leading include block and the content of every
+    local header the source includes (NVRTC would reuse a header made before an edit)."""
+    digest = hashlib.sha256(json.dumps([FORMAT, list(options)]).encode())
+    digest.update(_include_block(text))
+    for p in sources.local_headers([source], list(include_dirs)):
+        digest.update(f"\0{p}\0{sources.sha256(p)}".encode())
+    with _PCH_GUARD:
+        if not _PCH_ROOT:
+            root = Path(tempfile.mkdtemp(prefix="jit_loader_nvrtc_pch_"))
+            import atexit
+
+            atexit.register(shutil.rmtree, root, True)
+            _PCH_ROOT.append(root)
+        folder = _PCH_ROOT[0] / digest.hexdigest()[:20]
+        _PCH_LOCKS.setdefault(folder, threading.Lock())
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def _run_with_pch(source: Path, text: bytes, names: Sequence[str], options: Sequence[str],
+                  include_dirs: Sequence[Path], want_cubin: bool):
+    """:func:`_run_nvrtc`, through this process's precompiled header of the source's
+    include block when NVRTC can make one (one compile at a time per header)."""
+    if not pch_enabled():
+        return _run_nvrtc(source, text, names, options, want_cubin)
+    try:
+        folder = _pch_folder(source, text, options, include_dirs)
+    except OSError as e:  # no temporary folder: compile without the header
+        logger.debug("no NVRTC precompiled header for %s: %s", source, e)
+        return _run_nvrtc(source, text, names, options, want_cubin)
+    with _PCH_LOCKS[folder]:
+        status, log, image, lowered = _run_nvrtc(
+            source, text, names, [*options, "--pch", f"--pch-dir={folder}"], want_cubin)
+    # NVRTC's notes on the header ("creating/using precompiled header file ...") are
+    # not the user's business.
+    log = "\n".join(line for line in log.splitlines()
+                     if "precompiled header file" not in line or "error" in line)
+    return status, log, image, lowered
+
+
+def warm_for_op(name: str, op_dir: Path, *, opts: dict | None = None,
+                arch: str | None = None) -> bool:
+    """Make this process's precompiled header of the op's ``.cu`` now (a compile with no
+    kernels), so that the first kernel edit compiles in a tenth of the time; False when
+    there is nothing to make (no single ``.cu``, NVRTC or its headers missing)."""
+    from jit_tools import key as keys
+
+    cus = sorted(Path(op_dir).glob("*.cu"))
+    if len(cus) != 1 or not pch_enabled() or why_unavailable():
+        return False
+    opts = opts or {}
+    cfg = keys.config(name, Path(op_dir), opts, cus)
+    if not cfg["with_cuda"]:
+        return False
+    flags = [token for flag in cfg["cuda_cflags"] for token in shlex.split(flag)]
+    include_dirs = keys.include_dirs(Path(op_dir), opts)
+    options = _options(arch or first_arch(cfg["cuda_arch"]), include_dirs, flags)
+    source = cus[0].resolve()
+    status, _, _, _ = _run_with_pch(source, source.read_bytes(), [], options, include_dirs,
+                                    False)
+    return status == 0
 
 
 def first_arch(arch_list: str) -> str:

@@ -122,26 +122,29 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
     if state.snapshot and not sources.snapshot_changed(state.snapshot):
         return False
     started = time.perf_counter()
-    key, config, compiled_sources, inputs = keys.compute_key(
-        state.name, state.op_dir, state.options, state.sources)
-    snapshot = sources.snapshot(state.op_dir if state.sources is None else None, inputs,
-                                surface_file(state))
-    if key == state.key:
-        state.snapshot = snapshot
-        if state.swapped is None:
-            return False
-        hotswap.restore(state)  # back to the sources of the live build: its own kernels
-        state.swapped = None
-        state.info = dataclasses.replace(state.info, key=key, swapped_over=None)
-        return True
-    if state.key is not None and state.info is not None and hotswap.try_swap(
-            state, key, config, compiled_sources, inputs):
-        # The live library runs kernels of the new sources; its key stays the build's.
-        state.swapped, state.snapshot = key, snapshot
-        state.info = dataclasses.replace(
-            state.info, key=key, compiled=False, seconds=time.perf_counter() - started,
-            log_path=None, swapped_over=state.key)
-        return True
+    # The key, the ABI check and a kernel swap read the same sources: each file's includes
+    # are found once.
+    with sources.one_scan():
+        key, config, compiled_sources, inputs = keys.compute_key(
+            state.name, state.op_dir, state.options, state.sources)
+        snapshot = sources.snapshot(state.op_dir if state.sources is None else None, inputs,
+                                    surface_file(state))
+        if key == state.key:
+            state.snapshot = snapshot
+            if state.swapped is None:
+                return False
+            hotswap.restore(state)  # back to the sources of the live build: its own kernels
+            state.swapped = None
+            state.info = dataclasses.replace(state.info, key=key, swapped_over=None)
+            return True
+        if state.key is not None and state.info is not None and hotswap.try_swap(
+                state, key, config, compiled_sources, inputs):
+            # The live library runs kernels of the new sources; its key stays the build's.
+            state.swapped, state.snapshot = key, snapshot
+            state.info = dataclasses.replace(
+                state.info, key=key, compiled=False, seconds=time.perf_counter() - started,
+                log_path=None, swapped_over=state.key)
+            return True
     compiled = False
     log_path = None
     corrupt_retries = changed_retries = 0

@@ -234,12 +234,26 @@ def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[bool, str]
     return proc.returncode == 0, shlex.join(cmd) + "\n" + proc.stdout + proc.stderr
 
 
+# Flags that change how well code runs or what the compiler says, never what it means:
+# optimisation level, debug information, warnings. The glue (a few functions the loader
+# calls once per load) is compiled without them, so one glue object serves every such
+# flag set: a build that adds -O2 or -g to flags built before compiles no glue.
+_GLUE_NEUTRAL = re.compile(r"^(-O\S*|-g\S*|-W(?![la],)\S*|-w|-pedantic\S*)$")
+
+
+def glue_flags(flags: list[str]) -> list[str]:
+    """The op's common flags less those that cannot change the glue (:data:`_GLUE_NEUTRAL`)."""
+    return [f for f in flags if not _GLUE_NEUTRAL.match(f)]
+
+
 def glue_object(root: Path, cxx: str, flags: list[str], post: str,
                 launcher: list[str], env: dict | None = None,
                 source: Path = keys.GLUE_SOURCE, now: bool = True) -> Path | None:
     """The glue (``source``: the ATen one or the stable ABI's) compiled once for these
-    flags: the path of its object file."""
+    flags (less the neutral ones, :func:`glue_flags`): the path of its object file."""
     kind = "glue" if source == keys.GLUE_SOURCE else "stable-glue" + abis.STABLE_SUPPORT_HASH
+    flags = glue_flags(flags)
+    post = shlex.join(glue_flags(shlex.split(post)))
     folder = shared_dir(root) / f"glue-{_piece_key(kind, cxx, flags, post)}"
 
     def make(tmp: Path):

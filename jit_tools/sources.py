@@ -4,9 +4,11 @@ include, and a cheap snapshot (mtime, size) that tells whether any of them chang
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -82,28 +84,59 @@ def walk_sources(op_dir: Path) -> list[Path]:
     return found
 
 
+_SCAN = threading.local()
+
+
+@contextlib.contextmanager
+def one_scan():
+    """Within the block (in this thread), :func:`local_headers` reads and resolves each
+    file's includes once: a load looks at the same sources for the key, the ABI and a
+    kernel swap. Not across a build, during which files may change."""
+    outer = getattr(_SCAN, "memo", None)
+    if outer is None:
+        _SCAN.memo = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _SCAN.memo = None
+
+
+def _includes(path: Path, include_dirs: tuple[Path, ...]) -> list[Path] | None:
+    """The local files ``path`` includes, resolved; None when it cannot be read."""
+    memo = getattr(_SCAN, "memo", None)
+    if memo is not None and (path, include_dirs) in memo:
+        return memo[path, include_dirs]
+    try:
+        text = path.read_bytes()
+    except OSError:
+        found = None
+    else:
+        found = []
+        for match in _INCLUDE_RE.finditer(text):
+            name = match.group(1).decode(errors="replace")
+            for base in (path.parent, *include_dirs):
+                cand = base / name
+                if cand.is_file():
+                    found.append(cand.resolve())
+                    break
+    if memo is not None:
+        memo[path, include_dirs] = found
+    return found
+
+
 def local_headers(sources: Iterable[Path], include_dirs: Sequence[Path]) -> list[Path]:
     """Headers reachable through #include from ``sources`` that live in local folders."""
+    dirs = tuple(include_dirs)
     seen: set[Path] = set()
     stack = list(sources)
     headers: list[Path] = []
     while stack:
-        path = stack.pop()
-        try:
-            text = path.read_bytes()
-        except OSError:
-            continue
-        for match in _INCLUDE_RE.finditer(text):
-            name = match.group(1).decode(errors="replace")
-            for base in (path.parent, *include_dirs):
-                cand = (base / name)
-                if cand.is_file():
-                    cand = cand.resolve()
-                    if cand not in seen:
-                        seen.add(cand)
-                        headers.append(cand)
-                        stack.append(cand)
-                    break
+        for cand in _includes(stack.pop(), dirs) or ():
+            if cand not in seen:
+                seen.add(cand)
+                headers.append(cand)
+                stack.append(cand)
     return sorted(headers)
 
 

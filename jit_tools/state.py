@@ -64,6 +64,8 @@ class OpState:
     swapped: str | None = None
     # The background Ninja build of the swapped key, while one was started.
     background: Any = None
+    # The thread making the op's NVRTC precompiled header ahead of a first kernel edit.
+    warming: Any = None
 
 
 # One re-entrant lock serialises loads in this process: an op's Python surface calls

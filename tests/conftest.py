@@ -37,3 +37,21 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(params=DEVICES)
 def device(request) -> str:
     return request.param
+
+
+@pytest.fixture
+def nvrtc_logs(monkeypatch) -> list[str]:
+    """The log of every NVRTC compile the test runs, in order (through the precompiled
+    header, its notes say whether one was made or used)."""
+    from jit_tools import nvrtc
+
+    logs: list[str] = []
+    real = nvrtc._run_nvrtc
+
+    def recording(source, text, names, options, want_cubin):
+        result = real(source, text, names, options, want_cubin)
+        logs.append(result[1])
+        return result
+
+    monkeypatch.setattr(nvrtc, "_run_nvrtc", recording)
+    return logs

@@ -268,3 +268,17 @@ def test_gold_probe_gets_past_a_dangling_libstdcxx_link(tmp_path, monkeypatch):
     assert "libstdc++.so.6" in needed
     # The piece is reused: a second call answers from it.
     assert shared.fast_linker(tmp_path / "cache", str(compiler), obj, ldflags) == flags
+
+
+def test_one_glue_serves_flag_sets_that_differ_in_optimisation_debug_or_warnings(tmp_path):
+    """The glue is compiled without -O/-g/-W flags, so a build that adds -O2 to flags built
+    before finds its glue; flags that can change what code means keep glues apart."""
+    def glue_name(flags: list[str]) -> str:
+        with pytest.raises(shared.Missing) as info:
+            shared.glue_object(tmp_path, "c++", ["-fPIC", "-std=c++17", *flags], "", [], now=False)
+        return str(info.value)
+
+    base = glue_name([])
+    assert glue_name(["-O2"]) == glue_name(["-O3", "-g", "-Wall", "-Wno-unused"]) == base
+    for meaningful in (["-DVARIANT_A"], ["-fno-rtti"], ["-D_GLIBCXX_USE_CXX11_ABI=0"], ["-std=c++20"]):
+        assert glue_name(meaningful) != base, meaningful

@@ -303,3 +303,39 @@ def test_jit_loader_nvrtc_0_builds_a_kernel_edit(gpu_probe, monkeypatch):
     assert op.reload()
     assert builds == [True] and op.build.compiled and op.build.swapped_over is None
     torch.testing.assert_close(forward(x), before + 1)
+
+
+def test_only_edit_sessions_warm_the_nvrtc_header(monkeypatch):
+    monkeypatch.delenv("JIT_LOADER_NVRTC_WARM", raising=False)
+    monkeypatch.setattr(hotswap, "_EDIT_SESSION", [])
+    assert not hotswap.interactive()  # a script, a training job: no NVRTC before an edit
+    monkeypatch.setattr(hotswap, "gpu_visible", lambda: False)
+    hotswap.expect_kernel_edits()  # what the notebook extension says
+    assert hotswap.interactive()
+    monkeypatch.setenv("JIT_LOADER_NVRTC_WARM", "0")
+    assert not hotswap.interactive()
+    monkeypatch.setenv("JIT_LOADER_NVRTC_WARM", "1")
+    hotswap.expect_kernel_edits(False)
+    assert hotswap.interactive()
+
+
+@pytest.mark.cuda
+def test_a_warmed_header_serves_the_first_kernel_edit(tmp_path, monkeypatch, request):
+    from jit_tools import nvrtc
+
+    if not nvrtc.pch_enabled():
+        pytest.skip(f"NVRTC {nvrtc.version()} makes no precompiled headers")
+    monkeypatch.setenv("JIT_LOADER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("JIT_LOADER_NVRTC_WARM", "1")
+    plan = scaffold.create(next(_NAMES), tmp_path, cuda=True)
+    op = jit_loader.load(plan.op_dir)
+    forward = getattr(torch.ops, op.name).forward
+    x = torch.randn(1000, device="cuda")
+    before = forward(x)
+    hotswap.wait_for_warm(op._state)
+    logs = request.getfixturevalue("nvrtc_logs")  # the compiles from here on
+    edit(plan.op_dir / f"{op.name}_cuda.cu", FORWARD_BODY, PLUS_ONE)
+    assert op.reload() and op.build.swapped_over is not None
+    torch.testing.assert_close(forward(x), before + 1)
+    assert len(logs) == 1 and "using precompiled header" in logs[0], logs
+    hotswap.wait_for_background(op._state)

@@ -11,6 +11,8 @@ body and refuses a changed signature, on the kernels of an nvcc build.
 
 from __future__ import annotations
 
+import ctypes
+
 import shutil
 
 import pytest
@@ -25,12 +27,16 @@ FORWARD_BODY = "y[i] = ops_common::from_acc<T>(forward(ops_common::to_acc(x[i]))
 
 
 @pytest.mark.skipif(not CAN_BUILD_CUDA, reason="CUDA sources are not built here")
-def test_every_op_library_has_the_kernel_table_switched_off_without_a_gpu():
+def test_a_loaded_op_tracks_its_kernels_and_records_none_without_a_launch():
     op = jit_loader.load("gelu")
     lib = kernels._library(op)
-    if hotswap.gpu_visible():  # the loader tracks kernels where a GPU is visible
+    lib.jit_loader_kernel_count.restype = ctypes.c_int
+    if hotswap.gpu_visible():  # launches record their kernels
         return
-    assert lib.jit_loader_kernel_count() == 0  # nothing recorded while the table is off
+    # The table is on (the load path does not start CUDA to ask for a GPU), but a process
+    # without a GPU launches nothing, so it records nothing.
+    assert lib.jit_loader_kernel_count() == 0
+    assert kernels.launched(op) == []
 
 
 def test_jit_loader_nvrtc_0_refuses_a_swap(monkeypatch):

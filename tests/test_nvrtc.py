@@ -113,19 +113,12 @@ def test_an_nvrtc_error_names_the_users_file_and_line(tmp_path):
 
 
 @needs_cuda_build
-def test_unchanged_inputs_compile_once_and_a_header_edit_compiles_again(tmp_path, monkeypatch):
+def test_unchanged_inputs_compile_once_and_a_header_edit_compiles_again(tmp_path, nvrtc_logs):
     op_dir = tmp_path / "gelu"
     shutil.copytree(sources.OPS_DIR / "gelu", op_dir)
     cu = op_dir / "gelu_cuda.cu"
     name = "ops_common::elementwise_kernel<4, 2, ops_common::PointwiseApply<gelu_op::Forward, float>, float, 1>"
-    runs = []
-    real = nvrtc._run_nvrtc
-
-    def counting(*args, **kwargs):
-        runs.append(args[0])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(nvrtc, "_run_nvrtc", counting)
+    runs = nvrtc_logs  # one per NVRTC call
 
     def compile_once():
         return nvrtc.compile_for_op("gelu", op_dir, cu, [name], arch=ARCH, cache_dir=tmp_path / "c")
@@ -157,3 +150,69 @@ def test_a_scaffolded_op_compiles_through_nvrtc(tmp_path):
                                    cache_dir=tmp_path / "c")
     assert set(kernels.lowered) == set(names)
     assert "14forward_kernelIfE" in kernels.lowered[names[0]]
+
+
+PROBE_SOURCE = ('#include "probe.h"\n#include <type_traits>\n'
+                'extern "C" __global__ void probe_kernel(float* y) { y[0] = PROBE_SCALE * 3.0f; }\n')
+
+
+def _probe_compile(folder: Path, cache: Path) -> nvrtc.Kernels:
+    return nvrtc.compile_kernels(folder / "probe.cu", ["probe_kernel"], arch=ARCH, cache_dir=cache,
+                                 include_dirs=[folder])
+
+
+@needs_cuda_build
+def test_the_precompiled_header_gives_the_same_kernels_and_follows_header_edits(tmp_path, monkeypatch):
+    """NVRTC reuses an automatic precompiled header without looking at its headers again:
+    the loader's must give the kernels a compile without one gives, also after an edit of
+    a header inside the source's include block."""
+    if not nvrtc.pch_enabled():
+        pytest.skip(f"NVRTC {nvrtc.version()} makes no precompiled headers")
+    (tmp_path / "probe.cu").write_text(PROBE_SOURCE)
+    header = tmp_path / "probe.h"
+
+    def plain(cache: str) -> bytes:
+        with monkeypatch.context() as m:
+            m.setenv("JIT_LOADER_NVRTC_PCH", "0")
+            return _probe_compile(tmp_path, tmp_path / cache).image
+
+    images = []
+    for scale in ("1.0f", "2.0f"):
+        header.write_text(f"#pragma once\n#define PROBE_SCALE {scale}\n")
+        made = _probe_compile(tmp_path, tmp_path / f"made-{scale}")
+        used = _probe_compile(tmp_path, tmp_path / f"used-{scale}")
+        assert not made.cached and not used.cached
+        assert made.image == used.image == plain(f"plain-{scale}"), scale
+        assert "precompiled header" not in made.log + used.log
+        images.append(made.image)
+    assert images[0] != images[1]
+    assert len(list(nvrtc._PCH_ROOT[0].glob("*/*.pch"))) >= 2
+
+
+@needs_cuda_build
+def test_warming_makes_the_header_the_first_kernel_edit_uses(tmp_path, request):
+    if not nvrtc.pch_enabled():
+        pytest.skip(f"NVRTC {nvrtc.version()} makes no precompiled headers")
+    op_dir = tmp_path / "gelu"
+    shutil.copytree(sources.OPS_DIR / "gelu", op_dir)
+    assert nvrtc.warm_for_op("gelu", op_dir, arch=ARCH)
+    logs = request.getfixturevalue("nvrtc_logs")  # the compiles from here on
+    cu = op_dir / "gelu_cuda.cu"
+    cu.write_text(cu.read_text() + "\n__device__ float an_edit(float v) { return v; }\n")
+    name = "ops_common::elementwise_kernel<4, 2, ops_common::PointwiseApply<gelu_op::Forward, float>, float, 1>"
+    nvrtc.compile_for_op("gelu", op_dir, cu, [name], arch=ARCH, cache_dir=tmp_path / "c")
+    assert len(logs) == 1 and "using precompiled header" in logs[0], logs
+
+
+@needs_cuda_build
+def test_without_a_temporary_folder_nvrtc_compiles_without_the_header(tmp_path, monkeypatch):
+    (tmp_path / "probe.cu").write_text(PROBE_SOURCE)
+    (tmp_path / "probe.h").write_text("#pragma once\n#define PROBE_SCALE 1.0f\n")
+    monkeypatch.setattr(nvrtc, "_PCH_ROOT", [])
+
+    def no_folder(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", "/tmp")
+
+    monkeypatch.setattr(nvrtc.tempfile, "mkdtemp", no_folder)
+    kernels = _probe_compile(tmp_path, tmp_path / "c")
+    assert kernels.image[:4] == b"\x7fELF" and not nvrtc._PCH_ROOT

@@ -7,8 +7,9 @@
 // conversions of cpu_convert.h, and computed with the fast exp (kFastMath), as on CUDA.
 // The loop runs in blocks of kCpuBlock elements, unrolled: an op's math is one long
 // dependent chain per vector (an exp and a division), and a block gives the core several
-// independent chains to overlap (sigmoid: 1.28x the speed of one vector at a time on the
-// 2-core AMD EPYC development machine).
+// independent chains to overlap (sigmoid: faster than one vector at a time on the 2-core
+// AMD EPYC development machine; the loops' figures: experiments/RESULTS.md, "sigmoid and
+// GELU").
 #include <torch/csrc/stable/ops.h>
 #include <torch/headeronly/util/BFloat16.h>
 #include <torch/headeronly/util/Half.h>
@@ -141,4 +142,29 @@ void parallel_map(int64_t n, scalar_t* out, const In*... in) {
   });
 }
 
+// The loops common/pointwise.h declares for the host side.
+template <typename Op, typename T>
+void map_cpu(int64_t n, T* out, const T* in) {
+  parallel_map<Op>(n, out, in);
+}
+
+template <typename Op, typename T>
+void map_cpu(int64_t n, T* out, const T* a, const T* b) {
+  parallel_map<Op>(n, out, a, b);
+}
+
 }  // namespace ops_common
+
+// Compiles map_cpu for one op's math in every floating dtype the host side dispatches
+// to, with one input (a forward) or two (a backward: grad and the saved tensor).
+#define OPS_INSTANTIATE_CPU_TYPE(Op, T, ...) \
+  template void ops_common::map_cpu<Op, T>(int64_t, T*, __VA_ARGS__);
+#define OPS_INSTANTIATE_CPU_TYPES(Op, INPUTS)              \
+  OPS_INSTANTIATE_CPU_TYPE(Op, float, INPUTS(float))       \
+  OPS_INSTANTIATE_CPU_TYPE(Op, double, INPUTS(double))     \
+  OPS_INSTANTIATE_CPU_TYPE(Op, c10::Half, INPUTS(c10::Half)) \
+  OPS_INSTANTIATE_CPU_TYPE(Op, c10::BFloat16, INPUTS(c10::BFloat16))
+#define OPS_CPU_ONE_INPUT(T) const T*
+#define OPS_CPU_TWO_INPUTS(T) const T*, const T*
+#define OPS_INSTANTIATE_CPU_UNARY(Op) OPS_INSTANTIATE_CPU_TYPES(Op, OPS_CPU_ONE_INPUT)
+#define OPS_INSTANTIATE_CPU_BINARY(Op) OPS_INSTANTIATE_CPU_TYPES(Op, OPS_CPU_TWO_INPUTS)

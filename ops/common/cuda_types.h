@@ -7,10 +7,10 @@
 // ATen's types to them). They are storage, not arithmetic: a kernel loads them with
 // to_acc, computes in float and stores with from_acc (common/cuda_convert.cuh). They
 // stand in for cuda_fp16.h and cuda_bf16.h, whose ten thousand lines every phase of nvcc
-// parses again on every edit of a .cu (half a second of each rebuild on the 2-core
-// machine, experiments/RESULTS.md). A kernel that wants CUDA's 16-bit intrinsics includes
-// those headers itself and moves the bits across (__ushort_as_half(h.bits),
-// __half_as_ushort, and the bfloat16 pair).
+// parses again on every edit of a .cu (a part of every rebuild: experiments/RESULTS.md,
+// "Measurements behind the build's decisions"). A kernel that wants CUDA's 16-bit
+// intrinsics includes those headers itself and moves the bits across
+// (__ushort_as_half(h.bits), __half_as_ushort, and the bfloat16 pair).
 // Torch-free and usable from host code (an op's *_cuda.cpp sizes its workspaces with it).
 #include <cstdint>
 

@@ -11,13 +11,22 @@
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/Dispatch_v2.h>
 
-#include "common/cpu_loops.h"
+#include <cstdint>
+
 #include "common/stable_checks.h"
 #include "common/stable_ops.h"  // OPS_DISPATCH_FLOATING
 
 namespace ops_common {
 
 using torch::stable::Tensor;
+
+// out[i] = Op::apply(in[i]...) over n contiguous elements on all threads: the CPU loops,
+// compiled in the op's own CPU kernel unit (<op>_cpu.cpp, OPS_INSTANTIATE_CPU_UNARY or
+// _BINARY of common/cpu_loops.h), so that an edit of the host unit compiles no loop.
+template <typename Op, typename T>
+void map_cpu(int64_t n, T* out, const T* in);
+template <typename Op, typename T>
+void map_cpu(int64_t n, T* out, const T* a, const T* b);
 
 inline void check_pointwise_input(const char* op, const char* name, const Tensor& t) {
   OP_CHECK_FLOATING(op, name, t);
@@ -38,7 +47,7 @@ Tensor pointwise_forward_cpu(const Tensor& x) {
   const Tensor xc = torch::stable::contiguous(x);
   Tensor y = torch::stable::empty_like(xc);
   OPS_DISPATCH_FLOATING(xc.scalar_type(), Op::kName, [&] {
-    parallel_map<Op>(xc.numel(), y.mutable_data_ptr<scalar_t>(), xc.const_data_ptr<scalar_t>());
+    map_cpu<Op>(xc.numel(), y.mutable_data_ptr<scalar_t>(), xc.const_data_ptr<scalar_t>());
   });
   return y;
 }
@@ -51,8 +60,8 @@ Tensor pointwise_backward_cpu(const Tensor& grad, const Tensor& saved) {
   const Tensor sc = torch::stable::contiguous(saved);
   Tensor dx = torch::stable::empty_like(sc);
   OPS_DISPATCH_FLOATING(sc.scalar_type(), Op::kName, [&] {
-    parallel_map<Op>(sc.numel(), dx.mutable_data_ptr<scalar_t>(), gc.const_data_ptr<scalar_t>(),
-                     sc.const_data_ptr<scalar_t>());
+    map_cpu<Op>(sc.numel(), dx.mutable_data_ptr<scalar_t>(), gc.const_data_ptr<scalar_t>(),
+                sc.const_data_ptr<scalar_t>());
   });
   return dx;
 }

@@ -5,11 +5,12 @@
 // bits per tensor (float4, 8 x bf16) for kElementwiseUnroll independent steps before it
 // computes. The grid has one block per kElementwiseThreads x kElementwiseUnroll vectors,
 // so each thread makes one pass; the grid-stride loop only matters past 2^31 blocks.
-// A grid capped at one wave of resident blocks, each looping over the tensor, ran at
-// 91-92% of clone() on an H200 even for the identity; one pass per thread at 98-99.7%
-// (experiments/pointwise_variants.py, results in experiments/RESULTS.md). The n % width
-// tail runs element by element; a pointer that is not 16-byte aligned (a tensor with a
-// storage offset) sends the whole launch down the same loop with width 1.
+// A grid capped at one wave of resident blocks, each looping over the tensor, fell short
+// of clone() on an H200 even for the identity, where one pass per thread comes close to it
+// (experiments/pointwise_variants.py; figures in experiments/RESULTS.md, "sigmoid and
+// GELU"). The n % width tail runs element by element; a pointer that is not 16-byte
+// aligned (a tensor with a storage offset) sends the whole launch down the same loop with
+// width 1.
 // Torch-free: an op's .cu instantiates its launchers with OPS_INSTANTIATE_UNARY/BINARY
 // (declared for its host side in common/pointwise_launch.h).
 #include <cuda_runtime.h>

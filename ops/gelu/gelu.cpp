@@ -1,6 +1,6 @@
-// gelu, the sigmoid approximation x * sigmoid(1.702 x): schema and CPU kernels. The
-// math is in gelu.h, the loops and checks are the shared pointwise ones
-// (common/pointwise.h).
+// gelu, the sigmoid approximation x * sigmoid(1.702 x): schema and CPU host side (checks,
+// layout, dtype dispatch; common/pointwise.h). The math is in gelu.h; the CPU loops over it
+// are compiled in gelu_cpu.cpp.
 #include <torch/csrc/stable/library.h>
 
 #include "common/pointwise.h"

@@ -303,8 +303,8 @@ __device__ __forceinline__ void tile_origin(int64_t tile, const Tiles& t, int64_
 
 // A store that marks its lines evict-first (st.global.cs): the forward's result is not
 // read again, and keeping it out of L2 leaves room for the source rows that neighbouring
-// tiles share. On an H100, 2x upscaling of (8, 64, 128, 128): fp32 73.7 -> 70.2 us, bf16
-// 57.2 -> 47.4 us.
+// tiles share. Faster for 2x upscaling on an H100, in fp32 and more so in bf16 (the
+// kernel's figures: experiments/RESULTS.md, "Bilinear resize").
 template <typename P>
 __device__ __forceinline__ void store_streaming(P* out, const P& p) {
   if constexpr (sizeof(P) == 32) {
@@ -408,7 +408,7 @@ forward_tile_kernel(const T* __restrict__ input, T* __restrict__ output, Geometr
 
 // kReaders: output columns that may read one input column (2x upscaling: 4); a column with
 // more takes the loop with run-time bounds.
-// Registers capped for 8 resident blocks: 10-25% faster here.
+// Registers capped for 8 resident blocks: faster here (experiments/RESULTS.md).
 template <typename T, typename acc, int kReaders>
 __global__ void __launch_bounds__(kTileThreads, 8)
 backward_tile_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_input, Geometry g,
@@ -1027,11 +1027,11 @@ bool backward_rows(const T* grad_output, T* grad_input, const Geometry& g, const
   if (g.channels != 1 || g.in_w < kMinTileLen) return false;
   if (!(cols.scale > 0) || !(rows.scale > 0)) return false;
   // Upscaling in x (a tile's output columns make 216 or more tasks of 8 rows): 8-row
-  // tasks with 4 rows' loads ahead and registers capped for 4 resident blocks, 2x (8, 64,
-  // 128, 128) fp32 105 us against 110 us with 4-row tasks and one row ahead; 1.5x 63.8
-  // against 74.9 us. Fewer columns (downscaling): 4-row tasks keep the block busy, and the
-  // deeper prefetch was slower there (7:3: 70 against 64 us). double keeps the 4-row tasks:
-  // capped at 56 registers it would spill.
+  // tasks with 4 rows' loads ahead and registers capped for 4 resident blocks, faster than
+  // 4-row tasks with one row ahead at 2x and 1.5x in fp32. Fewer columns (downscaling):
+  // 4-row tasks keep the block busy, and the deeper prefetch was slower there (7:3).
+  // double keeps the 4-row tasks: capped at 56 registers it would spill. Figures:
+  // experiments/RESULTS.md.
   if constexpr (sizeof(T) <= 4) {
     const int64_t groups = row_tile_width(cols.scale) / 4;
     if (64 / 8 * groups >= 3 * kRowsThreads / 4 &&
@@ -1049,19 +1049,18 @@ bool forward_tiled(const T* input, T* output, const Geometry& g, const AxisMap<a
   if (s.out_row < kMinTileLen) return false;
   const double scale = rows.scale;
   // Output rows y..y+r-1 read source rows floor(src(y))..floor(src(y+r-1))+1.
-  // 64 rows: 82 us for 2x upscaling of (8, 64, 128, 128) fp32 on an H100, 16 rows 111 us
-  // (per-tile setup and barriers per byte); 128 rows gained nothing.
+  // 64 rows: faster than 16 for 2x upscaling on an H100 (less per-tile setup and fewer
+  // barriers per byte); 128 rows gained nothing. Figures: experiments/RESULTS.md.
   Tiles t = plan_tiles<acc>(g.planes, s.out_row, g.out_h, 64, kMaxTileBytes,
                             [scale](int r) { return int64_t(std::ceil((r - 1) * scale)) + 3; });
   if (t.rows == 0) return false;
   t.vector = t.vector && reinterpret_cast<uintptr_t>(output) % (4 * sizeof(T)) == 0;
   const size_t shared = size_t(t.cap) * kTileCols * sizeof(acc);
   const unsigned int grid = static_cast<unsigned int>(ops_common::min_of<int64_t>(t.count, INT32_MAX));
-  // 16-bit types: capping registers for 8 resident blocks was 10% faster; 4-byte types
-  // were 7% slower with it.
   // Register caps for more resident blocks, measured on an H100 at 2x upscaling of
-  // (8, 64, 128, 128): 16-bit types 8 blocks (10% faster than none); 4-byte types 5 blocks
-  // (48 registers, no spills: 73.7 us against 81.0 us uncapped, 75.2 us at 4 blocks).
+  // (8, 64, 128, 128): 16-bit types 8 blocks, faster than none; 4-byte types 5 blocks (48
+  // registers, no spills), faster than uncapped or 4 blocks, where 8 made them slower.
+  // Figures: experiments/RESULTS.md.
   constexpr int kMinBlocks = sizeof(T) == 2 ? 8 : sizeof(T) == 4 ? 5 : 1;
   err = ops_common::launch(forward_tile_kernel<T, acc, kMinBlocks>, grid, kTileThreads, shared, stream,
                            input, output, g, s, rows, cols, t);
@@ -1137,13 +1136,13 @@ cudaError_t forward(const T* input, T* output, const Geometry& g, const AxisMap<
                     const AxisMap<acc>& cols, cudaStream_t stream) {
   if (g.planes * g.channels == 0) return cudaSuccess;
   // Tiles up to 2 source rows per output row: past that their x pass also computes source
-  // rows that no output row reads (7:3 NCHW: 11% slower than the column kernel).
+  // rows that no output row reads (7:3 NCHW: slower than the column kernel).
   cudaError_t err = cudaSuccess;
   if (rows.scale <= acc(2) && forward_tiled(input, output, g, rows, cols, stream, err)) {
     return err;
   }
   // The column kernels: short rows, steep downscaling. Staging pays when downscaling (each
-  // output row needs fresh source rows: 1.37x faster for 7:3 NCHW on an H200, on par for
+  // output row needs fresh source rows: faster for 7:3 NCHW on an H200, on par for
   // channels_last); when upscaling, consecutive output rows reuse the last source rows, and
   // the streamed loop, with fewer instructions and registers, was faster.
   if (rows.scale < acc(1)) return forward_with_stage<1, false>(input, output, g, rows, cols, stream);
@@ -1173,9 +1172,9 @@ cudaError_t backward_with(const T* grad_output, T* grad_input, const Geometry& g
 
 // The channels_last vector kernel: channels a multiple of 16 bytes, both buffers aligned to
 // 16 bytes. 16 input rows per thread (fewer output rows read twice at the blocks' edges),
-// halved while fewer than kMinVecThreads threads would run. On an H100, 2x upscaling of
-// (8, 64, 128, 128) fp32: 64 us, 8 rows 68.5 us, 4 rows 72 us, 32 rows 72 us; the tile
-// kernel it replaces took 96 us; bf16 42 us (16 rows) against 84 us.
+// halved while fewer than kMinVecThreads threads would run. On an H100, at 2x upscaling,
+// 16 rows beat 4, 8 and 32, and the kernel beat the tile kernel it replaces in fp32 and
+// bf16 (its figures: experiments/RESULTS.md, "Bilinear resize").
 template <typename T, typename acc, int kBytes = 16>
 bool backward_vec(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
                   const AxisMap<acc>& cols, cudaStream_t stream, cudaError_t& err) {
@@ -1205,8 +1204,8 @@ bool backward_vec(const T* grad_output, T* grad_input, const Geometry& g, const 
 // The strip kernel: NCHW, 1/2.2 < x scale <= 1 (upscaling up to 2.2x along x; at most 5
 // output columns read an input column), y not downscaled, rows of whole 16-byte groups,
 // every strip's window within 256 columns (2 groups per lane; checked exactly for up to 64
-// strips per row). On an H100, 2x upscaling of (8, 64, 128, 128): fp32 82.7 us against
-// 105 us in the row tiles, bf16 74 against 94 us; 1.5x on par (63.7 against 63.6 us).
+// strips per row). On an H100 it beats the row tiles at 2x upscaling in fp32 and bf16 and
+// is on par at 1.5x (figures: experiments/RESULTS.md, "Bilinear resize").
 template <typename T, typename acc>
 bool backward_strips(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
                      const AxisMap<acc>& cols, cudaStream_t stream, cudaError_t& err) {
@@ -1225,8 +1224,8 @@ bool backward_strips(const T* grad_output, T* grad_input, const Geometry& g, con
         window = ops_common::max_of<int64_t>(window, end_reader(cols, x1 - 1) - (first_reader(cols, x0) & ~3));
       }
     }
-    // 3 groups per lane (interior strips at 2x) took 60.5 us for (2, 16, 256, 512) -> 2x
-    // fp32 where the row tiles take 55.8 us: those go to the row tiles.
+    // 3 groups per lane (interior strips at 2x) were slower than the row tiles for
+    // (2, 16, 256, 512) -> 2x fp32: those go to the row tiles.
     if (window > 256) return false;
     StripTasks t{};
     t.strips = strips;

@@ -1,5 +1,5 @@
-// sigmoid: schema and CPU kernels. The math is in sigmoid.h, the loops and checks are
-// the shared pointwise ones (common/pointwise.h).
+// sigmoid: schema and CPU host side (checks, layout, dtype dispatch; common/pointwise.h).
+// The math is in sigmoid.h; the CPU loops over it are compiled in sigmoid_cpu.cpp.
 #include <torch/csrc/stable/library.h>
 
 #include "common/pointwise.h"

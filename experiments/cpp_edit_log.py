@@ -1,0 +1,51 @@
+"""One C++ edit of a bundled op, timed, with the compile command the loader ran for it.
+
+    python -m experiments.cpp_edit_log sigmoid sigmoid.cpp [more units...]
+
+A copy of the op in a fresh cache is built with its shared pieces first
+(JIT_LOADER_SHARED_NOW=1, as bench_loader's edit rows), then each unit named gets a new
+function appended and the op is reloaded: the seconds of each reload and, from the build's
+log, the command that compiled the unit (which precompiled header, if any, it used).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str]) -> int:
+    name, units = argv[0], argv[1:]
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.update(JIT_LOADER_CACHE=str(Path(tmp) / "cache"), JIT_LOADER_SHARED_NOW="1")
+        import jit_loader
+
+        op_dir = Path(tmp) / name
+        shutil.copytree(ROOT / "ops" / name, op_dir, ignore=shutil.ignore_patterns("__pycache__"))
+        t = time.perf_counter()
+        op = jit_loader.load(op_dir)
+        print(f"{name}: cold build {time.perf_counter() - t:.2f} s")
+        for i, unit in enumerate(units):
+            src = op_dir / unit
+            src.write_text(src.read_text() + f"\nint cpp_edit_log_{i}() {{ return {i}; }}\n")
+            t = time.perf_counter()
+            op.reload()
+            seconds = time.perf_counter() - t
+            log = Path(op.build.log_path).read_text() if op.build.log_path else ""
+            lines = [line for line in log.splitlines() if f"/{unit} " in line or line.endswith(f"/{unit}")]
+            print(f"{name}: edit of {unit}: {seconds:.2f} s, compiled={op.build.compiled}")
+            for line in lines:
+                print("   ", " ".join(w for w in line.split() if "-include" in w or w.endswith(".h")
+                                    or "gch" in w or w.startswith("-O") or "ccache" in w))
+                print("    full:", line[:1500])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

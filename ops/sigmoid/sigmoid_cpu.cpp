@@ -1,0 +1,8 @@
+// sigmoid: the CPU loops over sigmoid.h's math (common/cpu_loops.h: vectorised, one clone per
+// CPU capability), for the host side in sigmoid.cpp. A unit of its own, so that an edit of
+// the schema or the host side compiles no loop, and an edit here no host code.
+#include "common/cpu_loops.h"
+#include "sigmoid.h"
+
+OPS_INSTANTIATE_CPU_UNARY(sigmoid_op::Forward)
+OPS_INSTANTIATE_CPU_BINARY(sigmoid_op::Backward)
