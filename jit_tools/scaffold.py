@@ -638,17 +638,9 @@ def _backward_fake(grad, x):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-def _setup_context(ctx, inputs, output):
-    (x,) = inputs
-    ctx.save_for_backward(x)
-
-
-def _backward(ctx, grad):
-    (x,) = ctx.saved_tensors
-    return torch.ops.$name.backward(grad, x)
-
-
-torch.library.register_autograd("$name::forward", _backward, setup_context=_setup_context, lib=LIB)
+# Autograd: the backward op of the incoming gradient and x. The loader's C++ autograd
+# kernel serves it where that is built (no Python per call), register_autograd elsewhere.
+jit_loader.register_autograd_op("$name::forward", "$name::backward", ["grad", "x"], lib=LIB)
 
 
 def $name(x: torch.Tensor) -> torch.Tensor:

@@ -132,13 +132,8 @@ def fields(schema: Schema) -> dict[str, str]:
         f"return tuple(torch.empty_like(t, memory_format=torch.contiguous_format)\n"
         f"                 for t in ({', '.join(tensors)}))"
         if multi else f"return torch.empty_like({first}, memory_format=torch.contiguous_format)")
-    f["setup_scalars"] = _lines([f"ctx.{a.name} = {a.name}" for a in schema.scalars], "    ")
-    f["setup_unpack"] = ", ".join(a.name for a in schema.arguments) + (
-        "," if len(schema.arguments) == 1 else "")
-    f["ctx_scalars"] = "".join(f", ctx.{a.name}" for a in schema.scalars)
-    f["grads_unpack"] = ", ".join(grads)
-    f["grads_return"] = ", ".join(grads + ["None"] * len(schema.scalars))
-    f["saved_unpack"] = ", ".join(tensors) + ("," if not multi else "")
+    f["backward_args"] = ", ".join(f'"{n}"' for n in ["grad", *(a.name for a in schema.arguments)])
+    f["gives"] = ", ".join(f'"{t}"' for t in tensors)
     # Reference.
     f["reference_grads"] = ", ".join(f"grad * scale * 2 * {t}.abs()" for t in tensors) + (
         "," if not multi else "")
@@ -492,20 +487,11 @@ def _backward_fake(grad, $arg_names):
     $fake_return
 
 
-# Autograd: one gradient per tensor argument (None for the scalars).
-def _setup_context(ctx, inputs, output):
-    $setup_unpack = inputs
-    ctx.save_for_backward($tensor_list)
-$setup_scalars
-
-
-def _backward(ctx, grad):
-    $saved_unpack = ctx.saved_tensors
-    $grads_unpack = torch.ops.$name.backward(grad, $tensor_list$ctx_scalars)
-    return $grads_return
-
-
-torch.library.register_autograd("$name::forward", _backward, setup_context=_setup_context, lib=LIB)
+# Autograd: the backward op takes the incoming gradient and every argument, and gives one
+# gradient per tensor argument (none for the scalars). The loader's C++ autograd kernel
+# serves it where that is built (no Python per call), register_autograd elsewhere.
+jit_loader.register_autograd_op("$name::forward", "$name::backward", [$backward_args],
+                                gives=[$gives], lib=LIB)
 
 
 def $name($py_params) -> torch.Tensor:

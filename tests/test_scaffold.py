@@ -200,7 +200,10 @@ def test_schema_op_follows_its_schema_builds_and_its_tests_pass(schema_op):
         assert check in host
     surface = (op_dir / "scaffold_rmsnorm.py").read_text()
     assert "def scaffold_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06)" in surface
-    assert "return x_grad, weight_grad, None" in surface  # one gradient per tensor, None for eps
+    # The backward op's arguments, and one gradient per tensor (none for eps).
+    assert ('jit_loader.register_autograd_op("scaffold_rmsnorm::forward", "scaffold_rmsnorm::backward", '
+            '["grad", "x", "weight", "eps"],\n                                gives=["x", "weight"], lib=LIB)'
+            in surface)
     assert "jit_loader.check_same_device(op, x=x, weight=weight)" in surface
     cu = (op_dir / "scaffold_rmsnorm_cuda.cu").read_text()
     assert not [h for h in re.findall(r'#include [<"]([^>"]+)[>"]', cu)
