@@ -458,6 +458,7 @@ for i in range(rounds):
     edit = f"\n__device__ float jit_bench_edit_{os.getpid()}_{i}(float v) {{ return v + {i}; }}\n"
     t = time.perf_counter()
     cu.write_text(original + edit)
+    kernels.LAST_SWAP.clear()
     op.reload()
     out["reload"].append(time.perf_counter() - t)
     out.setdefault("nvrtc", []).append(kernels.LAST_SWAP.get("compile_s", float("nan")))

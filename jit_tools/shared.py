@@ -238,7 +238,7 @@ def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[bool, str]
 # optimisation level, debug information, warnings. The glue (a few functions the loader
 # calls once per load) is compiled without them, so one glue object serves every such
 # flag set: a build that adds -O2 or -g to flags built before compiles no glue.
-_GLUE_NEUTRAL = re.compile(r"^(-O\S*|-g\S*|-W(?![la],)\S*|-w|-pedantic\S*)$")
+_GLUE_NEUTRAL = re.compile(r"^(-O\S*|-g\S*|-W(?![alp],)\S*|-w|-pedantic\S*)$")
 
 
 def glue_flags(flags: list[str]) -> list[str]:

@@ -280,5 +280,6 @@ def test_one_glue_serves_flag_sets_that_differ_in_optimisation_debug_or_warnings
 
     base = glue_name([])
     assert glue_name(["-O2"]) == glue_name(["-O3", "-g", "-Wall", "-Wno-unused"]) == base
-    for meaningful in (["-DVARIANT_A"], ["-fno-rtti"], ["-D_GLIBCXX_USE_CXX11_ABI=0"], ["-std=c++20"]):
+    for meaningful in (["-DVARIANT_A"], ["-fno-rtti"], ["-D_GLIBCXX_USE_CXX11_ABI=0"], ["-std=c++20"],
+                       ["-Wp,-DVARIANT_A"]):
         assert glue_name(meaningful) != base, meaningful
