@@ -52,15 +52,24 @@ SCHEMA_CHANGE = """
         .replace("at::Tensor forward_cpu(const at::Tensor& x) {{",
                  "at::Tensor forward_cpu(const at::Tensor& x, double scale) {{")
         .replace("  return y;\\n}}\\n\\nat::Tensor backward_cpu", "  return y * scale;\\n}}\\n\\nat::Tensor backward_cpu"))
-    py.write_text(py_text
-        .replace("def _forward_fake(x):", "def _forward_fake(x, scale=1.0):")
-        .replace("    (x,) = inputs\\n    ctx.save_for_backward(x)",
-                 "    x, scale = inputs\\n    ctx.save_for_backward(x)\\n    ctx.scale = scale")
-        .replace("    return torch.ops.sch_op.backward(grad, x)",
-                 "    return torch.ops.sch_op.backward(grad, x) * ctx.scale, None")
-        .replace("def sch_op(x: torch.Tensor) -> torch.Tensor:",
-                 "def sch_op(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:")
-        .replace("return torch.ops.sch_op.forward(x)", "return torch.ops.sch_op.forward(x, scale)"))
+    def edit(text, old, new):
+        assert old in text, old  # the scaffold's text this test edits
+        return text.replace(old, new)
+    # The gradient of the new argument's scaling is no op of its own: Python autograd.
+    autograd = (
+        "def _setup_context(ctx, inputs, output):\\n    x, scale = inputs\\n"
+        "    ctx.save_for_backward(x)\\n    ctx.scale = scale\\n\\n\\n"
+        "def _backward(ctx, grad):\\n    (x,) = ctx.saved_tensors\\n"
+        "    return torch.ops.sch_op.backward(grad, x) * ctx.scale, None\\n\\n\\n"
+        "torch.library.register_autograd(\\"sch_op::forward\\", _backward, "
+        "setup_context=_setup_context, lib=LIB)")
+    text = edit(py_text, "def _forward_fake(x):", "def _forward_fake(x, scale=1.0):")
+    text = edit(text, 'jit_loader.register_autograd_op("sch_op::forward", "sch_op::backward", ["grad", "x"], lib=LIB)',
+                autograd)
+    text = edit(text, "def sch_op(x: torch.Tensor) -> torch.Tensor:",
+                "def sch_op(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:")
+    text = edit(text, "return torch.ops.sch_op.forward(x)", "return torch.ops.sch_op.forward(x, scale)")
+    py.write_text(text)
     jit_loader.load(op_dir)
     out["schema"] = str(torch.ops.sch_op.forward.default._schema)
     out["new_call"] = torch.allclose(torch.ops.sch_op.forward(x, 3.0), 3 * x * x.abs())
