@@ -244,16 +244,12 @@ def warm_later(state) -> None:
         except Exception as e:  # noqa: BLE001 - a thread has no caller to raise to
             logger.debug("op %r: no NVRTC precompiled header made ahead (%s)", name, e)
 
-    thread = threading.Thread(target=run, name=f"jit_loader nvrtc header {name}", daemon=True)
-    state.warming = thread
-    thread.start()
+    _start(state, "warming", "nvrtc header", run)
 
 
 def wait_for_warm(state, timeout: float | None = None) -> None:
     """Wait for the op's precompiled header to be made, if that runs."""
-    thread = getattr(state, "warming", None)
-    if thread is not None:
-        thread.join(timeout)
+    _join(state, "warming", timeout)
 
 
 def try_swap(state, key: str, config: dict, compiled: list[Path], inputs: list[Path]) -> bool:
@@ -306,14 +302,23 @@ def build_later(state, key: str, config: dict, compiled: list[Path], inputs: lis
             logger.warning("op %r: the background build of %s failed: %s", name, key,
                            str(e).splitlines()[0] if str(e) else type(e).__name__)
 
-    thread = threading.Thread(target=run, name=f"jit_loader build {name}", daemon=True)
-    state.background = thread
-    thread.start()
+    _start(state, "background", "build", run)
 
 
 def wait_for_background(state, timeout: float | None = None) -> None:
     """Wait for the op's background build, if one runs."""
-    thread = getattr(state, "background", None)
+    _join(state, "background", timeout)
+
+
+def _start(state, attr: str, what: str, run) -> None:
+    """``run`` in a daemon thread, kept as ``state.<attr>`` for :func:`_join`."""
+    thread = threading.Thread(target=run, name=f"jit_loader {what} {state.name}", daemon=True)
+    setattr(state, attr, thread)
+    thread.start()
+
+
+def _join(state, attr: str, timeout: float | None) -> None:
+    thread = getattr(state, attr, None)
     if thread is not None:
         thread.join(timeout)
 
