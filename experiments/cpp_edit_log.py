@@ -20,6 +20,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _ninja_steps(cache: Path) -> list[str]:
+    """The steps of the newest .ninja_log under ``cache``, each as "seconds target", for a
+    reload's compile and link against its wall time."""
+    logs = sorted(cache.rglob(".ninja_log"), key=lambda p: p.stat().st_mtime)
+    if not logs:
+        return []
+    steps = []
+    for line in logs[-1].read_text().splitlines()[1:]:
+        parts = line.split("\t")
+        if len(parts) >= 4:
+            steps.append((int(parts[0]), int(parts[1]), parts[3]))
+    # The last run's steps: those after the largest gap in start times restart at 0.
+    last = [s for s in steps if s[0] >= 0]
+    return [f"{(end - start) / 1000:.2f} s (from {start / 1000:.2f}) {target}" for start, end, target in last[-4:]]
+
+
 def main(argv: list[str]) -> int:
     name, units = argv[0], argv[1:]
     with tempfile.TemporaryDirectory() as tmp:
@@ -40,6 +56,8 @@ def main(argv: list[str]) -> int:
             log = Path(op.build.log_path).read_text() if op.build.log_path else ""
             lines = [line for line in log.splitlines() if f"/{unit} " in line or line.endswith(f"/{unit}")]
             print(f"{name}: edit of {unit}: {seconds:.2f} s, compiled={op.build.compiled}")
+            for step in _ninja_steps(Path(tmp) / "cache"):
+                print("    ninja step:", step)
             for line in lines:
                 print("   ", " ".join(w for w in line.split() if "-include" in w or w.endswith(".h")
                                     or "gch" in w or w.startswith("-O") or "ccache" in w))
