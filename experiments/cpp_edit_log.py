@@ -1,17 +1,20 @@
 """One C++ edit of a bundled op, timed, with the compile command the loader ran for it.
 
-    python -m experiments.cpp_edit_log sigmoid sigmoid.cpp [more units...]
+    python -m experiments.cpp_edit_log sigmoid sigmoid.cpp [more units...] [--time-report]
 
 A copy of the op in a fresh cache is built with its shared pieces first
 (JIT_LOADER_SHARED_NOW=1, as bench_loader's edit rows), then each unit named gets a new
 function appended and the op is reloaded: the seconds of each reload and, from the build's
-log, the command that compiled the unit (which precompiled header, if any, it used).
+log, the command that compiled the unit (which precompiled header, if any, it used), the
+last Ninja steps, and with --time-report GCC's phases of that compile run again.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +39,29 @@ def _ninja_steps(cache: Path) -> list[str]:
     return [f"{(end - start) / 1000:.2f} s (from {start / 1000:.2f}) {target}" for start, end, target in last[-4:]]
 
 
+def _time_report(cache: Path, unit: str) -> list[str]:
+    """GCC's ``-ftime-report`` phases of the unit's compile command, rerun as Ninja ran it
+    (without ccache) in the newest work folder under ``cache``."""
+    works = sorted(cache.rglob("build.ninja"), key=lambda p: p.stat().st_mtime)
+    if not works:
+        return []
+    obj = Path(unit).stem + ".o"
+    command = subprocess.run(["ninja", "-t", "commands", obj], cwd=works[-1].parent,
+                             capture_output=True, text=True).stdout.strip().splitlines()
+    if not command:
+        return []
+    words = shlex.split(command[-1])
+    words = words[1:] if words[0].endswith("ccache") else words
+    words = [w for w in words if w not in ("-MMD", "-MF", obj + ".d")]
+    out = words.index("-o")
+    words[out + 1] = "/dev/null"
+    proc = subprocess.run([*words, "-ftime-report"], cwd=works[-1].parent, capture_output=True, text=True)
+    return [line for line in proc.stderr.splitlines() if "phase" in line or "TOTAL" in line]
+
+
 def main(argv: list[str]) -> int:
+    report = "--time-report" in argv
+    argv = [a for a in argv if a != "--time-report"]
     name, units = argv[0], argv[1:]
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.update(JIT_LOADER_CACHE=str(Path(tmp) / "cache"), JIT_LOADER_SHARED_NOW="1")
@@ -58,6 +83,8 @@ def main(argv: list[str]) -> int:
             print(f"{name}: edit of {unit}: {seconds:.2f} s, compiled={op.build.compiled}")
             for step in _ninja_steps(Path(tmp) / "cache"):
                 print("    ninja step:", step)
+            for line in _time_report(Path(tmp) / "cache", unit) if report else []:
+                print("    gcc:", line)
             for line in lines:
                 print("   ", " ".join(w for w in line.split() if "-include" in w or w.endswith(".h")
                                     or "gch" in w or w.startswith("-O") or "ccache" in w))
