@@ -11,7 +11,7 @@ Prints, for tiny fixture ops built in a private cache:
     same function through tvm_ffi.cpp.load_inline, cold and after an edit
     (apache-tvm-ffi, optional: the row says "not installed" without it);
   * with --ops: for the tiny op and each bundled op, cold build without the shared
-    build pieces (glue object, precompiled header, compiler cache all empty) and with
+    build pieces (precompiled header, linker probe, compiler cache all empty) and with
     them present, rebuild after editing the .cu, after editing the .cpp (the .cu edit
     reverted first), the revert, warm load in a new process; and the tiny op through
     torch.utils.cpp_extension.load (cold and after an edit) as the baseline. Scenarios
@@ -360,7 +360,7 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
                 assert cold["compiled"]
                 add(op, "cold build, shared pieces absent", cold["seconds"], cold["cpu"])
                 shutil.copytree(bare_cache / "_shared", pool, dirs_exist_ok=True)
-            # with: a new cache holding only the pieces (glue, header); compiler cache empty.
+            # with: a new cache holding only the pieces (header, linker probe); compiler cache empty.
             cache = tmp / f"r{r}-{op}-cache"
             cache.mkdir()
             shutil.copytree(pool, cache / "_shared")
@@ -396,7 +396,7 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
                     shutil.copytree(src, plain_dir)
                     cold_off = run(WARM_ANY, {**env_off, "JIT_LOADER_CACHE": str(tmp / f"r{r}-plain-cache")},
                                    str(plain_dir))
-                    add(op, "cold build, empty cache, PCH=0 CCACHE=0 (glue once)", cold_off["seconds"],
+                    add(op, "cold build, empty cache, PCH=0 CCACHE=0", cold_off["seconds"],
                         cold_off["cpu"])
                 ext = tmp / f"r{r}-ext"
                 shutil.copytree(src, ext)

@@ -11,7 +11,7 @@ A unit is stable when it, or a local header it includes, includes
 ``torch/csrc/stable/`` or opens a ``STABLE_TORCH_LIBRARY*`` block; ATen when it includes
 ATen, c10 or torch's C++ API headers or opens a ``TORCH_LIBRARY*`` block; neither
 (torch-free ``.cu`` kernels, plain C++) goes with the rest of its folder. One op folder
-builds against one ABI: each has its own force-included registry header and glue.
+builds against one ABI: each has its own force-included registry header.
 """
 
 from __future__ import annotations
@@ -34,9 +34,7 @@ TARGET_NAME = "stable>={}.{}".format(*TARGET_VERSION)
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 STABLE_REGISTRY_HEADER = CSRC / "jit_loader_stable_registry.h"
-STABLE_GLUE_SOURCE = CSRC / "jit_loader_stable_glue.cpp"
-STABLE_SUPPORT_HASH = hashlib.sha256(
-    STABLE_REGISTRY_HEADER.read_bytes() + STABLE_GLUE_SOURCE.read_bytes()).hexdigest()[:16]
+STABLE_SUPPORT_HASH = hashlib.sha256(STABLE_REGISTRY_HEADER.read_bytes()).hexdigest()[:16]
 
 # The header set a stable unit uses, precompiled once per toolchain (jit_tools/shared.py).
 STABLE_PCH_TEXT = (

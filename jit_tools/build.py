@@ -61,10 +61,10 @@ _NINJA_ENV = ("CXX", "CC", "PYTORCH_NVCC", "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPEND
 
 
 def write_ninja_file(name: str, config: dict, sources: list[Path], work: Path) -> None:
-    """torch's build.ninja for the op, with the registry header force-included into
-    every translation unit and the glue linked in."""
-    header, glue = keys.support_files(config)
-    names = {glue.stem: glue}
+    """torch's build.ninja for the op, with the registry header (the macros that defer
+    registration, the loader's entry points) force-included into every translation unit."""
+    header = keys.registry_header(config)
+    names: dict[str, Path] = {}
     for source in sources:
         stem = source.stem + (".cuda" if source.suffix in src.CUDA_SUFFIXES else "")
         if stem in names:
@@ -76,9 +76,10 @@ def write_ninja_file(name: str, config: dict, sources: list[Path], work: Path) -
     cflags = [*force, *config["cflags"]]
     # A torch-free .cu (kernels and launchers only) must stay torch-free: the header pulls
     # in torch/library.h, which costs nvcc most of its time. It is needed only where a .cu
-    # registers with the dispatcher itself.
-    cuda_registers = any(b"TORCH_LIBRARY" in p.read_bytes() for p in sources
-                         if p.suffix in src.CUDA_SUFFIXES)
+    # registers with the dispatcher itself, or where no C++ unit would define the
+    # loader's entry points.
+    cuda = [p for p in sources if p.suffix in src.CUDA_SUFFIXES]
+    cuda_registers = len(cuda) == len(sources) or any(b"TORCH_LIBRARY" in p.read_bytes() for p in cuda)
     cuda_cflags = [*(force if cuda_registers else []), *config["cuda_cflags"]]
     ldflags = [*config["ldflags"]]
     if "-fopenmp" in config["cflags"]:
@@ -112,7 +113,7 @@ def write_ninja_file(name: str, config: dict, sources: list[Path], work: Path) -
             cx,
             path=str(work / "build.ninja"),
             name=name,
-            sources=[str(s) for s in [*sources, glue]],
+            sources=[str(s) for s in sources],
             extra_cflags=cflags,
             extra_cuda_cflags=cuda_cflags,
             extra_sycl_cflags=[],

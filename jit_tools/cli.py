@@ -503,7 +503,7 @@ def _shrink(args, totals: dict) -> None:
 
 
 def _clean_shared(args, totals: dict) -> None:
-    """Shared pieces (glue objects, precompiled headers, link probes) and ccache's store:
+    """Shared pieces (precompiled headers, link probes, the C++ autograd kernel) and ccache's store:
     removed only while no build of this cache runs (every op's build lock taken without
     waiting), so no build can be using them."""
     verb = "would remove" if args.dry_run else "removed"
@@ -1024,8 +1024,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--broken", action="store_true",
                    help="only broken builds and leftovers of interrupted builds; keep every good build")
     p.add_argument("--shared", action="store_true",
-                   help="only the shared build pieces (precompiled headers, glue objects, link "
-                        "probes) and ccache's store; plain `clean` removes them too")
+                   help="only the shared build pieces (precompiled headers, link probes, the C++ autograd "
+                        "kernel) and ccache's store; plain `clean` removes them too")
     p.add_argument("--max-size", metavar="SIZE", default=None,
                    help="remove least recently used builds until the cache fits in SIZE "
                         "(e.g. 10G); JIT_LOADER_MAX_SIZE applies the same bound after every build")

@@ -37,17 +37,13 @@ DEFAULT_LDFLAGS = ("-l:libstdc++.so.6",) if sys.platform.startswith("linux") els
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 REGISTRY_HEADER = CSRC / "jit_loader_registry.h"
-GLUE_SOURCE = CSRC / "jit_loader_glue.cpp"
-SUPPORT_HASH = hashlib.sha256(
-    REGISTRY_HEADER.read_bytes() + GLUE_SOURCE.read_bytes()).hexdigest()[:16]
+SUPPORT_HASH = hashlib.sha256(REGISTRY_HEADER.read_bytes()).hexdigest()[:16]
 
 
-def support_files(cfg: dict) -> tuple[Path, Path]:
-    """The registry header force-included into the build's units and the glue linked
-    into it, for the build's ABI."""
-    if cfg.get("abi") == abis.STABLE:
-        return abis.STABLE_REGISTRY_HEADER, abis.STABLE_GLUE_SOURCE
-    return REGISTRY_HEADER, GLUE_SOURCE
+def registry_header(cfg: dict) -> Path:
+    """The registry header force-included into the build's units (it also defines the
+    loader's entry points), for the build's ABI."""
+    return abis.STABLE_REGISTRY_HEADER if cfg.get("abi") == abis.STABLE else REGISTRY_HEADER
 
 
 def options(extra_cflags=(), extra_cuda_cflags=(), extra_ldflags=(), extra_include_paths=(),
@@ -111,7 +107,7 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
 
 
 def stable_config(cfg: dict) -> dict:
-    """A stable build's configuration: the stable registry header and glue, the target
+    """A stable build's configuration: the stable registry header, the target
     version in place of the exact torch build (the library loads in every torch from
     the target on, so a prebuilt cache layer serves them all), and no Python ABI (a
     stable library uses none). torch's CUDA version stays where CUDA is built: the

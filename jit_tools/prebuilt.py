@@ -2,7 +2,7 @@
 ``jit_loader.load_library`` uses a prebuilt library instead of building one.
 
 ``deploy/setup.py`` compiles each op folder under ops/ into ``ops/<op>/_C*.so`` with
-plain ``TORCH_LIBRARY`` / ``STABLE_TORCH_LIBRARY`` static registration (no loader glue:
+plain ``TORCH_LIBRARY`` / ``STABLE_TORCH_LIBRARY`` static registration (no loader entry points:
 nothing to reload), a stable op with ``-DTORCH_TARGET_VERSION`` as the JIT builds it, and
 writes ``ops/<op>/_C.json`` beside it: the digest of the op's files it compiled, its ABI,
 the torch it runs with (the exact version for ATen; for a stable op the target version,

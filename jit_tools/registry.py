@@ -1,7 +1,7 @@
 """Registering a build with the dispatcher, and withdrawing it before the next one.
 
 Every op is compiled with jit_loader_registry.h force-included: its TORCH_LIBRARY
-blocks only record themselves when the library is loaded. The glue's
+blocks only record themselves when the library is loaded. The header's
 ``jit_loader_register`` performs them into ``torch::Library`` objects the library
 owns, and ``jit_loader_unregister`` destroys those objects, which withdraws every
 definition and kernel. So a new build of the same namespace registers without the

@@ -1,11 +1,11 @@
-"""Build pieces shared by every op with the same toolchain: the loader's glue compiled
-once into an object file, a precompiled header of the lean header set (ATen/ATen.h +
-torch/library.h) for the ops' C++ units, and ccache in front of the compilers.
+"""Build pieces shared by every op with the same toolchain: a precompiled header of the
+lean header set (ATen/ATen.h + torch/library.h, or the stable ABI's set) for the ops'
+C++ units, the probe that picks the gold linker, and ccache in front of the compilers.
 
 They live in ``<cache>/_shared/`` (ccache's store in ``<cache>/_ccache/``). Each piece
 sits in a folder named by a hash of everything that decides its bytes: the compiler's
 identity, the exact flags the op's units use (less the op's name and own folder), the
-torch version and the glue's sources. It is built once, under a lock, into a temporary
+torch version and the registry header's bytes. It is built once, under a lock, into a temporary
 name and renamed into place; a piece unused for ``SHARED_KEEP_DAYS`` is pruned.
 
 None of them changes what an op computes, so none enters the op's cache key; a build
@@ -14,8 +14,8 @@ before.
 
 A piece pays from the second build of its toolchain and flags on; building it first
 would put it on the critical path of the first (the precompiled header alone takes
-longer than a tiny op). So a build uses the pieces that exist, compiles the glue into
-the op where its piece is missing, and once it has succeeded starts the missing pieces
+longer than a tiny op). So a build uses the pieces that exist, and once it has
+succeeded starts the missing pieces
 in a background process (``build_later``) at low priority: the next build with those
 flags finds them. ``JIT_LOADER_SHARED_NOW=1`` builds them first instead (the test suite,
 which builds many ops with one toolchain, does).
@@ -142,7 +142,7 @@ def _ninja_vars(text: str) -> dict[str, str]:
 
 def common_flags(cflags: str, name: str, private_dirs) -> list[str]:
     """The op's C++ flags less what is the op's own: its name define and the -I of its
-    own folders (the glue and the header set include neither), and the registry
+    own folders (the header set includes neither), and the registry
     header's -include (the header set is precompiled without it)."""
     private = {f"-I{d}" for d in private_dirs}
     tokens = shlex.split(cflags)
@@ -234,36 +234,6 @@ def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[bool, str]
     return proc.returncode == 0, shlex.join(cmd) + "\n" + proc.stdout + proc.stderr
 
 
-# Flags that change how well code runs or what the compiler says, never what it means:
-# optimisation level, debug information, warnings. The glue (a few functions the loader
-# calls once per load) is compiled without them, so one glue object serves every such
-# flag set: a build that adds -O2 or -g to flags built before compiles no glue.
-_GLUE_NEUTRAL = re.compile(r"^(-O\S*|-g\S*|-W(?![alp],)\S*|-w|-pedantic\S*)$")
-
-
-def glue_flags(flags: list[str]) -> list[str]:
-    """The op's common flags less those that cannot change the glue (:data:`_GLUE_NEUTRAL`)."""
-    return [f for f in flags if not _GLUE_NEUTRAL.match(f)]
-
-
-def glue_object(root: Path, cxx: str, flags: list[str], post: str,
-                launcher: list[str], env: dict | None = None,
-                source: Path = keys.GLUE_SOURCE, now: bool = True) -> Path | None:
-    """The glue (``source``: the ATen one or the stable ABI's) compiled once for these
-    flags (less the neutral ones, :func:`glue_flags`): the path of its object file."""
-    kind = "glue" if source == keys.GLUE_SOURCE else "stable-glue" + abis.STABLE_SUPPORT_HASH
-    flags = glue_flags(flags)
-    post = shlex.join(glue_flags(shlex.split(post)))
-    folder = shared_dir(root) / f"glue-{_piece_key(kind, cxx, flags, post)}"
-
-    def make(tmp: Path):
-        return _run([*launcher, cxx, *flags, "-c", str(source), "-o",
-                     str(tmp / "jit_loader_glue.o"), *shlex.split(post)], tmp, env)
-
-    built = _build_piece(folder, make, now)
-    return built / "jit_loader_glue.o" if built else None
-
-
 def precompiled_header(root: Path, cxx: str, flags: list[str], post: str,
                        header: str = PCH_HEADER, text: str = PCH_TEXT,
                        now: bool = True) -> Path | None:
@@ -304,21 +274,27 @@ def _link_folder(root: Path, cxx: str, ldflags: str) -> Path:
     return shared_dir(root) / f"link-{_piece_key('link-fuse-ld=gold', cxx, shlex.split(ldflags), '')}"
 
 
-def fast_linker(root: Path, cxx: str, glue: Path | None, ldflags: str, now: bool = True) -> list[str]:
-    """``-fuse-ld=gold`` where gold links the glue against torch's libraries (probed
-    once per toolchain and link flags), else nothing (the compiler's default linker).
+def fast_linker(root: Path, cxx: str, ldflags: str, now: bool = True) -> list[str]:
+    """``-fuse-ld=gold`` where gold links a small C++ object against torch's libraries
+    (probed once per toolchain and link flags), else nothing (the compiler's default linker).
     GNU ld reads every dynamic symbol of libtorch_cpu/libtorch_cuda on each link; gold
     links an op with a fraction of the CPU (experiments/RESULTS.md). Off with
     ``JIT_LOADER_GOLD=0``."""
-    if _off("JIT_LOADER_GOLD") or glue is None or not is_gcc(cxx):
+    if _off("JIT_LOADER_GOLD") or not is_gcc(cxx):
         return []
     flag = "-fuse-ld=gold"
     folder = _link_folder(root, cxx, ldflags)
 
     def probe(tmp: Path, extra: list[str]):
-        return _run([cxx, flag, *extra, str(glue), *shlex.split(ldflags), "-o", str(tmp / "probe.so")], tmp)
+        return _run([cxx, flag, *extra, "probe.o", *shlex.split(ldflags), "-o", str(tmp / "probe.so")], tmp)
 
     def make(tmp: Path):
+        # An object that needs the C++ runtime, as every op does.
+        (tmp / "probe.cpp").write_text('#include <string>\nextern "C" int jit_loader_probe(const char* s) '
+                                       '{ return static_cast<int>(std::string(s).size()); }\n')
+        ok, log = _run([cxx, "-fPIC", "-c", "probe.cpp", "-o", "probe.o"], tmp)
+        if not ok:
+            return ok, log
         ok, log = probe(tmp, [])
         if ok:
             return ok, log
@@ -417,10 +393,6 @@ def parallel_nvcc(root: Path, nvcc: str) -> str | None:
     return str(built / "nvcc") if built else None
 
 
-def _ninja_escape(path: str) -> str:
-    return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
-
-
 WRAPPERS = ("ccache", "sccache")
 
 
@@ -434,13 +406,13 @@ def unwrap(command: str) -> str:
     return shlex.join(tokens)
 
 
-def pieces_for(ninja_text: str) -> tuple[Path, str, str]:
-    """(glue source, precompiled header name, its text) for the ABI a build.ninja
-    speaks: a stable build compiles the stable glue, and its units include nothing of
-    ATen, so their header set is the stable one."""
-    if str(abis.STABLE_GLUE_SOURCE) in ninja_text:
-        return abis.STABLE_GLUE_SOURCE, STABLE_PCH_HEADER, abis.STABLE_PCH_TEXT
-    return keys.GLUE_SOURCE, PCH_HEADER, PCH_TEXT
+def pieces_for(ninja_text: str) -> tuple[str, str]:
+    """(precompiled header name, its text) for the ABI a build.ninja speaks: a stable
+    build's units include the stable registry header and nothing of ATen, so their
+    header set is the stable one."""
+    if str(abis.STABLE_REGISTRY_HEADER) in ninja_text:
+        return STABLE_PCH_HEADER, abis.STABLE_PCH_TEXT
+    return PCH_HEADER, PCH_TEXT
 
 
 def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
@@ -456,31 +428,22 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
                           count=1, flags=re.M)
     flags = common_flags(v.get("cflags", ""), name, private_dirs)
     launch = ccache()
-    used = {"ccache": launch is not None, "glue": False, "pch": False, "linker": "default"}
+    used = {"ccache": launch is not None, "pch": False, "linker": "default"}
     env: dict = {}
     if launch:
         env = ccache_env(root)
         (root / "_ccache").mkdir(parents=True, exist_ok=True)
-    glue_source, pch_header, pch_text = pieces_for(text)
+    pch_header, pch_text = pieces_for(text)
     ldflags = v.get("ldflags", "")
-    later = {"root": str(root), "cxx": cxx, "flags": flags, "post": post,
-             "launcher": [launch] if launch else [], "env": dict(env), "ldflags": ldflags,
-             "glue_source": str(glue_source), "pch_header": pch_header, "pch_text": pch_text}
+    later = {"root": str(root), "cxx": cxx, "flags": flags, "post": post, "ldflags": ldflags,
+             "pch_header": pch_header, "pch_text": pch_text}
     if build_now():
-        glue, pch, linker = _pieces_now(later)
+        pch, linker = _pieces_now(later)
     else:
-        glue, pch, linker, missing = _pieces_built(later)
+        pch, linker, missing = _pieces_built(later)
         if missing:
             used["later"] = missing
             env["later"] = later
-    if glue is not None:
-        glue_line = f"build {glue_source.stem}.o: compile {glue_source}\n"
-        if glue_line in text:
-            text = text.replace(glue_line, "")
-            text = re.sub(rf"^(build \S+\.so: link .*?) {glue_source.stem}\.o",
-                          lambda m: m.group(1) + " " + _ninja_escape(str(glue)), text,
-                          flags=re.M)
-            used["glue"] = True
     if linker:
         text = re.sub(r"^ldflags = ", lambda m: f"ldflags = {shlex.join(linker)} ", text, count=1, flags=re.M)
         used["linker"] = "gold"
@@ -509,44 +472,34 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
 
 
 def _pieces_now(spec: dict):
-    """(glue, pch, linker) built where missing; glue and header side by side (each under
-    its own lock) unless MAX_JOBS=1."""
+    """(pch, linker) built where missing; the header and the linker probe side by side
+    (each under its own lock) unless MAX_JOBS=1."""
     root = Path(spec["root"])
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(1) as pool:
-        make_glue = lambda: glue_object(root, spec["cxx"], spec["flags"], spec["post"],
-                                        spec["launcher"], spec["env"], Path(spec["glue_source"]))
-        glue_job = pool.submit(make_glue) if toolchain.max_jobs() != "1" else None
+        make_linker = lambda: fast_linker(root, spec["cxx"], spec["ldflags"])
+        link_job = pool.submit(make_linker) if toolchain.max_jobs() != "1" else None
         pch = precompiled_header(root, spec["cxx"], spec["flags"], spec["post"],
                                  spec["pch_header"], spec["pch_text"])
-        glue = glue_job.result() if glue_job is not None else make_glue()
-    return glue, pch, fast_linker(root, spec["cxx"], glue, spec["ldflags"])
+        linker = link_job.result() if link_job is not None else make_linker()
+    return pch, linker
 
 
 def _pieces_built(spec: dict):
-    """(glue, pch, linker, names of the missing pieces): only pieces built before."""
+    """(pch, linker, names of the missing pieces): only pieces built before."""
     root, missing = Path(spec["root"]), []
-    glue = pch = None
+    pch = None
     linker: list[str] = []
-    try:
-        glue = glue_object(root, spec["cxx"], spec["flags"], spec["post"], spec["launcher"],
-                           spec["env"], Path(spec["glue_source"]), now=False)
-    except Missing as e:
-        missing.append(str(e))
-        link = _link_folder(root, spec["cxx"], spec["ldflags"])  # probed with the glue, later
-        if not _off("JIT_LOADER_GOLD") and is_gcc(spec["cxx"]) and not (
-                (link / "ok").exists() or (link / FAILED).exists()):
-            missing.append(link.name)
     try:
         pch = precompiled_header(root, spec["cxx"], spec["flags"], spec["post"],
                                  spec["pch_header"], spec["pch_text"], now=False)
     except Missing as e:
         missing.append(str(e))
     try:
-        linker = fast_linker(root, spec["cxx"], glue, spec["ldflags"], now=False)
+        linker = fast_linker(root, spec["cxx"], spec["ldflags"], now=False)
     except Missing as e:
         missing.append(str(e))
-    return glue, pch, linker, missing
+    return pch, linker, missing
 
 
 def build_later(spec: dict) -> None:
@@ -620,7 +573,7 @@ def prune(root: Path, days: float = SHARED_KEEP_DAYS) -> list[Path]:
 
 def pieces(root: Path) -> list[dict]:
     """The shared pieces of the cache at ``root``: one dict per piece folder with its
-    ``path``, ``kind`` (glue, pch, link, nvcc...), ``bytes``, ``last_used`` (the time a
+    ``path``, ``kind`` (pch, link, nvcc, autograd...), ``bytes``, ``last_used`` (the time a
     build last used it) and ``ok`` (False: the compiler refused it; builds go without)."""
     folder = shared_dir(root)
     out = []

@@ -11,7 +11,7 @@ import torch
 from jit_tools import store
 
 # Tests build ops in many private caches; the pieces every op of one toolchain shares
-# (the glue object, the precompiled header set) are built once, in the main cache.
+# (the precompiled header set, the linker probe) are built once, in the main cache.
 os.environ.setdefault("JIT_LOADER_SHARED_DIR", str(store.cache_dir() / "_shared"))
 # The suite builds many ops with one toolchain: the pieces pay at once, so they are built
 # before the first op, not in the background after it (the default for a user, whose

@@ -55,7 +55,8 @@ def installed(tmp_path_factory) -> Path:
     names = set(zipfile.ZipFile(wheel).namelist())
     # The sources the loader compiles travel with the wheel.
     assert "jit_tools/csrc/jit_loader_registry.h" in names
-    assert "jit_tools/csrc/jit_loader_glue.cpp" in names
+    assert "jit_tools/csrc/jit_loader_stable_registry.h" in names
+    assert "jit_tools/csrc/jit_loader_autograd.cpp" in names
     for path in (ROOT / "ops").rglob("*"):
         if path.suffix in (".cpp", ".cu", ".h", ".cuh") and "__pycache__" not in path.parts:
             assert path.relative_to(ROOT).as_posix() in names, path

@@ -361,7 +361,7 @@ def test_failed_build_report_hint_and_progress_total(tmp_path):
     assert "kFactr" in message.splitlines()[0]
     assert message.count(f"-c {source}") == 0, message
     assert "has toy.py but no toy_op.py" in proc.stderr
-    # Every step of build.ninja (the op's units and the link; the glue object is shared).
+    # Every step of build.ninja (the op's units and the link).
     ninja = next((tmp_path / "cache" / "toy_op").glob("work-*/build.ninja")).read_text()
     steps = len(re.findall(r"^build ", ninja, flags=re.M))
     assert steps >= 2 and f"0/{steps}" in proc.stderr and "0/1 " not in proc.stderr, proc.stderr

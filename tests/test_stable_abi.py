@@ -42,7 +42,7 @@ def test_stable_op_builds_then_a_new_process_loads_it_without_compiler(tmp_path)
     assert ninja_log(cache, "stable_op") == log_before  # Ninja never ran
     assert second.stderr.strip() == ""
 
-    # Built as a stable unit: the stable registry header, glue and header set, the
+    # Built as a stable unit: the stable registry header and header set, the
     # target version, nothing of the ATen pieces.
     (ninja,) = (cache / "stable_op").glob("work-*/build.ninja")
     text = ninja.read_text()
@@ -53,11 +53,12 @@ def test_stable_op_builds_then_a_new_process_loads_it_without_compiler(tmp_path)
 
 
 def test_stable_support_files_include_nothing_of_aten(tmp_path):
-    """The force-included header and the glue of a stable unit, with every header they
-    reach (system headers too), name no ATen or c10 header."""
+    """The force-included header of a stable unit (the loader's entry points included),
+    with every header it reaches (system headers too), names no ATen or c10 header."""
     from torch.utils.cpp_extension import include_paths
     flags = [f"-I{p}" for p in include_paths()] + [abi.TARGET_FLAG, "-std=c++17"]
-    proc = subprocess.run([toolchain.cxx_compiler(), *flags, "-M", str(abi.STABLE_GLUE_SOURCE)],
+    proc = subprocess.run([toolchain.cxx_compiler(), *flags, "-M", "-x", "c++",
+                           str(abi.STABLE_REGISTRY_HEADER)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     headers = proc.stdout.replace("\\\n", " ").split()

@@ -71,7 +71,7 @@ def test_functions_handles_and_modules_taken_before_a_reload_run_the_new_build(t
         shutil.copytree(ROOT / "ops" / name, ops / name,
                         ignore=shutil.ignore_patterns("__pycache__", "_C*"))
     env = dict(os.environ, PYTHONPATH=str(ROOT), JIT_LOADER_CACHE=str(tmp_path / "cache"),
-               # the precompiled header and glue of the usual cache: only the op compiles
+               # the precompiled header of the usual cache: only the op compiles
                JIT_LOADER_SHARED_DIR=str(Path(jit_loader.cache_dir()) / "_shared"),
                CUDA_HOME=str(tmp_path / "no_cuda"), JIT_LOADER_PREBUILT="0")
     env.pop("JIT_LOADER_VERBOSE", None)

@@ -1,15 +1,20 @@
 // Force-included into every translation unit of a stable-ABI op built by jit_loader.
 //
 // The stable twin of jit_loader_registry.h: it replaces the STABLE_TORCH_LIBRARY
-// macros by versions that only *record* the block at load time, and
-// jit_loader_stable_glue.cpp creates the StableLibrary objects when the loader asks
-// and destroys them (which withdraws every definition and kernel) before a newer build
-// of the same op registers. It includes only torch/csrc/stable and torch/headeronly,
+// macros by versions that only *record* the block at load time, and defines the same
+// three C functions, which create the StableLibrary objects when the loader asks and
+// destroy them (which withdraws every definition and kernel) before a newer build of
+// the same op registers. It includes only torch/csrc/stable and torch/headeronly,
 // never ATen. Its bytes are part of every stable op's cache key.
 #pragma once
 #include <torch/csrc/stable/library.h>
+#include <dlfcn.h>
 #include <cstdint>
+#include <cstring>
+#include <exception>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace jit_loader_stable_detail {
@@ -34,7 +39,79 @@ __attribute__((visibility("hidden"))) inline std::vector<std::unique_ptr<Library
 struct Deferred {
   explicit Deferred(Registration r) { registrations().push_back(r); }
 };
+__attribute__((visibility("hidden"))) inline void unregister_all() {
+  auto& libs = live();
+  while (!libs.empty()) libs.pop_back();
+}
+
+// torch's message for the shim call that failed last. Older torch releases (before
+// 2.13) keep none, hence the lookup by name instead of a direct call.
+__attribute__((visibility("hidden"))) inline std::string last_shim_error() {
+  using Getter = const char* (*)();
+  auto get = reinterpret_cast<Getter>(dlsym(RTLD_DEFAULT, "torch_exception_get_what_without_backtrace"));
+  const char* what = get != nullptr ? get() : nullptr;
+  return what != nullptr ? what : "torch gave no reason";
+}
+
+// StableLibrary's constructor ignores the status of the shim call that opens the
+// library (a namespace declared twice, an unknown dispatch key) and would go on with
+// an invalid handle. So each block is opened once here first, with the status checked,
+// and closed again before StableLibrary opens it for good.
+__attribute__((visibility("hidden"))) inline void probe(const Registration& r) {
+  TorchLibraryHandle handle = nullptr;
+  AOTITorchError status;
+  if (r.kind == Library::Kind::IMPL) {
+    status = aoti_torch_library_init_impl(r.ns, r.key, r.file, r.line, &handle);
+  } else if (r.kind == Library::Kind::DEF) {
+    status = aoti_torch_library_init_def(r.ns, r.file, r.line, &handle);
+  } else {
+    status = aoti_torch_library_init_fragment(r.ns, r.file, r.line, &handle);
+  }
+  if (status != AOTI_TORCH_SUCCESS) {
+    throw std::runtime_error(last_shim_error() + " (" + r.file + ":" + std::to_string(r.line) + ")");
+  }
+  aoti_torch_delete_library_object(handle);
+}
 }  // namespace jit_loader_stable_detail
+
+// The entry points: inline, so every unit may define them and the link keeps one (no
+// separate unit to compile), `used`, so that each unit emits them although none of its
+// code calls them.
+#define JIT_LOADER_ENTRY extern "C" inline __attribute__((used, visibility("default")))
+
+// Withdraw every registration of this library, newest first.
+JIT_LOADER_ENTRY void jit_loader_unregister() { jit_loader_stable_detail::unregister_all(); }
+
+// Perform the recorded registrations; on failure withdraw them and copy the message.
+JIT_LOADER_ENTRY int jit_loader_register(char* error, size_t size) {
+  using jit_loader_stable_detail::Library;
+  try {
+    for (const auto& r : jit_loader_stable_detail::registrations()) {
+      jit_loader_stable_detail::probe(r);
+      jit_loader_stable_detail::live().push_back(
+          std::make_unique<Library>(r.kind, r.ns, r.key, r.file, r.line));
+      r.init(*jit_loader_stable_detail::live().back());
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    jit_loader_stable_detail::unregister_all();
+    std::strncpy(error, e.what(), size - 1);
+    error[size - 1] = '\0';
+    return 1;
+  }
+}
+
+// Space-separated namespaces this library registers into.
+JIT_LOADER_ENTRY const char* jit_loader_namespaces() {
+  static std::string names;
+  names.clear();
+  for (const auto& r : jit_loader_stable_detail::registrations()) {
+    std::string ns = std::string(r.ns) + " ";
+    if (names.find(" " + ns) == std::string::npos && names.rfind(ns, 0) != 0) names += ns;
+  }
+  return names.c_str();
+}
+#undef JIT_LOADER_ENTRY
 
 #undef STABLE_TORCH_LIBRARY
 #undef STABLE_TORCH_LIBRARY_FRAGMENT
