@@ -18,7 +18,8 @@ Prints, for tiny fixture ops built in a private cache:
     are interleaved and repeated (--repeats); the table shows medians. (These builds make
     the shared pieces first, JIT_LOADER_SHARED_NOW=1, as they always did.)
   * with --first-build: the first build of the C++ extension tutorial's LLTM through the
-    drop-in, load(name=..., sources=[...], extra_cflags=["-O2"]), a flag set no build
+    drop-in, load(name=..., sources=[...], extra_cflags=["-O2"]), and of a scaffold fresh
+    from `python -m jit_loader new` with extra_cflags=["-DVARIANT_A"], flag sets no build
     used before, in an empty cache and in a cache whose pieces were made for the default
     flags, against torch.utils.cpp_extension.load of the same sources and flags. The
     loader's default leaves the pieces of a new flag set to a background process after
@@ -231,23 +232,32 @@ def stable_rows(tmp: Path, base_env: dict) -> list[dict]:
     return rows
 
 
-DROPIN_FIRST = CPU + """
+# argv: the case (JSON: name, sources, flags, folder: an op folder to load, or null for
+# the drop-in load of the sources), then for torch's loader its build folder.
+OURS_FIRST = CPU + """
 import json, sys, time, torch, jit_loader
 from pathlib import Path
+case = json.loads(sys.argv[1])
 t, c = time.perf_counter(), cpu()
-m = jit_loader.load(name="lltm_cpp", sources=[sys.argv[1]], extra_cflags=["-O2"], verbose=False)
+if case["folder"]:
+    jit_loader.load(case["folder"], extra_cflags=case["flags"], verbose=False)
+else:
+    jit_loader.load(name=case["name"], sources=case["sources"], extra_cflags=case["flags"], verbose=False)
 seconds, cpu_seconds = time.perf_counter() - t, cpu() - c
-(op,) = [o for o in jit_loader.loaded_ops() if o.name == "lltm_cpp"]
+(op,) = [o for o in jit_loader.loaded_ops() if o.name == case["name"]]
 assert op.build.compiled
 manifest = json.loads((Path(op.library).parent / "manifest.json").read_text())
 print(json.dumps({"seconds": seconds, "cpu": cpu_seconds, "later": manifest["shared"].get("later", [])}))
 """
 
 TORCH_FIRST = CPU + """
-import json, sys, time, torch
+import json, os, sys, time, torch
 from torch.utils.cpp_extension import load
+case = json.loads(sys.argv[1])
 t, c = time.perf_counter(), cpu()
-load("lltm_cpp", [sys.argv[1]], extra_cflags=["-O2"], build_directory=sys.argv[2], verbose=False)
+load(case["name"], case["sources"], extra_cflags=case["flags"], build_directory=sys.argv[2],
+     extra_include_paths=case["include_dirs"], is_python_module=case["folder"] is None,
+     verbose=False)
 print(json.dumps({"seconds": time.perf_counter() - t, "cpu": cpu() - c}))
 """
 
@@ -264,8 +274,9 @@ def _wait_for_pieces(shared_dir: Path, names: list[str], timeout: float = 1800) 
 
 
 def first_build_rows(repeats: int, base_env: dict, tmp: Path) -> list[dict]:
-    """The drop-in LLTM with extra_cflags=["-O2"], first build, ours vs torch's."""
-    source = FIXTURES / "lltm_tutorial" / "lltm.cpp"
+    """First builds of a flag set no build used before, ours vs torch's: the C++ extension
+    tutorial's LLTM through the drop-in with extra_cflags=["-O2"], and an op folder fresh
+    from `python -m jit_loader new` (the stable-ABI scaffold) with extra_cflags=["-DVARIANT_A"]."""
     samples: dict[str, list[tuple[float, float]]] = {}
 
     def add(what, m):
@@ -274,37 +285,53 @@ def first_build_rows(repeats: int, base_env: dict, tmp: Path) -> list[dict]:
 
     env = {k: v for k, v in base_env.items() if k != "JIT_LOADER_SHARED_NOW"}
     for r in range(repeats):
-        # A cache that has the pieces of the default flags (a user who loaded ops before).
+        # A cache that has the pieces of the default flags of both ABIs (a user who loaded
+        # ops before).
         warm = tmp / f"first-r{r}-default-pieces"
-        toy = tmp / f"first-r{r}-toy" / "toy_op"
-        shutil.copytree(FIXTURES / "toy_op", toy)
-        run(WARM_ANY, {**env, "JIT_LOADER_CACHE": str(warm), "JIT_LOADER_SHARED_NOW": "1"}, str(toy))
-        for i, (label, cache) in enumerate((("empty cache", tmp / f"first-r{r}-empty"),
-                                            ("default flags' pieces cached", warm))):
-            src = tmp / f"first-r{r}-{i}" / "lltm.cpp"
-            src.parent.mkdir(parents=True)
-            shutil.copy(source, src)
-            m = run(DROPIN_FIRST, {**env, "JIT_LOADER_CACHE": str(cache)}, str(src))
-            add(f"jit_loader.load, {label}", m)
-            _wait_for_pieces(cache / "_shared", m["later"])
-        src = tmp / f"first-r{r}-torch" / "lltm.cpp"
-        src.parent.mkdir(parents=True)
-        shutil.copy(source, src)
-        build = tmp / f"first-r{r}-torch-build"
-        build.mkdir()
-        add("cpp_extension.load", run(TORCH_FIRST, {**env, "TORCH_NO_COMPILER_WRAPPER": "1"}, str(src),
-                                      str(build)))
+        for fixture in ("toy_op", "stable_op"):
+            folder = tmp / f"first-r{r}-{fixture}" / fixture
+            shutil.copytree(FIXTURES / fixture, folder)
+            run(WARM_ANY, {**env, "JIT_LOADER_CACHE": str(warm), "JIT_LOADER_SHARED_NOW": "1"}, str(folder))
+        for case_name, case in _first_build_cases(tmp / f"first-r{r}-sources"):
+            for label, cache in (("empty cache", tmp / f"first-r{r}-{case_name}-empty"),
+                                 ("default flags' pieces cached", warm)):
+                m = run(OURS_FIRST, {**env, "JIT_LOADER_CACHE": str(cache)}, json.dumps(case))
+                add(f"{case_name}: jit_loader.load, {label}", m)
+                _wait_for_pieces(cache / "_shared", m["later"])
+            build = tmp / f"first-r{r}-{case_name}-torch-build"
+            build.mkdir()
+            add(f"{case_name}: cpp_extension.load",
+                run(TORCH_FIRST, {**env, "TORCH_NO_COMPILER_WRAPPER": "1"}, json.dumps(case), str(build)))
     rows = [{"measurement": what, "median": _median([w for w, _ in v]), "min": min(w for w, _ in v),
              "cpu_median": _median([c for _, c in v]), "n": len(v), "unit": "s"}
             for what, v in samples.items()]
-    base = samples["cpp_extension.load"]
     for what, v in samples.items():
-        if what != "cpp_extension.load":
+        case_name = what.split(":")[0]
+        base = samples[f"{case_name}: cpp_extension.load"]
+        if not what.endswith("cpp_extension.load"):
             rows.append({"measurement": f"  {what} / cpp_extension.load",
                          "median": _median([w for w, _ in v]) / _median([w for w, _ in base]), "min": None,
                          "cpu_median": _median([c for _, c in v]) / _median([c for _, c in base]),
                          "n": None, "unit": "x"})
     return rows
+
+
+def _first_build_cases(folder: Path) -> list[tuple[str, dict]]:
+    """The sources of :func:`first_build_rows`, fresh copies in ``folder`` (no cache or
+    build folder has seen their paths)."""
+    lltm = folder / "lltm" / "lltm.cpp"
+    lltm.parent.mkdir(parents=True)
+    shutil.copy(FIXTURES / "lltm_tutorial" / "lltm.cpp", lltm)
+    subprocess.run([sys.executable, "-m", "jit_loader", "new", "my_op"], cwd=folder, check=True,
+                   capture_output=True)
+    scaffold = folder / "my_op"
+    # torch's loader gets the include folders the loader gives every op folder (its own,
+    # and ops/ for the shared headers under ops/common).
+    return [("LLTM drop-in -O2", {"name": "lltm_cpp", "sources": [str(lltm)], "flags": ["-O2"],
+                                  "folder": None, "include_dirs": []}),
+            ("scaffold -DVARIANT_A", {"name": "my_op", "sources": sorted(map(str, scaffold.glob("*.cpp"))),
+                                      "flags": ["-DVARIANT_A"], "folder": str(scaffold),
+                                      "include_dirs": [str(scaffold), str(ROOT / "ops")]})]
 
 
 def run(code: str, env: dict, *args: str) -> dict:
@@ -652,7 +679,7 @@ def main(argv=None) -> int:
         if args.first_build:
             first = first_build_rows(args.first_repeats, base_env, tmp)
             env_info = environment()
-            print(f"# first build of the drop-in LLTM, extra_cflags=['-O2']: {os.cpu_count()} cores, "
+            print(f"# first build of a new flag set: {os.cpu_count()} cores, "
                   f"torch {env_info['torch']}, {env_info['date']}, load average "
                   f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end; wall and CPU seconds")
             print(format_table(first, ["measurement", "median", "min", "cpu_median", "n", "unit"]), flush=True)
