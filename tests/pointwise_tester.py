@@ -1,10 +1,10 @@
 """Tests shared by the elementwise activation ops (sigmoid, gelu).
 
-An op's test module defines two fixtures, ``op`` (the loaded op) and ``spec`` (a
-:class:`PointwiseSpec`), and star-imports this module: pytest then collects the tests
-below in that module and runs them with its fixtures. What differs between the ops (the
-reference, what backward saves, the argument names in error messages) lives in the spec;
-tests of one op's own behaviour (saturation, its eager composite) stay in its module.
+An op's test module subclasses :class:`PointwiseTester` with its :class:`PointwiseSpec` as ``SPEC``;
+pytest collects the tests below in that class, with the op's checks of
+:class:`op_tester.OpTester`. What differs between the ops (the reference, what backward
+saves, the argument names in error messages) lives in the spec; tests of one op's own
+behaviour (saturation, its eager composite) stay in its class.
 
 Values are compared with the op's float64 reference within the dtype's tolerance
 (``spec.tolerances``: 16-bit results are computed in float and rounded once).
@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import jit_loader
+from op_tester import OpTester
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 SIZES = [0, 1, 3, 1023, 2**20 + 7]
@@ -80,165 +81,122 @@ def layouts(spec, device, dtype):
     }
 
 
-# ----------------------------------------------------------------------------- values
+class PointwiseTester(OpTester):
+    SPEC: PointwiseSpec  # and op_name, the op folder
 
+    @pytest.fixture
+    def spec(self):
+        return self.SPEC
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("size", SIZES)
-def test_forward_matches_reference(op, spec, device, dtype, size):
-    x = random_input(spec, size, device, dtype)
-    assert_matches(spec, getattr(op, spec.function)(x), spec.reference(x.double()), dtype)
+    # ----------------------------------------------------------------------------- values
 
+    @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+    @pytest.mark.parametrize("size", SIZES)
+    def test_forward_matches_reference(self, op, spec, device, dtype, size):
+        x = random_input(spec, size, device, dtype)
+        assert_matches(spec, getattr(op, spec.function)(x), spec.reference(x.double()), dtype)
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_forward_any_shape(op, spec, device, dtype, shape):
-    x = random_input(spec, shape, device, dtype)
-    assert_matches(spec, getattr(op, spec.function)(x), spec.eager(x), dtype)
+    @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+    @pytest.mark.parametrize("shape", SHAPES, ids=str)
+    def test_forward_any_shape(self, op, spec, device, dtype, shape):
+        x = random_input(spec, shape, device, dtype)
+        assert_matches(spec, getattr(op, spec.function)(x), spec.eager(x), dtype)
 
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("size", SIZES)
-def test_backward_matches_reference(op, spec, device, dtype, size):
-    x = random_input(spec, size, device, dtype).requires_grad_()
-    grad = random_input(spec, size, device, dtype, scale=1.0)
-    y = getattr(op, spec.function)(x)
-    y.backward(grad)
-    saved = spec.saved(x.detach(), y.detach())
-    want = spec.backward_reference(grad.double(), saved.double())
-    assert_matches(spec, x.grad, want, dtype)
-    assert_matches(spec, spec.backward_op()(grad, saved), want, dtype)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("layout", ["transposed", "step_slice", "storage_offset", "expanded",
-                                    "channels_last"])
-def test_strided_inputs(op, spec, device, dtype, layout):
-    x = layouts(spec, device, dtype)[layout]
-    before = x.clone()
-    y = getattr(op, spec.function)(x)
-    assert_matches(spec, y, spec.reference(x.double()), dtype)
-    assert torch.equal(x, before)
-    grad, saved = layouts(spec, device, dtype)[layout], layouts(spec, device, dtype)[layout]
-    assert_matches(spec, spec.backward_op()(grad, saved),
-                   spec.backward_reference(grad.double(), saved.double()), dtype)
-
-
-@pytest.mark.cuda
-def test_indexing_past_2_31_elements(op, spec):
-    """64-bit indices: elements past 2^31 are computed, and the tail after them too."""
-    n = 2**31 + 9
-    if torch.cuda.mem_get_info()[0] < 3 * n * 2:
-        pytest.skip("needs 13 GB of free GPU memory")
-    x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    y = getattr(op, spec.function)(x)
-    for part in (slice(0, 4096), slice(2**31 - 4096, n)):
-        assert_matches(spec, y[part], spec.reference(x[part].double()), torch.bfloat16)
-
-
-# ------------------------------------------------------------------- autograd surface
-
-
-def test_gradcheck(op, spec, device):
-    x = random_input(spec, (5, 7), device, torch.float64).requires_grad_()
-    assert torch.autograd.gradcheck(getattr(op, spec.function), (x,))
-    assert torch.autograd.gradcheck(getattr(op, spec.autograd_function).apply, (x,))
-
-
-def test_opcheck(op, spec, device):
-    x = random_input(spec, (3, 17), device, torch.float32).requires_grad_()
-    torch.library.opcheck(spec.forward_op().default, (x,))
-    saved = spec.saved(x.detach(), spec.eager(x.detach()))
-    torch.library.opcheck(spec.backward_op().default, (torch.randn_like(saved), saved))
-
-
-def test_compile_fullgraph(op, spec, device):
-    fn = getattr(op, spec.function)  # resolve the Op handle outside the traced function
-
-    def f(x):
-        return fn(x * 2) + 1
-
-    torch.compiler.reset()
-    compiled = torch.compile(f, fullgraph=True)
-    x = random_input(spec, (8, 33), device, torch.float32).requires_grad_()
-    x_eager = x.detach().clone().requires_grad_()
-    y = compiled(x)
-    y.sum().backward()
-    y_eager = f(x_eager)
-    y_eager.sum().backward()
-    torch.testing.assert_close(y, y_eager)
-    torch.testing.assert_close(x.grad, x_eager.grad)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_module_and_autograd_function(op, spec, device, dtype):
-    x = random_input(spec, (6, 9), device, dtype).requires_grad_()
-    grad = random_input(spec, (6, 9), device, dtype, scale=1.0)
-    want_y = spec.reference(x.detach().double())
-    # Backward sees the saved tensor as stored, in the dtype.
-    saved = spec.saved(x.detach(), want_y.to(dtype))
-    want_dx = spec.backward_reference(grad.double(), saved.double())
-    for fn in (getattr(op, spec.module)(), getattr(op, spec.autograd_function).apply,
-               getattr(op, spec.function)):
-        x.grad = None
-        y = fn(x)
+    @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+    @pytest.mark.parametrize("size", SIZES)
+    def test_backward_matches_reference(self, op, spec, device, dtype, size):
+        x = random_input(spec, size, device, dtype).requires_grad_()
+        grad = random_input(spec, size, device, dtype, scale=1.0)
+        y = getattr(op, spec.function)(x)
         y.backward(grad)
-        assert_matches(spec, y.detach(), want_y, dtype)
-        assert_matches(spec, x.grad, want_dx, dtype)
+        saved = spec.saved(x.detach(), y.detach())
+        want = spec.backward_reference(grad.double(), saved.double())
+        assert_matches(spec, x.grad, want, dtype)
+        assert_matches(spec, spec.backward_op()(grad, saved), want, dtype)
 
+    @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+    @pytest.mark.parametrize("layout", ["transposed", "step_slice", "storage_offset", "expanded",
+                                        "channels_last"])
+    def test_strided_inputs(self, op, spec, device, dtype, layout):
+        x = layouts(spec, device, dtype)[layout]
+        before = x.clone()
+        y = getattr(op, spec.function)(x)
+        assert_matches(spec, y, spec.reference(x.double()), dtype)
+        assert torch.equal(x, before)
+        grad, saved = layouts(spec, device, dtype)[layout], layouts(spec, device, dtype)[layout]
+        assert_matches(spec, spec.backward_op()(grad, saved),
+                       spec.backward_reference(grad.double(), saved.double()), dtype)
 
-def test_selfcheck(op, spec, device):
-    reference = sys.modules[spec.reference.__module__]
-    rows = reference.selfcheck(op, device)
-    assert rows and all(r["ok"] for r in rows), rows
+    @pytest.mark.cuda
+    def test_indexing_past_2_31_elements(self, op, spec):
+        """64-bit indices: elements past 2^31 are computed, and the tail after them too."""
+        n = 2**31 + 9
+        if torch.cuda.mem_get_info()[0] < 3 * n * 2:
+            pytest.skip("needs 13 GB of free GPU memory")
+        x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        y = getattr(op, spec.function)(x)
+        for part in (slice(0, 4096), slice(2**31 - 4096, n)):
+            assert_matches(spec, y[part], spec.reference(x[part].double()), torch.bfloat16)
 
+    # ------------------------------------------------------------------- autograd surface
 
-# ------------------------------------------------------------------------ bad inputs
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+    def test_module_and_autograd_function(self, op, spec, device, dtype):
+        x = random_input(spec, (6, 9), device, dtype).requires_grad_()
+        grad = random_input(spec, (6, 9), device, dtype, scale=1.0)
+        want_y = spec.reference(x.detach().double())
+        # Backward sees the saved tensor as stored, in the dtype.
+        saved = spec.saved(x.detach(), want_y.to(dtype))
+        want_dx = spec.backward_reference(grad.double(), saved.double())
+        for fn in (getattr(op, spec.module)(), getattr(op, spec.autograd_function).apply,
+                   getattr(op, spec.function)):
+            x.grad = None
+            y = fn(x)
+            y.backward(grad)
+            assert_matches(spec, y.detach(), want_y, dtype)
+            assert_matches(spec, x.grad, want_dx, dtype)
 
+    # ------------------------------------------------------------------------ bad inputs
 
-@pytest.mark.parametrize("dtype, name", [(torch.int64, "Long"), (torch.bool, "Bool"),
-                                         (torch.int32, "Int")])
-def test_rejects_non_floating_input(op, spec, device, dtype, name):
-    x = torch.ones(4, device=device, dtype=dtype)
-    with pytest.raises(RuntimeError,
-                       match=f"{spec.name}.forward: x must be a floating-point tensor, got {name}"):
-        spec.forward_op()(x)
-    with pytest.raises(RuntimeError, match=f"{spec.name}.backward: {spec.saved_name} must be a "
-                                           f"floating-point tensor, got {name}"):
-        spec.backward_op()(x, x)
+    @pytest.mark.parametrize("dtype, name", [(torch.int64, "Long"), (torch.bool, "Bool"),
+                                             (torch.int32, "Int")])
+    def test_rejects_non_floating_input(self, op, spec, device, dtype, name):
+        x = torch.ones(4, device=device, dtype=dtype)
+        with pytest.raises(RuntimeError,
+                           match=f"{spec.name}.forward: x must be a floating-point tensor, got {name}"):
+            spec.forward_op()(x)
+        with pytest.raises(RuntimeError, match=f"{spec.name}.backward: {spec.saved_name} must be a "
+                                               f"floating-point tensor, got {name}"):
+            spec.backward_op()(x, x)
 
+    def test_backward_rejects_mismatched_grad(self, op, spec, device):
+        s, saved = spec.name, spec.saved_name
+        x = torch.randn(4, device=device)
+        with pytest.raises(RuntimeError,
+                           match=rf"{s}.backward: grad has shape \[3\] but {saved} has shape \[4\]"):
+            spec.backward_op()(torch.ones(3, device=device), x)
+        with pytest.raises(RuntimeError,
+                           match=f"{s}.backward: grad has dtype Double but {saved} has dtype Float"):
+            spec.backward_op()(torch.ones(4, device=device, dtype=torch.float64), x)
 
-def test_backward_rejects_mismatched_grad(op, spec, device):
-    s, saved = spec.name, spec.saved_name
-    x = torch.randn(4, device=device)
-    with pytest.raises(RuntimeError,
-                       match=rf"{s}.backward: grad has shape \[3\] but {saved} has shape \[4\]"):
-        spec.backward_op()(torch.ones(3, device=device), x)
-    with pytest.raises(RuntimeError,
-                       match=f"{s}.backward: grad has dtype Double but {saved} has dtype Float"):
-        spec.backward_op()(torch.ones(4, device=device, dtype=torch.float64), x)
+    @pytest.mark.cuda
+    def test_backward_rejects_mismatched_devices(self, op, spec):
+        x = torch.randn(4, device="cuda")
+        message = f"{spec.name}.backward: grad is on cpu but {spec.saved_name} is on cuda:0"
+        with pytest.raises(RuntimeError, match=message):
+            spec.backward_op()(torch.ones(4), x)
 
+    def test_fake_kernel_rejects_meta_mixed_with_cpu(self, op, spec):
+        """One argument on meta dispatches to the fake kernel, which must name the mismatch
+        instead of returning an uninitialised tensor."""
+        s, saved = spec.name, spec.saved_name
+        with pytest.raises(RuntimeError, match=f"{s}.backward: grad is on meta but {saved} is on cpu"):
+            spec.backward_op()(torch.ones(4, device="meta"), torch.randn(4))
+        with pytest.raises(RuntimeError, match=f"{s}.backward: grad is on cpu but {saved} is on meta"):
+            spec.backward_op()(torch.ones(4), torch.randn(4, device="meta"))
 
-@pytest.mark.cuda
-def test_backward_rejects_mismatched_devices(op, spec):
-    x = torch.randn(4, device="cuda")
-    message = f"{spec.name}.backward: grad is on cpu but {spec.saved_name} is on cuda:0"
-    with pytest.raises(RuntimeError, match=message):
-        spec.backward_op()(torch.ones(4), x)
-
-
-def test_fake_kernel_rejects_meta_mixed_with_cpu(op, spec):
-    """One argument on meta dispatches to the fake kernel, which must name the mismatch
-    instead of returning an uninitialised tensor."""
-    s, saved = spec.name, spec.saved_name
-    with pytest.raises(RuntimeError, match=f"{s}.backward: grad is on meta but {saved} is on cpu"):
-        spec.backward_op()(torch.ones(4, device="meta"), torch.randn(4))
-    with pytest.raises(RuntimeError, match=f"{s}.backward: grad is on cpu but {saved} is on meta"):
-        spec.backward_op()(torch.ones(4), torch.randn(4, device="meta"))
-
-
-def test_reference_import_builds_nothing(spec):
-    name = spec.name
-    code = (f"import sys, ops.{name}, ops.{name}.reference; "
-            f"assert 'jit_loader' not in sys.modules and 'ops.{name}.{name}' not in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=jit_loader.REPO_ROOT)
+    def test_reference_import_builds_nothing(self, spec):
+        name = spec.name
+        code = (f"import sys, ops.{name}, ops.{name}.reference; "
+                f"assert 'jit_loader' not in sys.modules and 'ops.{name}.{name}' not in sys.modules")
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=jit_loader.REPO_ROOT)
