@@ -53,7 +53,7 @@ from jit_tools import pipeline as _pipeline
 from jit_tools import prebuilt as _prebuilt
 from jit_tools import registry as _registry
 from jit_tools import sources as _sources
-from jit_tools.check import check
+from jit_tools.check import check, check_op
 from jit_tools.errors import BuildError, CacheError, JitLoaderError, OpNotFoundError
 from jit_tools.fake import check_same_device
 from jit_tools.handle import ExtensionModule, Op
@@ -78,6 +78,7 @@ __all__ = [
     "remove_build",
     "loaded_ops",
     "check",
+    "check_op",
     "check_same_device",
     "register_autograd_op",
     "Op",

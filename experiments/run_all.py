@@ -1,4 +1,5 @@
-"""The main job: build every op, check it against its reference, print a short benchmark.
+"""The main job: build every op, check it (jit_loader.check over the cases its reference.py
+declares), print a short benchmark.
 
 Runs on whatever device is there (CPU always, CUDA too when a GPU is visible).
 Exit status is non-zero when a build or a check fails.
@@ -10,16 +11,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import os
 import sys
 import time
 import traceback
-from pathlib import Path
 
 import torch
 
 import jit_loader
+from jit_tools import check
 from experiments.benchutil import environment, format_table, save_json
 
 # Benchmarks shown by the main job (quick sizes); each module exposes run(device, quick).
@@ -28,20 +28,6 @@ BENCHMARKS = ["experiments.bench_pointwise", "experiments.bench_lltm"]
 
 def devices() -> list[str]:
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-def _reference_module(op):
-    """The op folder's reference.py (bundled or out-of-tree), if it has selfcheck()."""
-    path = op.path / "reference.py"
-    if not path.is_file():
-        return None
-    if op.path.parent == Path(jit_loader.OPS_DIR).resolve():
-        module = importlib.import_module(f"ops.{op.name}.reference")
-    else:
-        spec = importlib.util.spec_from_file_location(f"_reference_of_{op.name}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module if callable(getattr(module, "selfcheck", None)) else None
 
 
 def build_and_check(names: list[str]) -> tuple[list[dict], bool]:
@@ -59,23 +45,28 @@ def build_and_check(names: list[str]) -> tuple[list[dict], bool]:
         how = "compiled" if build.compiled else "cached"
         print(f"{name}: {how} in {time.perf_counter() - started:.1f} s "
               f"({'CPU+CUDA' if build.with_cuda else 'CPU only'})", flush=True)
-        reference = _reference_module(op)
-        if reference is None:
+        reference = check.reference_module(op)
+        if reference is None or not callable(getattr(reference, "check_cases", None)):
             print(f"CHECK FAILED {name}: {op.path / 'reference.py'} is missing or has no "
-                  "selfcheck(op, device); an op without a reference cannot be checked",
+                  "check_cases(device); an op without a reference cannot be checked",
                   file=sys.stderr)
             rows.append({"op": name, "device": "-", "check": "reference.py", "ok": False})
             ok = False
             continue
         for device in devices():
-            try:
-                for row in reference.selfcheck(op, device):
-                    rows.append({"device": device, **row})
-                    ok &= bool(row["ok"])
-            except Exception:
-                traceback.print_exc()
-                rows.append({"op": name, "device": device, "check": "selfcheck raised", "ok": False})
-                ok = False
+            for case in reference.check_cases(device):
+                try:
+                    result = check.check_case(op, reference, case, device, verbose=False)
+                except Exception:
+                    traceback.print_exc()
+                    rows.append({"op": name, "device": device, "check": f"{case}: raised", "ok": False})
+                    ok = False
+                    continue
+                for row in result.rows:
+                    rows.append({"op": name, "device": device,
+                                 "check": f"{case}: {row.check} {row.dtype}".rstrip(),
+                                 "max_abs_err": row.error, "tol": row.allowed, "ok": row.ok})
+                ok &= bool(result)
     return rows, ok
 
 

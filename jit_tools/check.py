@@ -7,7 +7,9 @@
 On fresh random inputs it runs
 
 * reference: the op against ``reference`` in float32 and float64, the outputs and the
-  input gradients for one random output gradient (skipped without a reference);
+  input gradients for one random output gradient (skipped without a reference), within
+  a tolerance per dtype; with ``reference_dtype=torch.float64`` the reference runs on the
+  same values in float64, so the table is the op's own accuracy;
 * gradcheck: ``torch.autograd.gradcheck`` in float64 (the verdict); the error column is
   the worst difference between the analytical and the numerical Jacobian;
 * opcheck: ``torch.library.opcheck`` on every dispatcher op the function calls, with
@@ -16,18 +18,22 @@ On fresh random inputs it runs
 * compile: ``torch.compile(fn, fullgraph=True)`` against eager, outputs and gradients;
 
 prints a table and returns a :class:`CheckResult`, truthy when every check that ran
-passed.
+passed. :func:`check_op` runs it over the cases an op's ``reference.py`` declares.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Callable, Sequence
+import functools
+import importlib
+import importlib.util
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from jit_tools import _torch_private
+from jit_tools import _torch_private, sources
 
 # dtype -> (atol, rtol) for comparisons with the reference and with compiled code:
 # torch.testing.assert_close's defaults.
@@ -117,7 +123,9 @@ class CheckResult:
 
 def check(fn: Callable | type | Any, inputs: Any, reference: Callable | None = None, *,
           op: Any = None, dtypes: Sequence[torch.dtype] = (torch.float32, torch.float64),
-          atol: float | None = None, rtol: float | None = None, gradcheck: bool = True,
+          atol: float | None = None, rtol: float | None = None,
+          tolerances: Mapping[torch.dtype, Mapping[str, float]] | None = None,
+          reference_dtype: torch.dtype | None = None, gradcheck: bool = True,
           opcheck: bool = True, compile_backend: str | None = "inductor",
           device: str | torch.device | None = None, name: str | None = None,
           seed: int | None = None, verbose: bool = True) -> CheckResult:
@@ -125,14 +133,18 @@ def check(fn: Callable | type | Any, inputs: Any, reference: Callable | None = N
 
     fn: a function, an ``autograd.Function`` subclass (its ``apply`` is called), an
         ``nn.Module`` or a dispatcher op (``torch.ops.ns.op`` or ``.default``).
-    inputs: a tuple of sample arguments (tensors and others), or a shape spec: a list
-        of shapes such as ``[(4, 8), (8,)]``, each becoming a fresh random float64
+    inputs: a tuple of sample arguments (tensors and others, taken as they are), or a
+        shape spec: a list of shapes such as ``[(4, 8), (8,)]``, each becoming a fresh random float64
         tensor that requires grad (on ``device``, default CUDA when present).
     reference: the function to compare with (same arguments), e.g. the op's
         ``reference.py`` or its ``torch`` twin.
     op: dispatcher op(s) to run ``opcheck`` on; default: those ``fn`` calls.
     dtypes: the floating dtypes of the reference comparison.
     atol, rtol: override the tolerances of the reference and compile comparisons.
+    tolerances: ``{dtype: {"atol": ..., "rtol": ...}}``, the tolerances of the dtypes it
+        names (an op's ``TOLERANCES`` table); ``atol``/``rtol`` still override.
+    reference_dtype: run the reference on the inputs of each dtype cast to this one (their
+        values unchanged), e.g. float64 to compare every dtype with the exact answer.
     compile_backend: backend of the ``torch.compile`` check; None skips it.
     """
     if seed is not None:
@@ -140,13 +152,14 @@ def check(fn: Callable | type | Any, inputs: Any, reference: Callable | None = N
     call, label, dispatcher_op = _callable(fn)
     sample = _make_inputs(inputs, device if device is not None else _default_device(fn, dispatcher_op))
     rows: list[CheckRow] = []
-    rows += _reference_rows(call, reference, sample, dtypes, atol, rtol)
+    tol = _Tolerances(atol, rtol, tolerances)
+    rows += _reference_rows(call, reference, sample, dtypes, tol, reference_dtype)
     if gradcheck:
         rows.append(_gradcheck_row(call, sample))
     if opcheck:
         rows += _opcheck_rows(call, sample, op if op is not None else dispatcher_op)
     if compile_backend is not None:
-        rows.append(_compile_row(call, sample, compile_backend, atol, rtol))
+        rows.append(_compile_row(call, sample, compile_backend, tol))
     result = CheckResult(name or label, rows)
     if verbose:
         print(result.table(), flush=True)
@@ -191,6 +204,8 @@ def _make_inputs(inputs, device) -> tuple:
         return (inputs,)
     if _is_shape(inputs) and len(inputs) > 0:
         inputs = [inputs]  # a single shape, e.g. (4, 8)
+    elif isinstance(inputs, tuple):
+        return inputs  # sample arguments as they are: (x, (17, 25), "half_pixel")
     sample = []
     for item in inputs:
         if _is_shape(item):
@@ -271,9 +286,19 @@ def _sci(value: float | None) -> str:
     return "" if value is None else f"{value:.1e}"
 
 
-def _tolerance(dtype: torch.dtype, atol: float | None, rtol: float | None) -> tuple[float, float]:
-    default_atol, default_rtol = TOLERANCES.get(dtype, TOLERANCES[torch.float32])
-    return (default_atol if atol is None else atol), (default_rtol if rtol is None else rtol)
+@dataclasses.dataclass
+class _Tolerances:
+    atol: float | None
+    rtol: float | None
+    table: Mapping[torch.dtype, Mapping[str, float]] | None
+
+    def of(self, dtype: torch.dtype) -> tuple[float, float]:
+        """(atol, rtol) of ``dtype``: the overrides, else the table's, else TOLERANCES."""
+        default_atol, default_rtol = TOLERANCES.get(dtype, TOLERANCES[torch.float32])
+        if self.table is not None and dtype in self.table:
+            default_atol, default_rtol = self.table[dtype]["atol"], self.table[dtype]["rtol"]
+        return (default_atol if self.atol is None else self.atol,
+                default_rtol if self.rtol is None else self.rtol)
 
 
 @dataclasses.dataclass
@@ -301,12 +326,16 @@ def _compare(actual: list, expected: list, atol: float, rtol: float) -> _Compari
                                              f"expected {list(e.shape)}")
         if a.numel() == 0:
             continue
+        if not (a.is_floating_point() or e.is_floating_point()):
+            atol_i, rtol_i = 0.0, 0.0  # integers (indices, counts) agree exactly
+        else:
+            atol_i, rtol_i = atol, rtol
         a = a.detach().to(torch.float64)
         e = e.detach().to(torch.float64)
         both_nan = a.isnan() & e.isnan()
         diff = torch.where(both_nan, 0.0, (a - e).abs()).nan_to_num(nan=float("inf"))
-        allowed = atol + rtol * e.abs().nan_to_num(nan=0.0, posinf=0.0)
-        ratio = diff / allowed
+        allowed = atol_i + rtol_i * e.abs().nan_to_num(nan=0.0, posinf=0.0)
+        ratio = torch.where(diff == 0, 0.0, diff / allowed)  # 0 / 0 where the bound is 0
         k = int(ratio.reshape(-1).argmax())
         if float(ratio.reshape(-1)[k]) > worst_ratio:
             worst_ratio = float(ratio.reshape(-1)[k])
@@ -324,6 +353,16 @@ def _ratio(cmp: _Comparison) -> float:
     return (cmp.error or 0.0) / (cmp.allowed or 1.0)
 
 
+def _cotangents(out) -> list[torch.Tensor]:
+    return [torch.randn_like(t) for t in _tensors(out) if t.is_floating_point()]
+
+
+def _like(cotangents: list[torch.Tensor], out) -> list[torch.Tensor]:
+    """The same output gradients in the dtypes of ``out`` (a reference's, maybe float64)."""
+    outs = [t for t in _tensors(out) if t.is_floating_point()]
+    return [c.to(t.dtype) for c, t in zip(cotangents, outs)]
+
+
 def _input_grads(out, inputs: list[torch.Tensor], cotangents: list[torch.Tensor]) -> list:
     outs = [t for t in _tensors(out) if t.is_floating_point()]
     return list(torch.autograd.grad(outs, inputs, cotangents, allow_unused=True))
@@ -334,14 +373,16 @@ def _input_grads(out, inputs: list[torch.Tensor], cotangents: list[torch.Tensor]
 # --------------------------------------------------------------------------------------
 
 
-def _reference_rows(call, reference, sample, dtypes, atol, rtol) -> list[CheckRow]:
+def _reference_rows(call, reference, sample, dtypes, tolerances: _Tolerances,
+                    reference_dtype) -> list[CheckRow]:
     if reference is None:
         return [CheckRow("reference", "", NA, detail="no reference given")]
     rows = []
     for dtype in dtypes:
-        tol = _tolerance(dtype, atol, rtol)
+        tol = tolerances.of(dtype)
         name = str(dtype).removeprefix("torch.")
-        args, ref_args = _copy(sample, dtype), _copy(sample, dtype)
+        args = _copy(sample, dtype)
+        ref_args = _copy(args, reference_dtype)
         try:
             out = _for_dtype(call, dtype)(*args)
             expected = _for_dtype(reference, dtype)(*ref_args)
@@ -355,9 +396,9 @@ def _reference_rows(call, reference, sample, dtypes, atol, rtol) -> list[CheckRo
         if not inputs:
             continue
         try:
-            cotangents = [torch.randn_like(t) for t in _tensors(expected) if t.is_floating_point()]
+            cotangents = _cotangents(out)
             grads = _input_grads(out, inputs, cotangents)
-            ref_grads = _input_grads(expected, ref_inputs, cotangents)
+            ref_grads = _input_grads(expected, ref_inputs, _like(cotangents, expected))
         except Exception as err:  # noqa: BLE001
             rows.append(CheckRow("reference grad", name, FAIL, detail=_first_line(err)))
             continue
@@ -556,11 +597,11 @@ def _fresh(call: Callable) -> Callable:
     return run
 
 
-def _compile_row(call, sample, backend: str, atol, rtol) -> CheckRow:
+def _compile_row(call, sample, backend: str, tolerances: _Tolerances) -> CheckRow:
     name = f"compile ({backend})"
     dtypes = {x.dtype for x in sample if _is_float(x)}
     dtype = max(dtypes, key=lambda d: TOLERANCES.get(d, (0, 0))[1]) if dtypes else torch.float32
-    tol = _tolerance(dtype, atol, rtol)
+    tol = tolerances.of(dtype)
     label = str(dtype).removeprefix("torch.") if dtypes else ""
     eager_args, compiled_args = _copy(sample), _copy(sample)
     call = _for_sample(call, sample)
@@ -574,7 +615,7 @@ def _compile_row(call, sample, backend: str, atol, rtol) -> CheckRow:
     inputs = _differentiable(compiled_args)
     if cmp.ok and inputs:
         try:
-            cotangents = [torch.randn_like(t) for t in _tensors(expected) if t.is_floating_point()]
+            cotangents = _cotangents(expected)
             grads = _input_grads(out, inputs, cotangents)
             eager_grads = _input_grads(expected, _differentiable(eager_args), cotangents)
         except Exception as err:  # noqa: BLE001
@@ -586,3 +627,54 @@ def _compile_row(call, sample, backend: str, atol, rtol) -> CheckRow:
             cmp.detail = "outputs and gradients"
     return CheckRow(name, label, PASS if cmp.ok else FAIL, cmp.error, cmp.allowed, cmp.detail)
 
+
+
+# --------------------------------------------------------------------------------------
+# The cases an op declares
+# --------------------------------------------------------------------------------------
+
+
+def reference_module(op) -> Any:
+    """The ``reference.py`` of a loaded op (bundled or in a folder anywhere), or None."""
+    op_dir = Path(op.path)
+    path = op_dir / "reference.py"
+    if not path.is_file():
+        return None
+    if op_dir.parent == sources.OPS_DIR.resolve():
+        return importlib.import_module(f"ops.{op.name}.reference")
+    spec = importlib.util.spec_from_file_location(f"_reference_of_{op.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_case(op, reference, case: str, device: str | torch.device, **options) -> CheckResult:
+    """:func:`check` of one case of ``reference.check_cases(device)``: a dict of
+    :func:`check`'s arguments on fresh inputs, with ``fn`` the name of the surface function
+    (an ``nn.Module`` class is instantiated), ``inputs`` its sample arguments and
+    ``keywords`` keyword arguments of the op alone (not of the reference); the
+    tolerances are the reference's ``TOLERANCES`` unless the case names its own.
+    ``options`` override the case's arguments."""
+    arguments = dict(reference.check_cases(str(device))[case])
+    fn = getattr(op, arguments.pop("fn"))
+    if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
+        fn = fn()
+    keywords = arguments.pop("keywords", None)
+    if keywords:
+        fn = functools.partial(fn, **keywords)
+    arguments.setdefault("tolerances", getattr(reference, "TOLERANCES", None))
+    arguments.update(device=device, name=f"{op.name}: {case}", **options)
+    return check(fn, arguments.pop("inputs"), **arguments)
+
+
+def check_op(op, device: str | torch.device | None = None, **options) -> list[CheckResult]:
+    """:func:`check_case` of every case the op's ``reference.py`` declares, on ``device``
+    (default CUDA when a GPU is visible); one result per case."""
+    reference = reference_module(op)
+    if reference is None or not callable(getattr(reference, "check_cases", None)):
+        raise ValueError(f"check: {Path(op.path) / 'reference.py'} is missing or declares no "
+                         "check_cases(device)")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return [check_case(op, reference, case, device, **options)
+            for case in reference.check_cases(str(device))]

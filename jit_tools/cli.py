@@ -1047,7 +1047,7 @@ def _parser() -> argparse.ArgumentParser:
                     "generated: NAME.h (the math, torch-free, shared by CPU and CUDA), NAME.cpp "
                     "(schema and CPU kernels), NAME_host.h (argument checks), NAME.py (Python "
                     "surface: fake kernels, autograd, a function and an nn.Module), reference.py "
-                    "(plain-PyTorch reference, example_inputs, selfcheck, TOLERANCES), "
+                    "(plain-PyTorch reference, example_inputs, check_cases, TOLERANCES), "
                     "__init__.py and test_NAME.py; with --cuda also NAME_cuda.cu (torch-free "
                     "kernels and launchers), NAME_cuda.h and NAME_cuda.cpp (the CUDA host side). "
                     "The op computes y = x * |x| as a placeholder: replace the math in NAME.h "

@@ -658,8 +658,8 @@ class $Class(torch.nn.Module):
 REFERENCE_PY = '''\
 """Plain-PyTorch reference for the $name op, written for clarity.
 
-Tests compare the op against it, and ``selfcheck`` is what experiments/run_all.py runs;
-importing this module builds nothing.
+Tests compare the op against it, and ``check_cases`` is what ``jit_loader.check_op`` (and
+experiments/run_all.py) runs; importing this module builds nothing.
 """
 
 from __future__ import annotations
@@ -692,32 +692,16 @@ def example_inputs(device="cpu", dtype=torch.float32, numel: int = 4096) -> torc
     return x.to(dtype).requires_grad_()
 
 
-def _row(check: str, got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> dict:
-    tol = TOLERANCES[dtype]
-    err = (got.double() - want).abs().max().item() if want.numel() else 0.0
-    limit = tol["atol"] + tol["rtol"] * (want.abs().max().item() if want.numel() else 0.0)
-    return {"op": "$name", "check": check, "max_abs_err": err, "tol": limit, "ok": err <= limit}
-
-
-def selfcheck(op, device="cpu") -> list[dict]:
-    """Forward and backward of ``op`` (the handle from ``jit_loader.load``, its Python
-    module, or any $name function) against the reference, on fresh random inputs in
-    float32 and float64, plus bfloat16 on CUDA. One row per check."""
-    fn = getattr(op, "$name", op)
-    dtypes = [torch.float32, torch.float64]
+def check_cases(device="cpu") -> dict[str, dict]:
+    """What every check of the op runs (``jit_loader.check_op``): the op on fresh random
+    inputs against the reference evaluated in float64 on the same values, in float32 and
+    float64, plus bfloat16 on CUDA, within TOLERANCES; gradcheck, opcheck, torch.compile.
+    Each case is jit_loader.check's arguments, ``fn`` naming the surface function."""
+    dtypes = (torch.float32, torch.float64)
     if torch.device(device).type == "cuda":
-        dtypes.append(torch.bfloat16)
-    rows = []
-    for dtype in dtypes:
-        x = example_inputs(device, dtype)
-        y = fn(x)
-        grad = torch.randn_like(y)
-        y.backward(grad)
-        label = str(dtype).removeprefix("torch.")
-        rows.append(_row(f"forward {label}", y.detach(), ${name}_reference(x.detach().double()), dtype))
-        want_dx = ${name}_backward_reference(grad.double(), x.detach().double())
-        rows.append(_row(f"backward {label}", x.grad, want_dx, dtype))
-    return rows
+        dtypes += (torch.bfloat16,)
+    return {"$name": dict(fn="$name", inputs=(example_inputs(device, torch.float64),),
+                         reference=${name}_reference, dtypes=dtypes, reference_dtype=torch.float64)}
 '''
 
 INIT_PY = '''\
@@ -862,9 +846,10 @@ def test_compile_fullgraph(op):
     torch.testing.assert_close(x.grad, x_eager.grad)
 
 
-def test_selfcheck(op, device):
-    rows = reference.selfcheck(op, device)
-    assert rows and all(r["ok"] for r in rows), rows
+def test_check(op, device):
+    """jit_loader.check over reference.check_cases: the reference, gradcheck, opcheck, compile."""
+    results = jit_loader.check_op(op, device, verbose=False)
+    assert results and all(results), [r.table() for r in results if not r]
 
 
 @pytest.mark.parametrize("dtype, dtype_name", [(torch.int64, "Long"), (torch.bool, "Bool")])

@@ -509,8 +509,8 @@ class $Class(torch.nn.Module):
 REFERENCE_PY = '''\
 """Plain-PyTorch reference for the $name op, written for clarity.
 
-Tests compare the op against it, and ``selfcheck`` is what experiments/run_all.py runs;
-importing this module builds nothing.
+Tests compare the op against it, and ``check_cases`` is what ``jit_loader.check_op`` (and
+experiments/run_all.py) runs; importing this module builds nothing.
 """
 
 from __future__ import annotations
@@ -548,35 +548,19 @@ $example_tensors
     return ($example_return)
 
 
-def _row(check: str, got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> dict:
-    tol = TOLERANCES[dtype]
-    err = (got.double() - want).abs().max().item() if want.numel() else 0.0
-    limit = tol["atol"] + tol["rtol"] * (want.abs().max().item() if want.numel() else 0.0)
-    return {"op": "$name", "check": check, "max_abs_err": err, "tol": limit, "ok": err <= limit}
-
-
-def selfcheck(op, device="cpu") -> list[dict]:
-    """Forward and backward of ``op`` (the handle from ``jit_loader.load``, its Python
-    module, or any $name function) against the reference, on fresh random inputs in
-    float32 and float64, plus bfloat16 on CUDA. One row per check."""
-    fn = getattr(op, "$name", op)
-    dtypes = [torch.float32, torch.float64]
+def check_cases(device="cpu") -> dict[str, dict]:
+    """What every check of the op runs (``jit_loader.check_op``): the op on fresh random
+    arguments against the reference evaluated in float64 on the same values, in float32 and
+    float64, plus bfloat16 on CUDA, within TOLERANCES, the gradients of every tensor
+    included; gradcheck, opcheck, torch.compile. Each case is jit_loader.check's arguments,
+    ``fn`` naming the surface function."""
+    dtypes = (torch.float32, torch.float64)
     if torch.device(device).type == "cuda":
-        dtypes.append(torch.bfloat16)
-    rows = []
-    for dtype in dtypes:
-        args = example_inputs(device, dtype)
-        tensors = [a.requires_grad_() for a in args if isinstance(a, torch.Tensor)]
-        y = fn(*args)
-        grad = torch.randn_like(y)
-        y.backward(grad)
-        exact = [a.detach().double() if isinstance(a, torch.Tensor) else a for a in args]
-        label = str(dtype).removeprefix("torch.")
-        rows.append(_row(f"forward {label}", y.detach(), ${name}_reference(*exact), dtype))
-        wants = ${name}_backward_reference(grad.double(), *exact)
-        for arg, t, want in zip(TENSORS, tensors, wants):
-            rows.append(_row(f"backward {arg} {label}", t.grad, want, dtype))
-    return rows
+        dtypes += (torch.bfloat16,)
+    args = tuple(a.requires_grad_() if isinstance(a, torch.Tensor) else a
+                 for a in example_inputs(device, torch.float64))
+    return {"$name": dict(fn="$name", inputs=args, reference=${name}_reference, dtypes=dtypes,
+                         reference_dtype=torch.float64)}
 '''
 
 INIT_PY = '''\
@@ -732,9 +716,10 @@ def test_compile_fullgraph(op):
         torch.testing.assert_close(t.grad, t_eager.grad)
 
 
-def test_selfcheck(op, device):
-    rows = reference.selfcheck(op, device)
-    assert rows and all(r["ok"] for r in rows), rows
+def test_check(op, device):
+    """jit_loader.check over reference.check_cases: the reference, gradcheck, opcheck, compile."""
+    results = jit_loader.check_op(op, device, verbose=False)
+    assert results and all(results), [r.table() for r in results if not r]
 
 
 @pytest.mark.parametrize("dtype, dtype_name", [(torch.int64, "Long"), (torch.bool, "Bool")])

@@ -393,19 +393,15 @@ GRADCHECK_AND_DEBUG = [
         print(f"{len(results)} checks passed")
         """),
     md("""
-        Each op's `reference.py` also has a `selfcheck` with its own tolerance table
-        (bfloat16 included on a GPU); the tests use it too.
+        Each op's `reference.py` also declares the cases every check of it runs
+        (`check_cases`, with its own tolerance table; bfloat16 included on a GPU):
+        `jit_loader.check_op` runs `jit_loader.check` over them, as the tests do.
         """),
     code("""
-        from experiments import benchutil
-        import ops.gelu.reference, ops.lltm.reference, ops.sigmoid.reference
-
-        rows = []
-        for op, reference in [(sigmoid, ops.sigmoid.reference), (gelu, ops.gelu.reference),
-                              (lltm, ops.lltm.reference)]:
-            rows += reference.selfcheck(op, device)
-        print(benchutil.format_table(rows, ["op", "check", "max_abs_err", "tol", "ok"]))
-        assert all(row["ok"] for row in rows)
+        cases = [r for op in (sigmoid, gelu, lltm) for r in jit_loader.check_op(op, device, verbose=False)]
+        for r in cases:
+            print(r.summary())
+        assert all(cases)
         """),
     md("""
         ## A deliberately wrong backward

@@ -171,23 +171,23 @@ import sys, torch, jit_loader
 from pathlib import Path
 from ops.sigmoid import reference as sigmoid_ref
 from ops.gelu import reference as gelu_ref
-from ops.lltm import reference as lltm_ref
 want = sys.argv[1]
 assert torch.backends.cpu.get_cpu_capability().lower() == want
 jit_loader.load(Path(sys.argv[2]))
 assert torch.ops.common_probe.cpu_isa() == want, torch.ops.common_probe.cpu_isa()
-rows = []
-for name, ref in (("sigmoid", sigmoid_ref), ("gelu", gelu_ref), ("lltm", lltm_ref)):
-    rows += ref.selfcheck(jit_loader.load(name), "cpu")
+results = []
+for name in ("sigmoid", "gelu", "lltm"):  # against the references; the compiler is not at issue
+    results += jit_loader.check_op(jit_loader.load(name), "cpu", gradcheck=False, opcheck=False,
+                                   compile_backend=None, verbose=False)
 for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
     x = (torch.randn(4099) * 4).to(dtype)  # a tail past every vector width
     for name, module, ref in (("sigmoid", sigmoid_ref, sigmoid_ref.sigmoid_reference),
                               ("gelu", gelu_ref, gelu_ref.gelu_reference)):
         got = getattr(torch.ops, name).forward(x)
         torch.testing.assert_close(got.double(), ref(x.double()), **module.TOLERANCES[dtype])
-bad = [r for r in rows if not r["ok"]]
-assert rows and not bad, bad
-print("ok", want, len(rows))
+bad = [r.table() for r in results if not r]
+assert results and not bad, bad
+print("ok", want, len(results))
 """
 
 

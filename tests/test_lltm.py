@@ -10,17 +10,11 @@ import pytest
 import torch
 
 import jit_loader
-from ops.lltm.reference import (LLTMReference, example_inputs, lltm_reference, reset_parameters,
-                                selfcheck)
+from op_tester import OpTester
+from ops.lltm.reference import (TOLERANCES, LLTMReference, example_inputs, lltm_reference,
+                                reset_parameters)
 
-# 16-bit: gates and new_cell are stored in the dtype between forward and backward, and the
-# weight gradient sums up to 130 rows of such values, hence the absolute terms.
-TOL = {
-    torch.float64: dict(atol=1e-10, rtol=1e-9),
-    torch.float32: dict(atol=2e-5, rtol=1e-4),
-    torch.float16: dict(atol=2e-2, rtol=1e-2),
-    torch.bfloat16: dict(atol=1.5e-1, rtol=5e-2),
-}
+TOL = TOLERANCES
 DTYPES = list(TOL)
 
 # (batch, input_features, state_size): the tutorial's size, batch 1, sizes that are not
@@ -204,10 +198,10 @@ def test_reset_parameters_bound():
 # --- PyTorch machinery: gradcheck, opcheck, torch.compile, TorchScript ----------------------
 
 
-def test_gradcheck(op, device):
-    inputs = example_inputs(device, torch.float64, 3, 4, 5)
-    assert torch.autograd.gradcheck(op.lltm, inputs)
-    assert torch.autograd.gradcheck(op.LLTMFunction.apply, inputs)
+class TestLLTM(OpTester):
+    """jit_loader.check of the function and the autograd.Function: the reference, gradcheck
+    (float64), opcheck of forward and backward, torch.compile."""
+    op_name = "lltm"
 
 
 def test_opcheck_forward(op, device):
@@ -267,11 +261,6 @@ def test_torchscript(op, device):
     torch.testing.assert_close(h, lltm_reference(x, cell.weights, cell.bias, *state)[0])
     (h.sum() + c.sum()).backward()
     assert cell.weights.grad is not None and cell.bias.grad is not None
-
-
-def test_selfcheck(op, device):
-    rows = selfcheck(op, device)
-    assert len(rows) == 12 and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
 
 
 # --- bad input ------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch._prims_common import suggest_memory_format
 
 import jit_loader
+from op_tester import OpTester
 from ops.resize import reference
 from ops.resize.reference import TOLERANCES
 
@@ -382,9 +383,10 @@ def test_module_autograd_function_and_conventions(op, device):
     assert "asymmetric" in repr(op.Resize(size=3, convention="tensorflow1"))
 
 
-def test_selfcheck(op, device):
-    rows = reference.selfcheck(op, device)
-    assert rows and all(r["ok"] for r in rows), rows
+class TestResize(OpTester):
+    """jit_loader.check in every coordinate mode, up and down: the reference, gradcheck
+    (float64), opcheck of forward and backward, torch.compile."""
+    op_name = "resize"
 
 
 # ------------------------------------------------------------------------ bad inputs

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import jit_loader
+from op_tester import OpTester
 from ops.detection import reference
 
 try:
@@ -241,6 +242,12 @@ def test_torch_compile(op):
     (want,) = torch.autograd.grad(head(x, rois), x)
     (got,) = torch.autograd.grad(compiled(x, rois), x)
     torch.testing.assert_close(got, want)
+
+
+class TestDetection(OpTester):
+    """jit_loader.check of NMS (exact kept indices) and ROIAlign: the references, gradcheck
+    (float64), opcheck, torch.compile."""
+    op_name = "detection"
 
 
 @pytest.mark.cuda

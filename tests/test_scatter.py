@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import jit_loader
+from op_tester import OpTester
 from ops.scatter.reference import (TOLERANCES, broadcast_index, example_inputs, scatter_loop,
-                                   scatter_torch, selfcheck)
+                                   scatter_torch)
 
 REDUCES = ["sum", "mean", "max", "min"]
 FLOATS = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
@@ -290,13 +291,17 @@ def test_compile_traces_fake_and_autograd_kernels(op, device):
     torch.testing.assert_close(got, fn(src))
 
 
-def test_module_and_selfcheck(op, device):
+def test_module(op, device):
     layer = op.Scatter("max", dim=0)
     src, index, nodes = example_inputs(device, torch.float32, edges=50, features=3, nodes=9)
     torch.testing.assert_close(layer(src, index, nodes), op.scatter_max(src, index, 0, None, nodes)[0])
     assert "reduce='max'" in repr(layer)
-    rows = selfcheck(op, device)
-    assert len(rows) == 10 and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
+
+
+class TestScatter(OpTester):
+    """jit_loader.check of every reduction, random and sorted index: the reference, values
+    and gradients, gradcheck (float64), opcheck, torch.compile."""
+    op_name = "scatter"
 
 
 def test_deterministic_repeats_bitwise(op, device):

@@ -187,29 +187,14 @@ def example_inputs(device="cpu", dtype=torch.float32):
     return boxes, scores, feature, rois
 
 
-def selfcheck(op, device="cpu") -> list[dict]:
-    """NMS (exact kept indices) and ROIAlign forward and backward (float32, float64) of
-    ``op`` (the handle from ``jit_loader.load("detection")`` or its module) against the
-    references, on fresh random inputs. One row per check."""
-    rows = []
-    for dtype in (torch.float32, torch.float64):
-        boxes, scores, feature, rois = example_inputs(device, dtype)
-        got = op.nms(boxes, scores, 0.5).cpu()
-        want = nms_reference(boxes, scores, 0.5).cpu()
-        same = torch.equal(got, want)
-        rows.append({"op": "detection", "check": f"nms {str(dtype).removeprefix('torch.')}",
-                     "max_abs_err": 0.0 if same else float("inf"), "tol": 0.0, "ok": same})
-        out = op.roi_align(feature, rois, 5, spatial_scale=0.5, sampling_ratio=2)
-        grad = torch.randn_like(out)
-        out.backward(grad)
-        ref_input = feature.detach().double().requires_grad_()
-        want_out = roi_align_reference(ref_input, rois, 5, 0.5, 2)
-        want_out.backward(grad.double())
-        tol = TOLERANCES[dtype]
-        for check, g, w in (("roi_align forward", out.detach(), want_out.detach()),
-                            ("roi_align backward", feature.grad, ref_input.grad)):
-            err = (g.double() - w).abs().max().item()
-            limit = tol["atol"] + tol["rtol"] * w.abs().max().item()
-            rows.append({"op": "detection", "check": f"{check} {str(dtype).removeprefix('torch.')}",
-                         "max_abs_err": err, "tol": limit, "ok": err <= limit})
-    return rows
+def check_cases(device="cpu") -> dict[str, dict]:
+    """What every check of the ops runs (``jit_loader.check_op``; tests/op_tester.py makes a
+    test of each): NMS (exact kept indices) and ROIAlign forward and backward against the
+    references on fresh random inputs, in float32 and float64, within TOLERANCES. Each case
+    is jit_loader.check's arguments, ``fn`` naming the surface function."""
+    boxes, scores, feature, rois = example_inputs(device, torch.float64)
+    return {
+        "nms": dict(fn="nms", inputs=(boxes, scores, 0.5), reference=nms_reference),
+        "roi_align": dict(fn="roi_align", inputs=(feature, rois, 5, 0.5, 2),
+                          reference=roi_align_reference),
+    }

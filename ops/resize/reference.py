@@ -90,28 +90,33 @@ def example_inputs(device="cpu", dtype=torch.float32, shape=(2, 3, 9, 11)) -> to
     return torch.randn(shape, device=device).to(dtype).requires_grad_()
 
 
-def _row(check: str, got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> dict:
-    tol = TOLERANCES[dtype]
-    err = (got.detach().double().cpu() - want).abs().max().item() if want.numel() else 0.0
-    limit = tol["atol"] + tol["rtol"] * (want.abs().max().item() if want.numel() else 0.0)
-    return {"op": "resize", "check": check, "max_abs_err": err, "tol": limit, "ok": err <= limit}
+class _ResizeReference(torch.autograd.Function):
+    """resize_reference, with resize_backward_reference as its gradient."""
+
+    @staticmethod
+    def forward(ctx, x, size, scale_factors, mode):
+        ctx.input_shape, ctx.dtype, ctx.mode, ctx.scale_factors = x.shape, x.dtype, mode, scale_factors
+        return resize_reference(x, size, mode, scale_factors).to(x.device)
+
+    @staticmethod
+    def backward(ctx, grad):
+        # In the input's dtype, as the op's backward gets it: its coordinates are the op's.
+        grad_in = resize_backward_reference(grad.to(ctx.dtype), ctx.input_shape, ctx.mode,
+                                            ctx.scale_factors)
+        return grad_in.to(device=grad.device, dtype=ctx.dtype), None, None, None
 
 
-def selfcheck(op, device="cpu") -> list[dict]:
-    """Forward and backward of ``op`` (the handle from ``jit_loader.load("resize")``, its
-    Python module, or any function with resize_bilinear's signature) against the reference
-    in every coordinate mode, upscaling and downscaling, float32 and float64. One row per check."""
-    fn = getattr(op, "resize_bilinear", op)
-    rows = []
-    for dtype in (torch.float32, torch.float64):
-        for mode in COORDINATE_MODES:
-            for size in ((17, 25), (4, 6)):
-                x = example_inputs(device, dtype)
-                y = fn(x, size=size, coordinate_mode=mode)
-                grad = torch.randn_like(y)
-                y.backward(grad)
-                name = f"{mode} {x.shape[2]}x{x.shape[3]}->{size[0]}x{size[1]} {str(dtype).removeprefix('torch.')}"
-                rows.append(_row(f"forward {name}", y, resize_reference(x, size, mode), dtype))
-                rows.append(_row(f"backward {name}", x.grad,
-                                 resize_backward_reference(grad, x.shape, mode), dtype))
-    return rows
+def resize_bilinear_reference(x: torch.Tensor, size, scale_factors=None, mode: str = "half_pixel"):
+    """The references with resize_bilinear's positional arguments, differentiable in x."""
+    return _ResizeReference.apply(x, size, scale_factors, mode)
+
+
+def check_cases(device="cpu") -> dict[str, dict]:
+    """What every check of the op runs (``jit_loader.check_op``; tests/op_tester.py makes a
+    test of each): forward and backward against the reference in every coordinate mode,
+    upscaling and downscaling, in float32 and float64, within TOLERANCES. Each case is
+    jit_loader.check's arguments, ``fn`` naming the surface function."""
+    return {f"{mode} 9x11->{size[0]}x{size[1]}":
+            dict(fn="resize_bilinear", inputs=(example_inputs(device, torch.float64), size, None, mode),
+                 reference=resize_bilinear_reference)
+            for mode in COORDINATE_MODES for size in ((17, 25), (4, 6))}

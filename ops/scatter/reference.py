@@ -106,28 +106,15 @@ def example_inputs(device="cpu", dtype=torch.float32, edges: int = 1000, feature
     return src, index, nodes
 
 
-def _row(check, got, want, dtype):
-    tol = TOLERANCES[dtype]
-    err = (got.double() - want.double()).abs().max().item() if want.numel() else 0.0
-    limit = tol["atol"] + tol["rtol"] * (want.double().abs().max().item() if want.numel() else 0.0)
-    return {"op": "scatter", "check": check, "max_abs_err": err, "tol": limit, "ok": err <= limit}
-
-
-def selfcheck(op, device="cpu") -> list[dict]:
-    """Each reduction of ``op`` (the handle from ``jit_loader.load("scatter")`` or its
-    module) against ``scatter_torch`` in float64 on fresh random inputs, random and sorted
-    index, plus the sum's gradient. One row per check."""
-    rows = []
+def check_cases(device="cpu") -> dict[str, dict]:
+    """What every check of the op runs (``jit_loader.check_op``; tests/op_tester.py makes a
+    test of each): each reduction against ``scatter_torch`` in float64 on fresh random
+    inputs, random and sorted index, values and gradients, within TOLERANCES. Each case is
+    jit_loader.check's arguments, ``fn`` naming the surface function."""
+    cases = {}
     for reduce, sorted_ in itertools.product(("sum", "mean", "max", "min"), (False, True)):
         src, index, nodes = example_inputs(device, torch.float64, sorted=sorted_)
-        got = op.scatter(src, index, 0, dim_size=nodes, reduce=reduce,
-                         index_sorted=True if sorted_ else None)
-        want = scatter_torch(src.detach(), index, 0, dim_size=nodes, reduce=reduce)
-        label = f"{reduce} {'sorted' if sorted_ else 'random'}"
-        rows.append(_row(label, got.detach(), want, torch.float64))
-        if reduce == "sum":
-            grad = torch.randn_like(got)
-            (g,) = torch.autograd.grad(got, src, grad)
-            rows.append(_row(f"{label} backward", g, grad.gather(0, broadcast_index(index, src, 0)),
-                             torch.float64))
-    return rows
+        cases[f"{reduce} {'sorted' if sorted_ else 'random'}"] = dict(
+            fn="scatter", inputs=(src, index, 0, None, nodes, reduce), reference=scatter_torch,
+            keywords=dict(index_sorted=True) if sorted_ else None, dtypes=(torch.float64,))
+    return cases

@@ -33,29 +33,16 @@ def example_inputs(device="cpu", dtype=torch.float32, numel: int = 4096) -> torc
     return x.to(dtype).requires_grad_()
 
 
-def _row(check: str, got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> dict:
-    tol = TOLERANCES[dtype]
-    err = (got.double() - want).abs().max().item() if want.numel() else 0.0
-    limit = tol["atol"] + tol["rtol"] * (want.abs().max().item() if want.numel() else 0.0)
-    return {"op": "sigmoid", "check": check, "max_abs_err": err, "tol": limit, "ok": err <= limit}
-
-
-def selfcheck(op, device="cpu") -> list[dict]:
-    """Forward and backward of ``op`` (the handle from ``jit_loader.load("sigmoid")``,
-    its Python module, or any sigmoid function) against the reference, on fresh random
-    inputs in float32 and float64, plus bfloat16 on CUDA. One row per check."""
-    fn = getattr(op, "sigmoid", op)
-    dtypes = [torch.float32, torch.float64]
+def check_cases(device="cpu") -> dict[str, dict]:
+    """What every check of the op runs (``jit_loader.check_op``; tests/op_tester.py makes a
+    test of each): the surface's function, autograd.Function and nn.Module on fresh random
+    inputs against the reference evaluated in float64 on the same values, in float32 and
+    float64, plus bfloat16 on CUDA, within TOLERANCES. Each case is jit_loader.check's
+    arguments, ``fn`` naming the surface function."""
+    dtypes = (torch.float32, torch.float64)
     if torch.device(device).type == "cuda":
-        dtypes.append(torch.bfloat16)
-    rows = []
-    for dtype in dtypes:
-        x = example_inputs(device, dtype)
-        y = fn(x)
-        grad = torch.randn_like(y)
-        y.backward(grad)
-        want_y = sigmoid_reference(x.detach().double())
-        rows.append(_row(f"forward {str(dtype).removeprefix('torch.')}", y.detach(), want_y, dtype))
-        want_dx = sigmoid_backward_reference(grad.double(), want_y)
-        rows.append(_row(f"backward {str(dtype).removeprefix('torch.')}", x.grad, want_dx, dtype))
-    return rows
+        dtypes += (torch.bfloat16,)
+    return {route: dict(fn=fn, inputs=(example_inputs(device, torch.float64),),
+                        reference=sigmoid_reference, dtypes=dtypes, reference_dtype=torch.float64)
+            for route, fn in (("function", "sigmoid"), ("autograd.Function", "SigmoidFunction"),
+                              ("nn.Module", "Sigmoid"))}
