@@ -10,12 +10,10 @@
 // CUDA's expf/expm1/tanh, or with kFast the hardware exp2 and reciprocal units; kFast
 // (16-bit data only) also shortens the host exp.
 // exp is only ever taken of -|x| <= 0, so it cannot overflow for any input.
-#include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <type_traits>
 
 #include "common/host_device.h"
+#include "common/std_lite.h"  // <cmath>, <cstring>, <type_traits>
 
 namespace ops_common {
 

@@ -16,13 +16,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
-#include <utility>
 
 #include "common/cuda_convert.cuh"
 #include "common/launch.h"
 #include "common/pointwise_launch.h"
 #include "common/scalar_math.h"
+#include "common/std_lite.h"  // <type_traits>, <utility>
 
 namespace ops_common {
 
