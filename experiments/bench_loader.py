@@ -21,7 +21,9 @@ Prints, for tiny fixture ops built in a private cache:
     drop-in, load(name=..., sources=[...], extra_cflags=["-O2"]), and of a scaffold fresh
     from `python -m jit_loader new` with extra_cflags=["-DVARIANT_A"], flag sets no build
     used before, in an empty cache and in a cache whose pieces were made for the default
-    flags, against torch.utils.cpp_extension.load of the same sources and flags. The
+    flags, against torch.utils.cpp_extension.load of the same sources given the flags the
+    loader compiles with (its defaults -O3 -fopenmp, then the given ones), and given the
+    given flags alone (torch's default: no optimisation, a cheaper compile). The
     loader's default leaves the pieces of a new flag set to a background process after
     the build; each measurement waits for it to finish before the next starts.
 
@@ -57,6 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 
 from experiments.benchutil import environment, format_table, save_json
+from jit_tools import key as keys
 
 # Each measurement runs in its own interpreter and prints one JSON line.
 COLD_BUILD = """
@@ -273,6 +276,9 @@ def _wait_for_pieces(shared_dir: Path, names: list[str], timeout: float = 1800) 
         time.sleep(1)
 
 
+SAME_FLAGS = "cpp_extension.load, the loader's flags"
+
+
 def first_build_rows(repeats: int, base_env: dict, tmp: Path) -> list[dict]:
     """First builds of a flag set no build used before, ours vs torch's: the C++ extension
     tutorial's LLTM through the drop-in with extra_cflags=["-O2"], and an op folder fresh
@@ -298,17 +304,22 @@ def first_build_rows(repeats: int, base_env: dict, tmp: Path) -> list[dict]:
                 m = run(OURS_FIRST, {**env, "JIT_LOADER_CACHE": str(cache)}, json.dumps(case))
                 add(f"{case_name}: jit_loader.load, {label}", m)
                 _wait_for_pieces(cache / "_shared", m["later"])
-            build = tmp / f"first-r{r}-{case_name}-torch-build"
-            build.mkdir()
-            add(f"{case_name}: cpp_extension.load",
-                run(TORCH_FIRST, {**env, "TORCH_NO_COMPILER_WRAPPER": "1"}, json.dumps(case), str(build)))
+            # torch's loader given the flags the loader compiles with (its defaults, then the
+            # given ones: the same compiler work, so the ratio is the loaders' own cost), and
+            # the given flags alone (torch's default, no optimisation: a different compile).
+            for label, flags in ((SAME_FLAGS, [*keys.DEFAULT_CFLAGS, *case["flags"]]),
+                                 ("cpp_extension.load, the given flags only", case["flags"])):
+                build = tmp / f"first-r{r}-{case_name}-torch-build-{len(flags)}"
+                build.mkdir()
+                add(f"{case_name}: {label}", run(TORCH_FIRST, {**env, "TORCH_NO_COMPILER_WRAPPER": "1"},
+                                                 json.dumps(dict(case, flags=flags)), str(build)))
     rows = [{"measurement": what, "median": _median([w for w, _ in v]), "min": min(w for w, _ in v),
              "cpu_median": _median([c for _, c in v]), "n": len(v), "unit": "s"}
             for what, v in samples.items()]
     for what, v in samples.items():
         case_name = what.split(":")[0]
-        base = samples[f"{case_name}: cpp_extension.load"]
-        if not what.endswith("cpp_extension.load"):
+        base = samples[f"{case_name}: {SAME_FLAGS}"]
+        if "jit_loader.load" in what:
             rows.append({"measurement": f"  {what} / cpp_extension.load",
                          "median": _median([w for w, _ in v]) / _median([w for w, _ in base]), "min": None,
                          "cpu_median": _median([c for _, c in v]) / _median([c for _, c in base]),
