@@ -48,11 +48,17 @@ the suite's device (a CPU target reported by a GPU run). What cannot run on this
 (say its baseline's package is absent) is returned as ``benchutil.Skipped(op, what,
 reason)``: listed among the warnings, not an error. The suite imports every
 ``experiments/bench_*.py`` that defines ``suite_cases``; nothing else changes.
+
+The script's own command line is a view of those cases, not a second copy: its
+``main`` parses ``view_parser``'s flags (``--device``, ``--quick``/``--tiny``, ``--json``,
+``--threads``, ``--cpu-time``, ``--no-compile``) and its own, and calls ``run_view``, which
+runs its cases through the suite and prints them as one table.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import pkgutil
@@ -107,14 +113,24 @@ def collect_cases(device: str, scale: str, ops: list[str] | None,
         except Exception as e:
             errors.append(f"{name}.suite_cases: {type(e).__name__}: {e}")
             continue
-        for c in found:
-            if ops and c.op not in ops:
-                continue
-            if isinstance(c, Skipped):
-                if skipped is not None:
-                    skipped.append(c)
-            else:
-                cases.append(c)
+        cases += select(found, ops, skipped, family=name.removeprefix("experiments.bench_"))
+    return cases
+
+
+def select(found, ops: list[str] | None, skipped: list[Skipped] | None = None,
+           family: str | None = None) -> list[Case]:
+    """The cases of ``found`` whose op is in ``ops`` (all when None), each with its plot
+    ``family``; the ``Skipped`` among them go into ``skipped``."""
+    cases = []
+    for c in found:
+        if ops and c.op not in ops:
+            continue
+        if isinstance(c, Skipped):
+            if skipped is not None:
+                skipped.append(c)
+        else:
+            c.family = c.family or family or c.op
+            cases.append(c)
     return cases
 
 
@@ -137,7 +153,7 @@ def _reason(case: Case, baseline: str, target: float, base_s: float, copy_s: flo
 
 
 def run_case(case: Case, device: str, scale: str, env: dict, warnings: list[str],
-             progress: bool = False) -> list[dict]:
+             progress: bool = False, clock=time.perf_counter) -> list[dict]:
     if case.device is not None and case.device != device:
         device = case.device
         env = dict(env, device=benchutil.device_name(device))
@@ -150,7 +166,7 @@ def run_case(case: Case, device: str, scale: str, env: dict, warnings: list[str]
         fns[COPY] = buf.clone
     timings = benchutil.measure(fns, device, budget_s=BUDGET_S[scale],
                                 min_reps=5 if scale == "tiny" else 10,
-                                flush=bool(case.bytes), wall=case.host_bound)
+                                flush=bool(case.bytes), wall=case.host_bound, clock=clock)
     for name, timing in timings.items():
         message = benchutil.spread_warning(f"{case.label} {name}", timing)
         if message:
@@ -232,10 +248,13 @@ def collect_overhead(device: str, ops: list[str] | None, errors: list[str],
 
 def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | None = None,
               out_dir: str | Path | None = None, progress: bool = True,
-              command: str | None = None, sections=SECTIONS, cpu_time: bool = False) -> dict:
+              command: str | None = None, sections=SECTIONS, cpu_time: bool = False,
+              cases: list[Case | Skipped] | None = None, clock=time.perf_counter) -> dict:
     """Run every registered case of ``sections``; returns the JSON document (and writes
     the files into ``out_dir`` when given). ``cpu_time``: the overhead section's CPU rows
-    are timed by thread CPU time instead of the wall clock."""
+    are timed by thread CPU time instead of the wall clock. ``cases``: these (one
+    script's: a view) instead of every registered op's; ``clock``: the cases' CPU timer
+    (``benchutil.measure``)."""
 
     assert scale in SCALES, scale
     assert set(sections) <= set(SECTIONS), sections
@@ -247,7 +266,12 @@ def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | N
     if message:
         warnings.append(message)
     skipped = []
-    cases = collect_cases(device, scale, ops, errors, skipped) if "cases" in sections else []
+    if "cases" not in sections:
+        cases = []
+    elif cases is not None:
+        cases = select(cases, ops, skipped)
+    else:
+        cases = collect_cases(device, scale, ops, errors, skipped)
     overhead = collect_overhead(device, ops, errors, skipped) if "overhead" in sections else []
     warnings += [s.message for s in skipped]
     known = {c.op for c in cases + overhead} | {s.op for s in skipped}
@@ -259,7 +283,7 @@ def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | N
     for case in bar:
         bar.set_postfix_str(case.label, refresh=True)
         try:
-            records += run_case(case, device, scale, env, warnings, progress)
+            records += run_case(case, device, scale, env, warnings, progress, clock)
         except Exception as e:
             errors.append(f"{case.label}: {type(e).__name__}: {e}")
             traceback.print_exc()
@@ -283,6 +307,7 @@ def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | N
         warnings.append(message)
     doc = {"environment": env, "scale": scale, "sections": list(sections),
            "ops": sorted({c.op for c in cases + overhead}),
+           "families": {c.op: c.family for c in cases},
            "cases": len(cases), "elapsed_s": time.perf_counter() - started,
            "copy_ceiling": ceiling, "warnings": warnings, "errors": errors, "records": records,
            "overhead": rows, "overhead_cpu_clock": "thread CPU" if cpu_time else "wall-clock",
@@ -446,6 +471,21 @@ def _spread_of(warning: str) -> float:
         return 0.0
 
 
+def _warnings(all_warnings: list[str]) -> list[str]:
+    """The warnings to show: many wide spreads are folded into their count and the widest
+    five (indented)."""
+    spreads = [w for w in all_warnings if w.startswith("wide spread")]
+    warnings = [w for w in all_warnings if w not in spreads]
+    if len(spreads) > 8:  # many noisy timings: say how many, show the worst
+        worst = sorted(spreads, key=_spread_of, reverse=True)[:5]
+        warnings.append(f"wide spread (IQR over {100 * benchutil.WIDE_SPREAD:.0f}% of the median) "
+                        f"in {len(spreads)} timings, all listed in bench.json; the widest:")
+        warnings += [f"  {w.removeprefix('wide spread: ')}" for w in worst]
+    else:
+        warnings += spreads
+    return warnings
+
+
 def render_summary(doc: dict, results: bool = False, command: str | None = None) -> str:
     """Markdown: header, warnings, the targets, then every record.
 
@@ -471,15 +511,7 @@ def render_summary(doc: dict, results: bool = False, command: str | None = None)
     if ceiling is not None:
         lines += [f"Copy ceiling: {ceiling['gbps']:.0f} GB/s (clone() of "
                   f"{ceiling['bytes'] >> 20} MB of traffic, same run).", ""]
-    spreads = [w for w in doc["warnings"] if w.startswith("wide spread")]
-    warnings = [w for w in doc["warnings"] if w not in spreads]
-    if len(spreads) > 8:  # many noisy timings: say how many, show the worst
-        worst = sorted(spreads, key=_spread_of, reverse=True)[:5]
-        warnings.append(f"wide spread (IQR over {100 * benchutil.WIDE_SPREAD:.0f}% of the median) "
-                        f"in {len(spreads)} timings, all listed in bench.json; the widest:")
-        warnings += [f"  {w.removeprefix('wide spread: ')}" for w in worst]
-    else:
-        warnings += spreads
+    warnings = _warnings(doc["warnings"])
     for title, items in (("Warnings", warnings), ("Errors", doc["errors"])):
         if items:
             lines += [f"{h}# {title}", ""]
@@ -539,6 +571,87 @@ def render_overhead(rows: list[dict], h: str = "#", cpu_clock: str = "wall-clock
             f"`{r['ours']}` | `{r['native']}` | {r['calls']} | {_fmt(r['ours_us'])} | "
             f"{_fmt(r['native_us'])} | {r['ratio']:.3g}x | {limit} | {verdict} |")
     return lines + [""]
+
+
+# ------------------------------------------------------------------------ per-op views
+
+# The table a per-op script prints: one row per record.
+VIEW_COLUMNS = {"pass": "pass", "shape": "shape", "dtype": "dtype", "impl": "impl",
+                "median_us": "us", "iqr_us": "IQR us", "gbps": "GB/s", "baseline": "baseline",
+                "baseline_us": "baseline us", "ratio": "ratio", "wall_ratio": "wall ratio",
+                "target": "target", "met": "met"}
+
+
+def view_parser(doc: str) -> argparse.ArgumentParser:
+    """The command line every per-op script shares; a script adds its own flags."""
+    parser = argparse.ArgumentParser(
+        description=doc.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="The suite's cases of this op (python -m experiments.bench), timed and checked "
+               "as the suite does.")
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when visible)")
+    parser.add_argument("--quick", action="store_true", help="the suite's quick sizes")
+    parser.add_argument("--tiny", action="store_true", help="the suite's tiny sizes (CI on a CPU)")
+    parser.add_argument("--json", metavar="PATH",
+                        help="also write the run here (bench.json's format: --render reads it)")
+    parser.add_argument("--threads", type=int, help="CPU threads (torch.set_num_threads)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="CPU with --threads 1: time by the thread's CPU time (a loaded machine)")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="leave out the torch.compile baselines")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def _without_compile(case: Case) -> Case:
+    def build(build=case.build):
+        return {k: v for k, v in build().items() if "torch.compile" not in k}
+    return dataclasses.replace(case, build=build, targets={
+        k: v for k, v in case.targets.items() if "torch.compile" not in k})
+
+
+def run_view(args: argparse.Namespace, cases, name: str, ops: list[str] | None = None) -> int:
+    """A per-op script's run: ``cases(device, scale)`` (its ``suite_cases``, perhaps with
+    its own options) through the suite, printed as one table; ``ops`` selects among them.
+    Returns the exit status (non-zero when a check failed or a case raised)."""
+    if args.cpu_time and args.threads != 1:
+        raise SystemExit("--cpu-time needs --threads 1 (other threads' work is not the "
+                         "caller's CPU time)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = args.device or benchutil.default_device()
+    scale = "tiny" if args.tiny else "quick" if args.quick else "full"
+    found = [c if isinstance(c, Skipped) or not args.no_compile else _without_compile(c)
+             for c in cases(device, scale)]
+    for c in found:
+        if isinstance(c, Case):
+            c.family = name
+    command = f"python -m experiments.bench_{name} " + shlex.join(sys.argv[1:])
+    clock = time.thread_time if args.cpu_time else time.perf_counter
+    doc = run_suite(device, scale, ops, progress=not args.no_progress, command=command,
+                    sections=("cases",), cases=found, clock=clock)
+    print(render_view(doc, name))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    return 1 if doc["errors"] else 0
+
+
+def render_view(doc: dict, name: str) -> str:
+    """The header, the copy ceiling, warnings and errors, and every record in one table."""
+    env = doc["environment"]
+    lines = [f"# bench_{name}: {env['device']}, torch {env['torch']} (CUDA {env['cuda']}), "
+             f"{env['date']}, {env['threads']} threads, {doc['scale']} sizes, "
+             f"load average {env['load_average']}",
+             f"# copy ceiling {doc['copy_ceiling']['gbps']:.3g} GB/s; ratio: baseline time / "
+             "our time (> 1: ours faster); GB/s: ideal traffic of the case"]
+    lines += [f"# warning: {w.strip()}" for w in _warnings(doc["warnings"])]
+    lines += [f"# ERROR: {e}" for e in doc["errors"]]
+    rows = []
+    for r in doc["records"]:
+        row = {"op": r["op"]} if len(doc["ops"]) > 1 else {}
+        row.update({title: r[key] for key, title in VIEW_COLUMNS.items()})
+        rows.append(row)
+    return "\n".join(lines + [benchutil.format_table(rows)])
 
 
 def main(argv=None) -> int:

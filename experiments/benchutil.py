@@ -339,7 +339,8 @@ class Case:
     ``check(fns)``: raises if an implementation gives a wrong answer (run once, before
     timing). ``host_bound``: also time by wall clock. ``device``: where this case runs
     when it is not the suite's device (a CPU target reported by a GPU run); its records
-    name that device.
+    name that device. ``family``: the plot panel it is drawn in (the script that defines
+    it, ``bench_<family>.py``; the suite fills it in).
     """
 
     op: str
@@ -355,6 +356,7 @@ class Case:
     check: Callable[[dict], None] | None = None
     host_bound: bool = False
     device: str | None = None
+    family: str | None = None
 
     @property
     def label(self) -> str:
