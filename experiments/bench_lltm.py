@@ -59,11 +59,7 @@ def _count_kernels(fn, device) -> int | None:
     if torch.device(device).type != "cuda":
         return None
     try:
-        from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+        return sum(len(v) for v in benchutil.kernel_times(fn).values())
     except Exception:  # profiling is a diagnostic; never fail the benchmark on it
         return None
 
@@ -173,7 +169,6 @@ KERNEL_COLUMNS = ["size", "pass", "kernel", "calls", "us_per_iter"]
 
 def kernel_times(op_path=None, reps: int = 30) -> list[dict]:
     """Profiler GPU time per iteration of each kernel of the op's forward and backward."""
-    from torch.profiler import ProfilerActivity, profile
     _tf32_off()
     jit_loader.load(op_path or "lltm")
     rows = []
@@ -189,17 +184,7 @@ def kernel_times(op_path=None, reps: int = 30) -> list[dict]:
                   "backward": lambda: torch.ops.lltm.backward(*grads, new_cell, gates, hx, args[1],
                                                               [True] * 5)}
         for name, fn in passes.items():
-            for _ in range(5):
-                fn()
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(reps):
-                    fn()
-                torch.cuda.synchronize()
-            per_kernel: dict[str, list[float]] = {}
-            for e in prof.events():
-                if e.device_type == torch.autograd.DeviceType.CUDA:
-                    per_kernel.setdefault(e.name[:60], []).append(e.device_time)
+            per_kernel = benchutil.kernel_times(fn, reps=reps, warmup=5)
             label = "x".join(map(str, size))
             total = sum(sum(v) for v in per_kernel.values()) / reps
             rows.append({"size": label, "pass": name, "kernel": "(all)", "calls": None,
