@@ -17,10 +17,12 @@ It writes into ``--out`` (default ``experiments/out/bench/``):
   ``warnings``, ``errors`` and ``records``: one per case, our implementation and
   baseline, with the fields of ``benchutil.RECORD_FIELDS`` (checked by
   ``benchutil.validate_record``);
-* ``ratios.png``: per op and case (pass, size, dtype), the ratio to each baseline on a
-  log axis (1 marked; > 1: ours faster), targets drawn as ticks, missed ones in red;
-* ``bandwidth.png``: achieved GB/s of the memory-bound cases next to ``clone()`` at the
-  same traffic and the copy ceiling (a large ``clone()``), all from the same run;
+* ``ratios.png``: one panel per op family (the script that defines the cases): per case
+  (pass, size, dtype), the ratio to each baseline on a log axis (1 marked; > 1: ours
+  faster), targets drawn as ticks, missed ones in red;
+* ``bandwidth.png``: one panel per family with memory-bound cases: achieved GB/s next to
+  ``clone()`` at the same traffic and the copy ceiling (a large ``clone()``), all from the
+  same run;
 * ``summary.md``: the targets (met / NOT MET, with the reason where one is out of
   reach) and every record as a table;
 * in ``bench.json`` also ``overhead``: one row per call-overhead case, with the fields
@@ -353,8 +355,9 @@ def output_names(doc: dict) -> dict[str, str]:
     return dict(OUTPUTS)
 
 
-def _case_label(r: dict, several_impls: bool) -> str:
+def _case_label(r: dict, several_impls: bool, several_ops: bool = False) -> str:
     label = f"{r['pass']} {r['shape']} {r['dtype']}"
+    label = f"{r['op']} {label}" if several_ops else label
     return f"{label} [{r['impl']}]" if several_impls else label
 
 
@@ -363,65 +366,97 @@ def _title(doc: dict) -> str:
     return f"{env['device']}, torch {env['torch']}, {env['date']}"
 
 
-def plot_ratios(doc: dict, path: Path) -> None:
-    """Per op: horizontal bars of the ratio to each baseline, log axis, 1 marked."""
+def _families(records: list[dict], doc: dict) -> dict[str, list[dict]]:
+    """The records by plot family (the script that defines the op's cases), in run order."""
+    family_of = doc.get("families") or {}
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        groups.setdefault(family_of.get(r["op"], r["op"]), []).append(r)
+    return groups
+
+
+def _small_multiples(groups: dict, rows_of, title: str, xlabel: str, width_per_panel=7.5):
+    """A figure of one panel per family, two per row, each as tall as its rows need
+    (``rows_of(records)``: the panel's row count). Returns the figure and its axes."""
     import matplotlib
     matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    names = list(groups) or ["(no records)"]
+    cols = min(2, len(names))
+    grid = [names[i:i + cols] for i in range(0, len(names), cols)]
+    heights = [max(1.6, 0.16 * max(rows_of(groups.get(n, [])) for n in line) + 1.0)
+               for line in grid]
+    fig, axes = plt.subplots(len(grid), cols, figsize=(width_per_panel * cols, sum(heights) + 0.8),
+                             squeeze=False, gridspec_kw={"height_ratios": heights})
+    panels = {}
+    for line, row_axes in zip(grid, axes):
+        for k, ax in enumerate(row_axes):
+            if k < len(line):
+                panels[line[k]] = ax
+                ax.set_title(line[k], loc="left", fontsize=10, fontweight="bold")
+                ax.set_xlabel(xlabel, fontsize=7)
+            else:
+                ax.set_visible(False)
+    fig.suptitle(title, fontsize=10)
+    return fig, panels
+
+
+def plot_ratios(doc: dict, path: Path) -> None:
+    """One panel per op family: per case (pass, size, dtype), the ratio to each baseline as
+    a marker on a log axis, 1 marked, targets drawn as ticks (green met, red missed)."""
     import matplotlib.pyplot as plt
     from matplotlib import ticker
 
     records = doc["records"]
-    ops = list(dict.fromkeys(r["op"] for r in records)) or ["(no records)"]
-    rows = []
-    for op in ops:
-        mine = [r for r in records if r["op"] == op]
+    groups = _families(records, doc)
+
+    def labels_of(mine):
         several = len({r["impl"] for r in mine}) > 1
-        rows.append((op, mine, several, list(dict.fromkeys(_case_label(r, several) for r in mine))))
-    heights = [max(1.5, 0.22 * len(labels) * max(1, len({r["baseline"] for r in mine})) ** 0.5 + 1)
-               for _, mine, _, labels in rows]
-    fig, axes = plt.subplots(len(rows), 1, figsize=(11, sum(heights) + 1), squeeze=False,
-                             gridspec_kw={"height_ratios": heights})
+        ops = len({r["op"] for r in mine}) > 1
+        return list(dict.fromkeys(_case_label(r, several, ops) for r in mine))
+
+    fig, panels = _small_multiples(
+        groups, lambda mine: len(labels_of(mine)), f"Ratio to each baseline: {_title(doc)}",
+        "baseline time / our time (log; > 1: ours faster); ticks: targets")
     values = [r["ratio"] for r in records] + [r["target"] for r in records if r["target"]]
-    lo = min(values + [1.0]) / 1.6
-    hi = max(values + [1.0]) * 1.6
-    for ax, (op, mine, several, labels) in zip(axes[:, 0], rows):
-        baselines = list(dict.fromkeys(r["baseline"] for r in mine))
-        height = 0.8 / max(1, len(baselines))
-        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-        for k, baseline in enumerate(baselines):
+    lo, hi = min(values + [1.0]) / 1.6, max(values + [1.0]) * 1.6
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    markers = "osD^v<>ph*"
+    for family, ax in panels.items():
+        mine = groups.get(family, [])
+        labels = labels_of(mine)
+        several = len({r["impl"] for r in mine}) > 1
+        ops = len({r["op"] for r in mine}) > 1
+        for k, baseline in enumerate(dict.fromkeys(r["baseline"] for r in mine)):
             sel = [r for r in mine if r["baseline"] == baseline]
-            ys = [labels.index(_case_label(r, several)) - 0.4 + (k + 0.5) * height for r in sel]
-            ax.barh(ys, [r["ratio"] for r in sel], height, left=0, color=colors[k % len(colors)],
-                    label=baseline)
+            ys = [labels.index(_case_label(r, several, ops)) for r in sel]
+            ax.scatter([r["ratio"] for r in sel], ys, s=14, color=colors[k % len(colors)],
+                       marker=markers[k % len(markers)], label=baseline, zorder=3)
             for y, r in zip(ys, sel):
-                ax.text(r["ratio"] * 1.03, y, f"{r['ratio']:.2g}x", va="center", fontsize=6)
                 if r["target"] is not None:
-                    ax.plot([r["target"]] * 2, [y - height / 2, y + height / 2],
+                    ax.plot([r["target"]] * 2, [y - 0.4, y + 0.4],
                             color="green" if r["met"] else "red", linewidth=2.5)
         ax.set_xscale("log")
         ax.set_xlim(lo, hi)
         ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
         ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.tick_params(axis="x", labelsize=7)
         ax.axvline(1.0, color="black", linewidth=1)
-        ax.set_yticks(range(len(labels)), labels, fontsize=7)
+        ax.set_yticks(range(len(labels)), labels, fontsize=6)
         ax.set_ylim(len(labels) - 0.5, -0.5)
         ax.grid(axis="x", which="both", alpha=0.25)
-        ax.set_title(op, loc="left", fontsize=10, fontweight="bold")
-        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), title="baseline",
-                  title_fontsize=7)
-    axes[-1, 0].set_xlabel("baseline time / our time (log; > 1: ours faster). "
-                           "Ticks: targets (green met, red missed)")
-    fig.suptitle(f"Ratio to each baseline: {_title(doc)}", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.98))  # room for the title above the first op
+        if mine:
+            ax.legend(fontsize=6, loc="best", title="baseline", title_fontsize=6)
+    fig.tight_layout(rect=(0, 0, 1, 0.98))  # room for the title above the first row
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def plot_bandwidth(doc: dict, path: Path) -> None:
-    """Achieved GB/s of memory-bound cases, clone() at the same traffic, and the ceiling."""
-    import matplotlib
-    matplotlib.use("Agg", force=False)
+    """One panel per op family with memory-bound cases: achieved GB/s next to clone() at the
+    same traffic, and the copy ceiling (all from the same run)."""
     import matplotlib.pyplot as plt
 
     seen, rows = set(), []
@@ -430,28 +465,33 @@ def plot_bandwidth(doc: dict, path: Path) -> None:
         if r["gbps"] is not None and key not in seen:
             seen.add(key)
             rows.append(r)
-    fig, ax = plt.subplots(figsize=(11, 0.3 * len(rows) + 2.5))
+    groups = _families(rows, doc)
+    fig, panels = _small_multiples(
+        groups, len, f"Achieved bandwidth: {_title(doc)}",
+        "GB/s of ideal traffic (labels: % of clone() of the same bytes)")
     ceiling = doc["copy_ceiling"]
-    if rows:
-        labels = [f"{r['op']} {r['pass']} {r['shape']} {r['dtype']}" for r in rows]
-        ys = range(len(rows))
-        ax.barh([y - 0.2 for y in ys], [r["gbps"] for r in rows], 0.4, label="ours")
-        ax.barh([y + 0.2 for y in ys], [r["copy_gbps"] for r in rows], 0.4,
+    for family, ax in panels.items():
+        mine = groups.get(family, [])
+        if not mine:
+            ax.text(0.5, 0.5, "no memory-bound case in this run", ha="center",
+                    transform=ax.transAxes)
+        several = len({r["impl"] for r in mine}) > 1
+        ops = len({r["op"] for r in mine}) > 1
+        ys = range(len(mine))
+        ax.barh([y - 0.2 for y in ys], [r["gbps"] for r in mine], 0.4, label="ours")
+        ax.barh([y + 0.2 for y in ys], [r["copy_gbps"] for r in mine], 0.4,
                 label="clone() of the same bytes", color="0.7")
-        for y, r in zip(ys, rows):
-            ax.text(r["gbps"], y - 0.2, f" {r['gbps']:.0f} GB/s, {100 * r['gbps'] / r['copy_gbps']:.0f}%",
-                    va="center", fontsize=6)
-        ax.set_yticks(list(ys), labels, fontsize=7)
-        ax.set_ylim(len(rows) - 0.5, -0.5)
-    else:
-        ax.text(0.5, 0.5, "no memory-bound case in this run", ha="center", transform=ax.transAxes)
-    ax.axvline(ceiling["gbps"], color="black", linestyle="--", linewidth=1,
-               label=f"copy ceiling {ceiling['gbps']:.0f} GB/s (clone of {ceiling['bytes'] >> 21} MB)")
-    ax.set_xlabel("GB/s of ideal traffic (labels: GB/s, % of clone() of the same bytes)")
-    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
-    ax.grid(axis="x", alpha=0.25)
-    fig.suptitle(f"Achieved bandwidth: {_title(doc)}", fontsize=10)
-    fig.tight_layout()
+        for y, r in zip(ys, mine):
+            ax.text(r["gbps"], y - 0.2, f" {100 * r['gbps'] / r['copy_gbps']:.0f}%",
+                    va="center", fontsize=5)
+        ax.set_yticks(list(ys), [_case_label(r, several, ops) for r in mine], fontsize=6)
+        ax.set_ylim(len(mine) - 0.5, -0.5)
+        ax.axvline(ceiling["gbps"], color="black", linestyle="--", linewidth=1,
+                   label=f"copy ceiling {ceiling['gbps']:.0f} GB/s")
+        ax.tick_params(axis="x", labelsize=7)
+        ax.grid(axis="x", alpha=0.25)
+        ax.legend(fontsize=6, loc="best")
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
