@@ -120,9 +120,9 @@ def collect_cases(device: str, scale: str, ops: list[str] | None,
 
 
 def select(found, ops: list[str] | None, skipped: list[Skipped] | None = None,
-           family: str | None = None) -> list[Case]:
-    """The cases of ``found`` whose op is in ``ops`` (all when None), each with its plot
-    ``family``; the ``Skipped`` among them go into ``skipped``."""
+           family: str | None = None) -> list:
+    """The cases of ``found`` whose op is in ``ops`` (all when None), a ``Case`` with its
+    plot ``family``; the ``Skipped`` among them go into ``skipped``."""
     cases = []
     for c in found:
         if ops and c.op not in ops:
@@ -130,9 +130,10 @@ def select(found, ops: list[str] | None, skipped: list[Skipped] | None = None,
         if isinstance(c, Skipped):
             if skipped is not None:
                 skipped.append(c)
-        else:
+            continue
+        if isinstance(c, Case):
             c.family = c.family or family or c.op
-            cases.append(c)
+        cases.append(c)
     return cases
 
 
@@ -240,12 +241,7 @@ def collect_overhead(device: str, ops: list[str] | None, errors: list[str],
     except Exception as e:
         errors.append(f"experiments.bench_overhead: {type(e).__name__}: {e}")
         return []
-    cases = []
-    for c in found:
-        if ops and c.op not in ops:
-            continue
-        (skipped if isinstance(c, Skipped) else cases).append(c)
-    return cases
+    return select(found, ops, skipped)
 
 
 def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | None = None,
