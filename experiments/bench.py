@@ -483,7 +483,7 @@ def plot_bandwidth(doc: dict, path: Path) -> None:
         ax.set_yticks(list(ys), [_case_label(r, several, ops) for r in mine], fontsize=6)
         ax.set_ylim(len(mine) - 0.5, -0.5)
         ax.axvline(ceiling["gbps"], color="black", linestyle="--", linewidth=1,
-                   label=f"copy ceiling {ceiling['gbps']:.0f} GB/s")
+                   label=f"copy ceiling {ceiling['gbps']:.3g} GB/s")
         ax.tick_params(axis="x", labelsize=7)
         ax.grid(axis="x", alpha=0.25)
         ax.legend(fontsize=6, loc="best")
