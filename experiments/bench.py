@@ -17,10 +17,12 @@ It writes into ``--out`` (default ``experiments/out/bench/``):
   ``warnings``, ``errors`` and ``records``: one per case, our implementation and
   baseline, with the fields of ``benchutil.RECORD_FIELDS`` (checked by
   ``benchutil.validate_record``);
-* ``ratios.png``: per op and case (pass, size, dtype), the ratio to each baseline on a
-  log axis (1 marked; > 1: ours faster), targets drawn as ticks, missed ones in red;
-* ``bandwidth.png``: achieved GB/s of the memory-bound cases next to ``clone()`` at the
-  same traffic and the copy ceiling (a large ``clone()``), all from the same run;
+* ``ratios.png``: one panel per op family (the script that defines the cases): per case
+  (pass, size, dtype), the ratio to each baseline on a log axis (1 marked; > 1: ours
+  faster), targets drawn as ticks, missed ones in red;
+* ``bandwidth.png``: one panel per family with memory-bound cases: achieved GB/s next to
+  ``clone()`` at the same traffic and the copy ceiling (a large ``clone()``), all from the
+  same run;
 * ``summary.md``: the targets (met / NOT MET, with the reason where one is out of
   reach) and every record as a table;
 * in ``bench.json`` also ``overhead``: one row per call-overhead case, with the fields
@@ -48,11 +50,17 @@ the suite's device (a CPU target reported by a GPU run). What cannot run on this
 (say its baseline's package is absent) is returned as ``benchutil.Skipped(op, what,
 reason)``: listed among the warnings, not an error. The suite imports every
 ``experiments/bench_*.py`` that defines ``suite_cases``; nothing else changes.
+
+The script's own command line is a view of those cases, not a second copy: its
+``main`` parses ``view_parser``'s flags (``--device``, ``--quick``/``--tiny``, ``--json``,
+``--threads``, ``--cpu-time``, ``--no-compile``) and its own, and calls ``run_view``, which
+runs its cases through the suite and prints them as one table.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import pkgutil
@@ -107,14 +115,25 @@ def collect_cases(device: str, scale: str, ops: list[str] | None,
         except Exception as e:
             errors.append(f"{name}.suite_cases: {type(e).__name__}: {e}")
             continue
-        for c in found:
-            if ops and c.op not in ops:
-                continue
-            if isinstance(c, Skipped):
-                if skipped is not None:
-                    skipped.append(c)
-            else:
-                cases.append(c)
+        cases += select(found, ops, skipped, family=name.removeprefix("experiments.bench_"))
+    return cases
+
+
+def select(found, ops: list[str] | None, skipped: list[Skipped] | None = None,
+           family: str | None = None) -> list:
+    """The cases of ``found`` whose op is in ``ops`` (all when None), a ``Case`` with its
+    plot ``family``; the ``Skipped`` among them go into ``skipped``."""
+    cases = []
+    for c in found:
+        if ops and c.op not in ops:
+            continue
+        if isinstance(c, Skipped):
+            if skipped is not None:
+                skipped.append(c)
+            continue
+        if isinstance(c, Case):
+            c.family = c.family or family or c.op
+        cases.append(c)
     return cases
 
 
@@ -137,7 +156,7 @@ def _reason(case: Case, baseline: str, target: float, base_s: float, copy_s: flo
 
 
 def run_case(case: Case, device: str, scale: str, env: dict, warnings: list[str],
-             progress: bool = False) -> list[dict]:
+             progress: bool = False, clock=time.perf_counter) -> list[dict]:
     if case.device is not None and case.device != device:
         device = case.device
         env = dict(env, device=benchutil.device_name(device))
@@ -150,7 +169,7 @@ def run_case(case: Case, device: str, scale: str, env: dict, warnings: list[str]
         fns[COPY] = buf.clone
     timings = benchutil.measure(fns, device, budget_s=BUDGET_S[scale],
                                 min_reps=5 if scale == "tiny" else 10,
-                                flush=bool(case.bytes), wall=case.host_bound)
+                                flush=bool(case.bytes), wall=case.host_bound, clock=clock)
     for name, timing in timings.items():
         message = benchutil.spread_warning(f"{case.label} {name}", timing)
         if message:
@@ -222,20 +241,18 @@ def collect_overhead(device: str, ops: list[str] | None, errors: list[str],
     except Exception as e:
         errors.append(f"experiments.bench_overhead: {type(e).__name__}: {e}")
         return []
-    cases = []
-    for c in found:
-        if ops and c.op not in ops:
-            continue
-        (skipped if isinstance(c, Skipped) else cases).append(c)
-    return cases
+    return select(found, ops, skipped)
 
 
 def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | None = None,
               out_dir: str | Path | None = None, progress: bool = True,
-              command: str | None = None, sections=SECTIONS, cpu_time: bool = False) -> dict:
+              command: str | None = None, sections=SECTIONS, cpu_time: bool = False,
+              cases: list[Case | Skipped] | None = None, clock=time.perf_counter) -> dict:
     """Run every registered case of ``sections``; returns the JSON document (and writes
     the files into ``out_dir`` when given). ``cpu_time``: the overhead section's CPU rows
-    are timed by thread CPU time instead of the wall clock."""
+    are timed by thread CPU time instead of the wall clock. ``cases``: these (one
+    script's: a view) instead of every registered op's; ``clock``: the cases' CPU timer
+    (``benchutil.measure``)."""
 
     assert scale in SCALES, scale
     assert set(sections) <= set(SECTIONS), sections
@@ -247,7 +264,12 @@ def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | N
     if message:
         warnings.append(message)
     skipped = []
-    cases = collect_cases(device, scale, ops, errors, skipped) if "cases" in sections else []
+    if "cases" not in sections:
+        cases = []
+    elif cases is not None:
+        cases = select(cases, ops, skipped)
+    else:
+        cases = collect_cases(device, scale, ops, errors, skipped)
     overhead = collect_overhead(device, ops, errors, skipped) if "overhead" in sections else []
     warnings += [s.message for s in skipped]
     known = {c.op for c in cases + overhead} | {s.op for s in skipped}
@@ -259,7 +281,7 @@ def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | N
     for case in bar:
         bar.set_postfix_str(case.label, refresh=True)
         try:
-            records += run_case(case, device, scale, env, warnings, progress)
+            records += run_case(case, device, scale, env, warnings, progress, clock)
         except Exception as e:
             errors.append(f"{case.label}: {type(e).__name__}: {e}")
             traceback.print_exc()
@@ -283,6 +305,7 @@ def run_suite(device: str | None = None, scale: str = "full", ops: list[str] | N
         warnings.append(message)
     doc = {"environment": env, "scale": scale, "sections": list(sections),
            "ops": sorted({c.op for c in cases + overhead}),
+           "families": {c.op: c.family for c in cases},
            "cases": len(cases), "elapsed_s": time.perf_counter() - started,
            "copy_ceiling": ceiling, "warnings": warnings, "errors": errors, "records": records,
            "overhead": rows, "overhead_cpu_clock": "thread CPU" if cpu_time else "wall-clock",
@@ -328,8 +351,9 @@ def output_names(doc: dict) -> dict[str, str]:
     return dict(OUTPUTS)
 
 
-def _case_label(r: dict, several_impls: bool) -> str:
+def _case_label(r: dict, several_impls: bool, several_ops: bool = False) -> str:
     label = f"{r['pass']} {r['shape']} {r['dtype']}"
+    label = f"{r['op']} {label}" if several_ops else label
     return f"{label} [{r['impl']}]" if several_impls else label
 
 
@@ -338,65 +362,97 @@ def _title(doc: dict) -> str:
     return f"{env['device']}, torch {env['torch']}, {env['date']}"
 
 
-def plot_ratios(doc: dict, path: Path) -> None:
-    """Per op: horizontal bars of the ratio to each baseline, log axis, 1 marked."""
+def _families(records: list[dict], doc: dict) -> dict[str, list[dict]]:
+    """The records by plot family (the script that defines the op's cases), in run order."""
+    family_of = doc.get("families") or {}
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        groups.setdefault(family_of.get(r["op"], r["op"]), []).append(r)
+    return groups
+
+
+def _small_multiples(groups: dict, rows_of, title: str, xlabel: str, width_per_panel=7.5):
+    """A figure of one panel per family, two per row, each as tall as its rows need
+    (``rows_of(records)``: the panel's row count). Returns the figure and its axes."""
     import matplotlib
     matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    names = list(groups) or ["(no records)"]
+    cols = min(2, len(names))
+    grid = [names[i:i + cols] for i in range(0, len(names), cols)]
+    heights = [max(1.6, 0.16 * max(rows_of(groups.get(n, [])) for n in line) + 1.0)
+               for line in grid]
+    fig, axes = plt.subplots(len(grid), cols, figsize=(width_per_panel * cols, sum(heights) + 0.8),
+                             squeeze=False, gridspec_kw={"height_ratios": heights})
+    panels = {}
+    for line, row_axes in zip(grid, axes):
+        for k, ax in enumerate(row_axes):
+            if k < len(line):
+                panels[line[k]] = ax
+                ax.set_title(line[k], loc="left", fontsize=10, fontweight="bold")
+                ax.set_xlabel(xlabel, fontsize=7)
+            else:
+                ax.set_visible(False)
+    fig.suptitle(title, fontsize=10)
+    return fig, panels
+
+
+def plot_ratios(doc: dict, path: Path) -> None:
+    """One panel per op family: per case (pass, size, dtype), the ratio to each baseline as
+    a marker on a log axis, 1 marked, targets drawn as ticks (green met, red missed)."""
     import matplotlib.pyplot as plt
     from matplotlib import ticker
 
     records = doc["records"]
-    ops = list(dict.fromkeys(r["op"] for r in records)) or ["(no records)"]
-    rows = []
-    for op in ops:
-        mine = [r for r in records if r["op"] == op]
+    groups = _families(records, doc)
+
+    def labels_of(mine):
         several = len({r["impl"] for r in mine}) > 1
-        rows.append((op, mine, several, list(dict.fromkeys(_case_label(r, several) for r in mine))))
-    heights = [max(1.5, 0.22 * len(labels) * max(1, len({r["baseline"] for r in mine})) ** 0.5 + 1)
-               for _, mine, _, labels in rows]
-    fig, axes = plt.subplots(len(rows), 1, figsize=(11, sum(heights) + 1), squeeze=False,
-                             gridspec_kw={"height_ratios": heights})
+        ops = len({r["op"] for r in mine}) > 1
+        return list(dict.fromkeys(_case_label(r, several, ops) for r in mine))
+
+    fig, panels = _small_multiples(
+        groups, lambda mine: len(labels_of(mine)), f"Ratio to each baseline: {_title(doc)}",
+        "baseline time / our time (log; > 1: ours faster); ticks: targets")
     values = [r["ratio"] for r in records] + [r["target"] for r in records if r["target"]]
-    lo = min(values + [1.0]) / 1.6
-    hi = max(values + [1.0]) * 1.6
-    for ax, (op, mine, several, labels) in zip(axes[:, 0], rows):
-        baselines = list(dict.fromkeys(r["baseline"] for r in mine))
-        height = 0.8 / max(1, len(baselines))
-        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-        for k, baseline in enumerate(baselines):
+    lo, hi = min(values + [1.0]) / 1.6, max(values + [1.0]) * 1.6
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    markers = "osD^v<>ph*"
+    for family, ax in panels.items():
+        mine = groups.get(family, [])
+        labels = labels_of(mine)
+        several = len({r["impl"] for r in mine}) > 1
+        ops = len({r["op"] for r in mine}) > 1
+        for k, baseline in enumerate(dict.fromkeys(r["baseline"] for r in mine)):
             sel = [r for r in mine if r["baseline"] == baseline]
-            ys = [labels.index(_case_label(r, several)) - 0.4 + (k + 0.5) * height for r in sel]
-            ax.barh(ys, [r["ratio"] for r in sel], height, left=0, color=colors[k % len(colors)],
-                    label=baseline)
+            ys = [labels.index(_case_label(r, several, ops)) for r in sel]
+            ax.scatter([r["ratio"] for r in sel], ys, s=14, color=colors[k % len(colors)],
+                       marker=markers[k % len(markers)], label=baseline, zorder=3)
             for y, r in zip(ys, sel):
-                ax.text(r["ratio"] * 1.03, y, f"{r['ratio']:.2g}x", va="center", fontsize=6)
                 if r["target"] is not None:
-                    ax.plot([r["target"]] * 2, [y - height / 2, y + height / 2],
+                    ax.plot([r["target"]] * 2, [y - 0.4, y + 0.4],
                             color="green" if r["met"] else "red", linewidth=2.5)
         ax.set_xscale("log")
         ax.set_xlim(lo, hi)
         ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
         ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.tick_params(axis="x", labelsize=7)
         ax.axvline(1.0, color="black", linewidth=1)
-        ax.set_yticks(range(len(labels)), labels, fontsize=7)
+        ax.set_yticks(range(len(labels)), labels, fontsize=6)
         ax.set_ylim(len(labels) - 0.5, -0.5)
         ax.grid(axis="x", which="both", alpha=0.25)
-        ax.set_title(op, loc="left", fontsize=10, fontweight="bold")
-        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), title="baseline",
-                  title_fontsize=7)
-    axes[-1, 0].set_xlabel("baseline time / our time (log; > 1: ours faster). "
-                           "Ticks: targets (green met, red missed)")
-    fig.suptitle(f"Ratio to each baseline: {_title(doc)}", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.98))  # room for the title above the first op
+        if mine:
+            ax.legend(fontsize=6, loc="best", title="baseline", title_fontsize=6)
+    fig.tight_layout(rect=(0, 0, 1, 0.98))  # room for the title above the first row
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def plot_bandwidth(doc: dict, path: Path) -> None:
-    """Achieved GB/s of memory-bound cases, clone() at the same traffic, and the ceiling."""
-    import matplotlib
-    matplotlib.use("Agg", force=False)
+    """One panel per op family with memory-bound cases: achieved GB/s next to clone() at the
+    same traffic, and the copy ceiling (all from the same run)."""
     import matplotlib.pyplot as plt
 
     seen, rows = set(), []
@@ -405,28 +461,33 @@ def plot_bandwidth(doc: dict, path: Path) -> None:
         if r["gbps"] is not None and key not in seen:
             seen.add(key)
             rows.append(r)
-    fig, ax = plt.subplots(figsize=(11, 0.3 * len(rows) + 2.5))
+    groups = _families(rows, doc)
+    fig, panels = _small_multiples(
+        groups, len, f"Achieved bandwidth: {_title(doc)}",
+        "GB/s of ideal traffic (labels: % of clone() of the same bytes)")
     ceiling = doc["copy_ceiling"]
-    if rows:
-        labels = [f"{r['op']} {r['pass']} {r['shape']} {r['dtype']}" for r in rows]
-        ys = range(len(rows))
-        ax.barh([y - 0.2 for y in ys], [r["gbps"] for r in rows], 0.4, label="ours")
-        ax.barh([y + 0.2 for y in ys], [r["copy_gbps"] for r in rows], 0.4,
+    for family, ax in panels.items():
+        mine = groups.get(family, [])
+        if not mine:
+            ax.text(0.5, 0.5, "no memory-bound case in this run", ha="center",
+                    transform=ax.transAxes)
+        several = len({r["impl"] for r in mine}) > 1
+        ops = len({r["op"] for r in mine}) > 1
+        ys = range(len(mine))
+        ax.barh([y - 0.2 for y in ys], [r["gbps"] for r in mine], 0.4, label="ours")
+        ax.barh([y + 0.2 for y in ys], [r["copy_gbps"] for r in mine], 0.4,
                 label="clone() of the same bytes", color="0.7")
-        for y, r in zip(ys, rows):
-            ax.text(r["gbps"], y - 0.2, f" {r['gbps']:.0f} GB/s, {100 * r['gbps'] / r['copy_gbps']:.0f}%",
-                    va="center", fontsize=6)
-        ax.set_yticks(list(ys), labels, fontsize=7)
-        ax.set_ylim(len(rows) - 0.5, -0.5)
-    else:
-        ax.text(0.5, 0.5, "no memory-bound case in this run", ha="center", transform=ax.transAxes)
-    ax.axvline(ceiling["gbps"], color="black", linestyle="--", linewidth=1,
-               label=f"copy ceiling {ceiling['gbps']:.0f} GB/s (clone of {ceiling['bytes'] >> 21} MB)")
-    ax.set_xlabel("GB/s of ideal traffic (labels: GB/s, % of clone() of the same bytes)")
-    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
-    ax.grid(axis="x", alpha=0.25)
-    fig.suptitle(f"Achieved bandwidth: {_title(doc)}", fontsize=10)
-    fig.tight_layout()
+        for y, r in zip(ys, mine):
+            ax.text(r["gbps"], y - 0.2, f" {100 * r['gbps'] / r['copy_gbps']:.0f}%",
+                    va="center", fontsize=5)
+        ax.set_yticks(list(ys), [_case_label(r, several, ops) for r in mine], fontsize=6)
+        ax.set_ylim(len(mine) - 0.5, -0.5)
+        ax.axvline(ceiling["gbps"], color="black", linestyle="--", linewidth=1,
+                   label=f"copy ceiling {ceiling['gbps']:.3g} GB/s")
+        ax.tick_params(axis="x", labelsize=7)
+        ax.grid(axis="x", alpha=0.25)
+        ax.legend(fontsize=6, loc="best")
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -444,6 +505,21 @@ def _spread_of(warning: str) -> float:
         return float(warning.split(" is ")[1].split("%")[0])
     except (IndexError, ValueError):
         return 0.0
+
+
+def _warnings(all_warnings: list[str]) -> list[str]:
+    """The warnings to show: many wide spreads are folded into their count and the widest
+    five (indented)."""
+    spreads = [w for w in all_warnings if w.startswith("wide spread")]
+    warnings = [w for w in all_warnings if w not in spreads]
+    if len(spreads) > 8:  # many noisy timings: say how many, show the worst
+        worst = sorted(spreads, key=_spread_of, reverse=True)[:5]
+        warnings.append(f"wide spread (IQR over {100 * benchutil.WIDE_SPREAD:.0f}% of the median) "
+                        f"in {len(spreads)} timings, all listed in bench.json; the widest:")
+        warnings += [f"  {w.removeprefix('wide spread: ')}" for w in worst]
+    else:
+        warnings += spreads
+    return warnings
 
 
 def render_summary(doc: dict, results: bool = False, command: str | None = None) -> str:
@@ -471,15 +547,7 @@ def render_summary(doc: dict, results: bool = False, command: str | None = None)
     if ceiling is not None:
         lines += [f"Copy ceiling: {ceiling['gbps']:.0f} GB/s (clone() of "
                   f"{ceiling['bytes'] >> 20} MB of traffic, same run).", ""]
-    spreads = [w for w in doc["warnings"] if w.startswith("wide spread")]
-    warnings = [w for w in doc["warnings"] if w not in spreads]
-    if len(spreads) > 8:  # many noisy timings: say how many, show the worst
-        worst = sorted(spreads, key=_spread_of, reverse=True)[:5]
-        warnings.append(f"wide spread (IQR over {100 * benchutil.WIDE_SPREAD:.0f}% of the median) "
-                        f"in {len(spreads)} timings, all listed in bench.json; the widest:")
-        warnings += [f"  {w.removeprefix('wide spread: ')}" for w in worst]
-    else:
-        warnings += spreads
+    warnings = _warnings(doc["warnings"])
     for title, items in (("Warnings", warnings), ("Errors", doc["errors"])):
         if items:
             lines += [f"{h}# {title}", ""]
@@ -539,6 +607,87 @@ def render_overhead(rows: list[dict], h: str = "#", cpu_clock: str = "wall-clock
             f"`{r['ours']}` | `{r['native']}` | {r['calls']} | {_fmt(r['ours_us'])} | "
             f"{_fmt(r['native_us'])} | {r['ratio']:.3g}x | {limit} | {verdict} |")
     return lines + [""]
+
+
+# ------------------------------------------------------------------------ per-op views
+
+# The table a per-op script prints: one row per record.
+VIEW_COLUMNS = {"pass": "pass", "shape": "shape", "dtype": "dtype", "impl": "impl",
+                "median_us": "us", "iqr_us": "IQR us", "gbps": "GB/s", "baseline": "baseline",
+                "baseline_us": "baseline us", "ratio": "ratio", "wall_ratio": "wall ratio",
+                "target": "target", "met": "met"}
+
+
+def view_parser(doc: str) -> argparse.ArgumentParser:
+    """The command line every per-op script shares; a script adds its own flags."""
+    parser = argparse.ArgumentParser(
+        description=doc.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="The suite's cases of this op (python -m experiments.bench), timed and checked "
+               "as the suite does.")
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when visible)")
+    parser.add_argument("--quick", action="store_true", help="the suite's quick sizes")
+    parser.add_argument("--tiny", action="store_true", help="the suite's tiny sizes (CI on a CPU)")
+    parser.add_argument("--json", metavar="PATH",
+                        help="also write the run here (bench.json's format: --render reads it)")
+    parser.add_argument("--threads", type=int, help="CPU threads (torch.set_num_threads)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="CPU with --threads 1: time by the thread's CPU time (a loaded machine)")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="leave out the torch.compile baselines")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def _without_compile(case: Case) -> Case:
+    def build(build=case.build):
+        return {k: v for k, v in build().items() if "torch.compile" not in k}
+    return dataclasses.replace(case, build=build, targets={
+        k: v for k, v in case.targets.items() if "torch.compile" not in k})
+
+
+def run_view(args: argparse.Namespace, cases, name: str, ops: list[str] | None = None) -> int:
+    """A per-op script's run: ``cases(device, scale)`` (its ``suite_cases``, perhaps with
+    its own options) through the suite, printed as one table; ``ops`` selects among them.
+    Returns the exit status (non-zero when a check failed or a case raised)."""
+    if args.cpu_time and args.threads != 1:
+        raise SystemExit("--cpu-time needs --threads 1 (other threads' work is not the "
+                         "caller's CPU time)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = args.device or benchutil.default_device()
+    scale = "tiny" if args.tiny else "quick" if args.quick else "full"
+    found = [c if isinstance(c, Skipped) or not args.no_compile else _without_compile(c)
+             for c in cases(device, scale)]
+    for c in found:
+        if isinstance(c, Case):
+            c.family = name
+    command = f"python -m experiments.bench_{name} " + shlex.join(sys.argv[1:])
+    clock = time.thread_time if args.cpu_time else time.perf_counter
+    doc = run_suite(device, scale, ops, progress=not args.no_progress, command=command,
+                    sections=("cases",), cases=found, clock=clock)
+    print(render_view(doc, name))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    return 1 if doc["errors"] else 0
+
+
+def render_view(doc: dict, name: str) -> str:
+    """The header, the copy ceiling, warnings and errors, and every record in one table."""
+    env = doc["environment"]
+    lines = [f"# bench_{name}: {env['device']}, torch {env['torch']} (CUDA {env['cuda']}), "
+             f"{env['date']}, {env['threads']} threads, {doc['scale']} sizes, "
+             f"load average {env['load_average']}",
+             f"# copy ceiling {doc['copy_ceiling']['gbps']:.3g} GB/s; ratio: baseline time / "
+             "our time (> 1: ours faster); GB/s: ideal traffic of the case"]
+    lines += [f"# warning: {w.strip()}" for w in _warnings(doc["warnings"])]
+    lines += [f"# ERROR: {e}" for e in doc["errors"]]
+    rows = []
+    for r in doc["records"]:
+        row = {"op": r["op"]} if len(doc["ops"]) > 1 else {}
+        row.update({title: r[key] for key, title in VIEW_COLUMNS.items()})
+        rows.append(row)
+    return "\n".join(lines + [benchutil.format_table(rows)])
 
 
 def main(argv=None) -> int:

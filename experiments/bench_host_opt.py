@@ -25,7 +25,8 @@ from experiments.benchutil import format_table, save_json
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = """
-    import json, sys, time, torch, jit_loader
+    import json, sys, torch, jit_loader
+    from experiments.benchutil import host_time
     flags, calls = json.loads(sys.argv[1]), int(sys.argv[2])
     jit_loader.load("sigmoid", extra_cuda_cflags=flags)
     jit_loader.load("lltm", extra_cuda_cflags=flags)
@@ -38,20 +39,8 @@ CHILD = """
         "sigmoid backward": lambda: torch.ops.sigmoid.backward(g, x),
         "lltm forward": lambda: torch.ops.lltm.forward(*args),
     }
-    out = {}
-    for name, fn in cases.items():
-        for _ in range(200):
-            fn()
-        torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(5):
-            t = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            torch.cuda.synchronize()
-            best = min(best, (time.perf_counter() - t) / calls)
-        out[name] = best * 1e6
-    print(json.dumps(out))
+    timing = host_time(cases, "cuda", calls=calls, runs=5, warmup=200)
+    print(json.dumps({name: t.best * 1e6 for name, t in timing.items()}))
 """
 
 BUILDS = {"-O1 (default)": [], "-O3": ["-O3"]}

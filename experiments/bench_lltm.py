@@ -1,23 +1,23 @@
 """LLTM benchmark: the C++/CUDA extension tutorial's protocol on every implementation.
 
-For each size (batch, input_features, state_size) it times, in microseconds per iteration
-(median after warm-up, the implementations interleaved; ``benchutil.measure``: CUDA
-events on GPU, wall time on CPU):
+The suite's LLTM cases (``suite_cases``), printed as one table: for each size (batch,
+input_features, state_size), microseconds per iteration (``benchutil.measure``: median
+after warm-up, the implementations interleaved; CUDA events on GPU, wall time on CPU) of
 
 * forward: ``new_h, new_cell = cell(input, (old_h, old_cell))``;
 * forward+backward: the same, then the gradients of the parameters for random output
   cotangents (``torch.autograd.grad``: no ``.grad`` accumulation, no loss kernels).
 
 As in the tutorial, the parameters require grad and input and state do not. The cells:
-the pure-PyTorch reference in eager mode and under ``torch.compile``, and the op (C++
-kernels on CPU, CUDA kernels on GPU) through ``lltm`` (its autograd kernel is C++) and
-through ``LLTMFunction`` (the tutorial's Python ``autograd.Function``). Speedups are
-against eager in the same run; every cell is first checked against eager. fp32, TF32 off.
-On CUDA the table also counts the GPU kernels (and memsets) each iteration launches.
+the pure-PyTorch reference in eager mode and under ``torch.compile`` (on a CPU at full
+scale only), and the op (C++ kernels on CPU, CUDA kernels on GPU) through ``lltm`` (its
+autograd kernel is C++) and through ``LLTMFunction`` (the tutorial's Python
+``autograd.Function``). Ratios are against the baselines in the same run; every cell is
+first checked against eager. fp32, TF32 off. On CUDA a second table counts the GPU
+kernels (and memsets) each iteration launches.
 
-    python -m experiments.bench_lltm --device cuda [--quick] [--json out.json] [--threads N]
-
-``suite_cases`` gives the same cells to the suite (experiments/bench.py).
+    python -m experiments.bench_lltm --device cuda [--quick | --tiny] [--json out.json] [--threads N]
+    python -m experiments.bench_lltm --kernel-times [--op PATH]   # GPU time per kernel (CUDA)
 
 On a small shared machine, ``--threads 1`` keeps a busy neighbour from stalling the
 GEMMs' thread barriers (milliseconds per call on a 2-core VM with other load).
@@ -25,7 +25,7 @@ GEMMs' thread barriers (milliseconds per call on a 2-core VM with other load).
 
 from __future__ import annotations
 
-import argparse
+import sys
 
 import torch
 
@@ -36,8 +36,7 @@ from ops.lltm.reference import LLTMReference
 SIZES = [(16, 32, 128), (256, 256, 1024), (4096, 512, 2048)]
 # On CPU the largest size is too slow to time (two 129-GFLOP GEMMs per iteration).
 CPU_SKIP = {(4096, 512, 2048)}
-COLUMNS = ["size", "impl", "fwd_us", "fwd_bwd_us", "fwd_speedup", "fwd_bwd_speedup",
-           "kernels_fwd", "kernels_fwd_bwd"]
+KERNEL_COUNT_COLUMNS = ["size", "impl", "kernels_fwd", "kernels_fwd_bwd"]
 
 
 def _cells(op, reference: LLTMReference, with_compile: bool = True):
@@ -60,11 +59,7 @@ def _count_kernels(fn, device) -> int | None:
     if torch.device(device).type != "cuda":
         return None
     try:
-        from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+        return sum(len(v) for v in benchutil.kernel_times(fn).values())
     except Exception:  # profiling is a diagnostic; never fail the benchmark on it
         return None
 
@@ -98,26 +93,23 @@ def _size_fns(op, device, size, with_compile: bool = True) -> dict[str, dict]:
     return timed
 
 
-def _bench_size(op, device, size, budget_s) -> list[dict]:
-    timed = _size_fns(op, device, size)
-    # benchutil.measure interleaves the cells, so a slow spell of the machine (other
-    # processes, clock changes) lands on all of them rather than on whichever cell ran then.
-    us = {}
-    for key in ("fwd", "fwd_bwd"):
-        timings = benchutil.measure({name: fns[key] for name, fns in timed.items()}, device,
-                                    warmup=3, budget_s=budget_s / 2, min_reps=5)
-        us.update({(name, key): t.median * 1e6 for name, t in timings.items()})
-    rows, eager = [], None
-    for name, fns in timed.items():
-        row = {"size": "x".join(map(str, size)), "impl": name,
-               "fwd_us": us[name, "fwd"], "fwd_bwd_us": us[name, "fwd_bwd"],
-               "kernels_fwd": _count_kernels(fns["fwd"], device),
-               "kernels_fwd_bwd": _count_kernels(fns["fwd_bwd"], device)}
-        eager = eager or row
-        row["fwd_speedup"] = eager["fwd_us"] / row["fwd_us"]
-        row["fwd_bwd_speedup"] = eager["fwd_bwd_us"] / row["fwd_bwd_us"]
-        rows.append(row)
+def kernel_counts(device, sizes) -> list[dict]:
+    """GPU kernels (and memsets) one iteration of each cell launches, per size (CUDA)."""
+    _tf32_off()
+    op = jit_loader.load("lltm")
+    rows = []
+    for size in sizes:
+        for name, fns in _size_fns(op, device, size).items():
+            rows.append({"size": "x".join(map(str, size)), "impl": name,
+                         "kernels_fwd": _count_kernels(fns["fwd"], device),
+                         "kernels_fwd_bwd": _count_kernels(fns["fwd_bwd"], device)})
     return rows
+
+
+def _tf32_off() -> None:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
 
 
 # Suite sizes (experiments/bench.py); the seed size carries the targets of issue 4.
@@ -125,8 +117,9 @@ SUITE_SIZES = {"tiny": SIZES[:1], "quick": SIZES[:2], "full": SIZES}
 OURS = ("op lltm (C++ autograd)", "op LLTMFunction (Python)")
 
 
-def suite_cases(device: str, scale: str) -> list[benchutil.Case]:
-    """Forward and forward+backward per size, for the suite (fp32, TF32 off).
+def suite_cases(device: str, scale: str) -> list[benchutil.Case | benchutil.Skipped]:
+    """Forward and forward+backward per size, for the suite (fp32, TF32 off); on a CPU the
+    largest size is listed as skipped.
 
     Baselines: the reference in eager mode and under torch.compile (on a CPU only at full
     scale: Inductor's C++ builds take minutes there). Targets (issue 4): GPU, seed size:
@@ -140,18 +133,19 @@ def suite_cases(device: str, scale: str) -> list[benchutil.Case]:
         def build():
             if size not in built:
                 built.clear()
-                torch.backends.cuda.matmul.allow_tf32 = False
-                torch.backends.cudnn.allow_tf32 = False
-                torch.set_float32_matmul_precision("highest")
+                _tf32_off()
                 built[size] = _size_fns(jit_loader.load("lltm"), device, size, with_compile)
             return {name: fns[key] for name, fns in built[size].items()}
         return build
 
     cases = []
     for size in SUITE_SIZES[scale]:
-        if not on_gpu and size in CPU_SKIP:
-            continue
         batch, features, state = size
+        if not on_gpu and size in CPU_SKIP:
+            gemm_gflop = 2 * batch * (features + state) * 3 * state / 1e9
+            cases.append(benchutil.Skipped("lltm", f"{'x'.join(map(str, size))} on cpu",
+                                           f"two {gemm_gflop:.0f}-GFLOP GEMMs per iteration"))
+            continue
         gemm = 2 * batch * (features + state) * 3 * state
         seed, largest = size == SIZES[0], size == SIZES[-1]
         for key, direction, flops in (("fwd", "forward", gemm),
@@ -175,9 +169,7 @@ KERNEL_COLUMNS = ["size", "pass", "kernel", "calls", "us_per_iter"]
 
 def kernel_times(op_path=None, reps: int = 30) -> list[dict]:
     """Profiler GPU time per iteration of each kernel of the op's forward and backward."""
-    from torch.profiler import ProfilerActivity, profile
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    _tf32_off()
     jit_loader.load(op_path or "lltm")
     rows = []
     for size in SIZES:
@@ -192,17 +184,7 @@ def kernel_times(op_path=None, reps: int = 30) -> list[dict]:
                   "backward": lambda: torch.ops.lltm.backward(*grads, new_cell, gates, hx, args[1],
                                                               [True] * 5)}
         for name, fn in passes.items():
-            for _ in range(5):
-                fn()
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(reps):
-                    fn()
-                torch.cuda.synchronize()
-            per_kernel: dict[str, list[float]] = {}
-            for e in prof.events():
-                if e.device_type == torch.autograd.DeviceType.CUDA:
-                    per_kernel.setdefault(e.name[:60], []).append(e.device_time)
+            per_kernel = benchutil.kernel_times(fn, reps=reps, warmup=5)
             label = "x".join(map(str, size))
             total = sum(sum(v) for v in per_kernel.values()) / reps
             rows.append({"size": label, "pass": name, "kernel": "(all)", "calls": None,
@@ -213,34 +195,10 @@ def kernel_times(op_path=None, reps: int = 30) -> list[dict]:
     return rows
 
 
+def main(argv=None) -> int:
+    from experiments import bench
 
-
-def run(device: str | None = None, quick: bool = False) -> list[dict]:
-    """Benchmark rows (see COLUMNS) for every size; ``quick``: the tutorial's size only."""
-    device = device or benchutil.default_device()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    op = jit_loader.load("lltm")
-    sizes = SIZES[:1] if quick else SIZES
-    rows = []
-    for size in sizes:
-        if torch.device(device).type == "cpu" and size in CPU_SKIP:
-            batch, features, state = size
-            gemm_gflop = 2 * batch * (features + state) * 3 * state / 1e9
-            rows.append({"size": "x".join(map(str, size)),
-                         "impl": f"(skipped on CPU: two {gemm_gflop:.0f}-GFLOP GEMMs per iteration)"})
-            continue
-        rows += _bench_size(op, device, size, budget_s=0.3 if quick else 1.0)
-    return rows
-
-
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default=benchutil.default_device())
-    parser.add_argument("--quick", action="store_true", help="the tutorial's size only")
-    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
-    parser.add_argument("--threads", type=int, help="CPU threads (torch.set_num_threads)")
+    parser = bench.view_parser(__doc__)
     parser.add_argument("--kernel-times", action="store_true",
                         help="GPU time per kernel of the op's forward and backward (CUDA)")
     parser.add_argument("--op", default=None, metavar="PATH",
@@ -255,19 +213,16 @@ def main(argv=None) -> None:
                                       for row in rows], KERNEL_COLUMNS))
         if args.json:
             benchutil.save_json(args.json, rows, op=args.op or "ops/lltm")
-        return
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    env = benchutil.environment()
-    rows = run(args.device, args.quick)
-    print(f"LLTM, {args.device}: " + ", ".join(f"{k} {v}" for k, v in env.items()))
-    print("fp32, TF32 off; *_us: microseconds per iteration (median); speedup: eager time / "
-          "this time; kernels: GPU kernels and memsets per iteration (CUDA only)")
-    shown = [{k: "-" if v is None else v for k, v in row.items()} for row in rows]
-    print(benchutil.format_table(shown, COLUMNS))
-    if args.json:
-        benchutil.save_json(args.json, rows, device_arg=args.device, quick=args.quick)
+        return 0
+    status = bench.run_view(args, suite_cases, "lltm")
+    device = args.device or benchutil.default_device()
+    if torch.device(device).type == "cuda":
+        scale = "tiny" if args.tiny else "quick" if args.quick else "full"
+        print("# GPU kernels and memsets per iteration")
+        print(benchutil.format_table(kernel_counts(device, SUITE_SIZES[scale]),
+                                     KERNEL_COUNT_COLUMNS))
+    return status
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,18 +1,18 @@
 """Memory-bound activations: GB/s of the sigmoid and gelu ops, forward and backward.
 
-Each row is timed in the same run as its baselines: ``clone()`` of the same tensor
-(the copy ceiling, column ``% clone``); ``eager``, the same math in PyTorch ops
-(``torch.sigmoid``, ``(1 - y) * y * grad``, ``x * sigmoid(1.702 x)`` and its derivative
-formula) and ``compiled``, that math under ``torch.compile`` (columns ``x eager`` and
-``x compiled``: our speed over theirs); and the native twins ``aten.sigmoid_backward``,
-``F.gelu`` (erf and tanh forms, not the same function) and ``aten.gelu_backward``. Bytes
-counted are the ideal traffic: forward reads x and writes y (2 tensors), backward
-reads grad and the saved tensor and writes dx (3 tensors).
+The suite's sigmoid and gelu cases (``suite_cases``), printed as one table. Each row is
+timed in the same run as its baselines: ``clone()`` of the same bytes (the copy speed at
+the case's traffic); ``eager``, the same math in PyTorch ops (``torch.sigmoid``,
+``(1 - y) * y * grad``, ``x * sigmoid(1.702 x)`` and its derivative formula) and, on a
+GPU, ``torch.compile``, that math compiled; and the native twins
+``aten.sigmoid_backward``, ``F.gelu`` (erf and tanh forms, not the same function) and
+``aten.gelu_backward``. Bytes counted are the ideal traffic: forward reads x and writes y
+(2 tensors), backward reads grad and the saved tensor and writes dx (3 tensors). Every
+case is checked against the same math in float64 before it is timed.
 
-GPU: 2^26 elements (2^22 with --quick). CPU: 2^22 elements (2^20 with --quick),
-without the compiled baselines (Inductor's C++ builds take minutes there). Timing:
-``benchutil.measure`` (implementations interleaved, L2 flushed between calls).
-``suite_cases`` gives the same cases, at several sizes, to the suite (experiments/bench.py).
+GPU: up to 2^26 elements (2^20 and 2^26 with --quick). CPU: up to 2^22 elements (2^16
+and 2^20 with --quick), without the compiled baselines (Inductor's C++ builds take
+minutes there).
 
     python -m experiments.bench_pointwise [--device cuda] [--quick] [--json out.json]
     python -m experiments.bench_pointwise --device cpu --threads 1 --cpu-time  # loaded machine
@@ -20,10 +20,8 @@ without the compiled baselines (Inductor's C++ builds take minutes there). Timin
 
 from __future__ import annotations
 
-import argparse
 import functools
-import os
-import time
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +30,6 @@ import jit_loader
 from experiments import benchutil
 
 ALPHA = 1.702
-COLUMNS = ["dtype", "op", "pass", "impl", "us", "GB/s", "% clone", "x eager", "x compiled"]
 
 
 def gelu_composite(x):
@@ -68,88 +65,22 @@ def _groups(x, y, grad, ops=("sigmoid", "gelu")):
     return groups
 
 
-def _check(x, y, grad, dtype):
-    """Fail loudly rather than report the speed of a wrong answer."""
-    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
-    pairs = [
-        (torch.ops.sigmoid.forward(x), torch.sigmoid(x)),
-        (torch.ops.sigmoid.backward(grad, y), torch.ops.aten.sigmoid_backward(grad, y)),
-        (torch.ops.gelu.forward(x), gelu_composite(x.double())),
-        (torch.ops.gelu.backward(grad, x), gelu_backward_composite(grad.double(), x.double())),
-    ]
-    for got, want in pairs:
-        torch.testing.assert_close(got.double(), want.double(), atol=tol, rtol=tol)
-
-
-def problem_size(device, quick: bool) -> int:
-    if torch.device(device).type == "cuda":
-        return 2**22 if quick else 2**26
-    return 2**20 if quick else 2**22
-
-
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def run(device=None, quick: bool = False, dtypes=None, cpu_time: bool = False) -> list[dict]:
-    """Measure every row; returns them as dicts with the COLUMNS keys. ``cpu_time`` (CPU,
-    one thread): time by the calling thread's CPU time rather than the wall clock."""
-    device = torch.device(device or benchutil.default_device())
-    on_gpu = device.type == "cuda"
-    numel = problem_size(device, quick)
-    reps = 50 if on_gpu else (15 if quick else 40)
-    jit_loader.load("sigmoid")
-    jit_loader.load("gelu")
-
-    rows = []
-    if dtypes is None:
-        dtypes = ["float32", "bfloat16"] + ([] if on_gpu else ["float16"])
-    for dtype in (DTYPES[d] for d in dtypes):
-        x = torch.randn(numel, device=device).mul_(3).to(dtype)
-        y = torch.sigmoid(x)
-        grad = torch.randn(numel, device=device).to(dtype)
-        _check(x, y, grad, dtype)
-        elem = x.element_size()
-
-        def measure(fns):
-            # Interleaved, L2 flushed between calls: benchutil's protocol for memory-bound ops.
-            timings = benchutil.measure(fns, device, warmup=5 if on_gpu else 2, reps=reps, flush=True,
-                                        clock=time.thread_time if cpu_time else time.perf_counter)
-            return {name: t.median for name, t in timings.items()}
-
-        clone_s = measure({"clone": x.clone})["clone"]
-        clone_gbps = benchutil.gbps(2 * numel * elem, clone_s)
-        name = str(dtype).removeprefix("torch.")
-        rows.append({"dtype": name, "op": "copy", "pass": "", "impl": "clone()",
-                     "us": clone_s * 1e6, "GB/s": clone_gbps, "% clone": 100.0})
-        for op, direction, tensors, ours, math, natives, args in _groups(x, y, grad):
-            nbytes = tensors * numel * elem
-            fns = {"ours": lambda: ours(*args), "eager": lambda: math(*args)}
-            if on_gpu:
-                compiled = torch.compile(math, fullgraph=True, dynamic=False)
-                fns["compiled"] = lambda: compiled(*args)
-            fns.update({impl: lambda fn=fn: fn(*args) for impl, fn in natives.items()})
-            times = measure(fns)
-            for impl, seconds in times.items():
-                row = {"dtype": name, "op": op, "pass": direction, "impl": impl, "us": seconds * 1e6,
-                       "GB/s": benchutil.gbps(nbytes, seconds),
-                       "% clone": 100 * benchutil.gbps(nbytes, seconds) / clone_gbps}
-                if impl == "ours":
-                    row["x eager"] = times["eager"] / seconds
-                    if "compiled" in times:
-                        row["x compiled"] = times["compiled"] / seconds
-                rows.append(row)
-        del x, y, grad
-    return rows
+# Tolerance of a case's check against the same math in float64, per dtype.
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
 
 
 # Suite sizes (experiments/bench.py): elements per tensor, per device type and scale.
-# Targets apply at the size of this script's own table (problem_size), when in the run.
+# Targets apply at the largest size (TARGET_SIZE), when in the run.
 SUITE_SIZES = {"cuda": {"tiny": (2**10, 2**14), "quick": (2**20, 2**26), "full": (2**16, 2**20, 2**26)},
                "cpu": {"tiny": (2**10, 2**14), "quick": (2**16, 2**20), "full": (2**16, 2**20, 2**22)}}
+TARGET_SIZE = {"cuda": 2**26, "cpu": 2**22}
 
 
-def suite_cases(device: str, scale: str) -> list[benchutil.Case]:
-    """Forward and backward of sigmoid and gelu per size and dtype, for the suite.
+def suite_cases(device: str, scale: str, dtypes=None) -> list[benchutil.Case]:
+    """Forward and backward of sigmoid and gelu per size and dtype (``dtypes``: names of
+    ``DTYPES``; default float32 and bfloat16, float32 alone at the tiny scale), for the
+    suite.
 
     Targets (issue 5, at 2^26 elements on a GPU, 2^22 on a CPU): on a GPU every pass at least 90% of the copy
     bandwidth, GELU forward 3x the eager composite and 1.3x the compiled one; on a CPU
@@ -157,8 +88,10 @@ def suite_cases(device: str, scale: str) -> list[benchutil.Case]:
     C++ builds take minutes on a small CPU)."""
     on_gpu = torch.device(device).type == "cuda"
     sizes = SUITE_SIZES[torch.device(device).type][scale]
-    target_size = problem_size(device, quick=False)
-    dtypes = (torch.float32, torch.bfloat16) if scale != "tiny" else (torch.float32,)
+    target_size = TARGET_SIZE[torch.device(device).type]
+    if dtypes is None:
+        dtypes = ("float32", "bfloat16") if scale != "tiny" else ("float32",)
+    dtypes = [DTYPES[d] for d in dtypes]
     compiled = {}
 
     def build(op, direction, numel, dtype):
@@ -170,7 +103,7 @@ def suite_cases(device: str, scale: str) -> list[benchutil.Case]:
             _, _, _, ours, math, natives, args = next(
                 g for g in _groups(x, y, grad, (op,)) if g[1] == direction)
             # Fail loudly rather than report the speed of a wrong answer.
-            tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
+            tol = TOLERANCE[dtype]
             torch.testing.assert_close(ours(*args).double(), math(*(a.double() for a in args)),
                                        atol=tol, rtol=tol)
             fns = {"ours": lambda: ours(*args), "eager": lambda: math(*args)}
@@ -204,38 +137,16 @@ def suite_cases(device: str, scale: str) -> list[benchutil.Case]:
     return cases
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when visible)")
-    parser.add_argument("--quick", action="store_true", help="smaller tensors, fewer repetitions")
-    parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows here")
+def main(argv=None) -> int:
+    from experiments import bench
+
+    parser = bench.view_parser(__doc__)
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=None,
-                        help="default: float32 bfloat16 on GPU, and float16 too on CPU")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
-    parser.add_argument("--cpu-time", action="store_true",
-                        help="CPU with --threads 1: time by the thread's CPU time (for a loaded machine)")
+                        help="default: float32 bfloat16 (float32 alone with --tiny)")
     args = parser.parse_args(argv)
-    if args.cpu_time and args.threads != 1:
-        parser.error("--cpu-time needs --threads 1 (other threads' work is not the caller's CPU time)")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = args.device or benchutil.default_device()
-    rows = run(device, quick=args.quick, dtypes=args.dtypes, cpu_time=args.cpu_time)
-    env = benchutil.environment()
-    numel = problem_size(device, args.quick)
-    header = (f"# bench_pointwise: {env['device']}, torch {env['torch']} (CUDA {env['cuda']}), "
-              f"{env['date']}, {env['threads']} threads, 2^{numel.bit_length() - 1} elements")
-    if torch.device(device).type == "cpu":
-        header += f", load average {os.getloadavg()[0]:.1f} (other processes skew CPU timings)"
-        if args.cpu_time:
-            header += ", timed by the thread's CPU time"
-    print(header)
-    print(benchutil.format_table(rows, COLUMNS))
-    if torch.device(device).type == "cpu":
-        print(f"# load average after the run: {os.getloadavg()[0]:.1f}")
-    if args.json:
-        benchutil.save_json(args.json, rows, numel=numel, quick=args.quick)
+    return bench.run_view(args, lambda device, scale: suite_cases(device, scale, args.dtypes),
+                          "pointwise")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,28 +1,28 @@
 """Bilinear resize: forward and backward time and GB/s of the resize op against ATen
 (``F.interpolate(mode="bilinear")`` and ``aten.upsample_bilinear2d_backward``).
 
-Each case is timed in the same run as its baselines: ``clone()`` of the larger tensor
-(the copy ceiling, column ``% clone``), ATen with the same memory format and pixel
-convention (asymmetric has no ATen twin, so its row is compared with ATen's half-pixel
-time: every mode should run at half-pixel speed), and, for the headline case,
-``torch.compile`` of F.interpolate. Bytes counted are the ideal traffic: forward reads the
-input and writes the output, backward reads grad_output and writes grad_input. Before
-timing, every case is checked against ATen (and our backward for bitwise repeatability).
+The suite's resize cases (``suite_cases``), printed as one table. Each case is timed in
+the same run as its baselines: ``clone()`` of the same bytes (the copy speed at the
+case's traffic), ATen with the same memory format and pixel convention (asymmetric has no
+ATen twin, so its row is compared with ATen's half-pixel time, and every mode with our
+half_pixel on the same tensors: every mode should run at half-pixel speed), and, for the
+headline case on a GPU, ``torch.compile`` of F.interpolate. Bytes counted are the ideal
+traffic: forward reads the input and writes the output, backward reads grad_output and
+writes grad_input. Before timing, every case is checked against ATen (and our backward
+for bitwise repeatability).
 
-    python -m experiments.bench_resize [--quick] [--no-compile] [--json out.json]
+    python -m experiments.bench_resize [--quick | --tiny] [--device cpu] [--no-compile] [--json out.json]
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
 
 import torch
 import torch.nn.functional as F
 
 import jit_loader
 from experiments import benchutil
-
-COLUMNS = ["case", "dtype", "layout", "mode", "pass", "impl", "us", "GB/s", "% clone", "x ATen"]
 
 # (name, input shape, output size, coordinate modes, dtypes, layouts)
 CASES = [
@@ -33,7 +33,6 @@ CASES = [
     ("2x down", (8, 64, 256, 256), (128, 128), ("half_pixel", "asymmetric"), (torch.float32, torch.bfloat16),
      ("nchw",)),
 ]
-QUICK_CASES = [("2x up", (2, 16, 64, 64), (128, 128), ("half_pixel",), (torch.float32,), ("nchw",))]
 
 
 def aten_forward(x, size, mode):
@@ -58,78 +57,11 @@ def _check(x, size, mode, grad):
     torch.testing.assert_close(ours_back.float(), aten_backward(grad.float(), x.shape, mode), atol=tol, rtol=tol)
 
 
-def run(device=None, quick: bool = False, compile_baseline: bool = True) -> list[dict]:
-    device = torch.device(device or benchutil.default_device())
-    on_gpu = device.type == "cuda"
-    jit_loader.load("resize")
-    reps = 50 if on_gpu else 5
+def main(argv=None) -> int:
+    from experiments import bench
 
-    def measure(fn):
-        return benchutil.time_fn(fn, device, warmup=5 if on_gpu else 1, reps=reps)
-
-    rows = []
-    for name, shape, size, modes, dtypes, layouts in (QUICK_CASES if quick else CASES):
-        for dtype in dtypes:
-            for layout in layouts:
-                fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
-                x = torch.randn(shape, device=device).to(dtype).contiguous(memory_format=fmt)
-                grad = torch.randn(*shape[:2], *size, device=device).to(dtype).contiguous(memory_format=fmt)
-                big = max(x.numel(), grad.numel())
-                clone_src = torch.randn(big, device=device).to(dtype)
-                clone_gbps = benchutil.gbps(2 * big * x.element_size(), measure(lambda: clone_src.clone()))
-                nbytes = (x.numel() + grad.numel()) * x.element_size()
-                label = str(dtype).removeprefix("torch.")
-                aten = {
-                    "forward": measure(lambda: aten_forward(x, size, "half_pixel")),
-                    "backward": measure(lambda: aten_backward(grad, x.shape, "half_pixel")),
-                }
-                for mode in modes:
-                    _check(x, size, mode, grad)
-                    if mode == "align_corners":
-                        aten = {"forward": measure(lambda: aten_forward(x, size, mode)),
-                                "backward": measure(lambda: aten_backward(grad, x.shape, mode))}
-                    ours = {
-                        "forward": measure(lambda: torch.ops.resize.forward(x, list(size), mode, None)),
-                        "backward": measure(lambda: torch.ops.resize.backward(grad, list(x.shape), mode, None)),
-                    }
-                    timings = {p: {"ours": ours[p], "ATen": aten[p]} for p in ours}
-                    if compile_baseline and on_gpu and name == "2x up" and dtype == torch.float32 \
-                            and layout == "nchw" and mode == "half_pixel":
-                        torch.compiler.reset()
-                        fwd = torch.compile(lambda t: aten_forward(t, size, mode), fullgraph=True, dynamic=False)
-                        xr = x.detach().clone().requires_grad_()
-                        fb = torch.compile(lambda t, g: torch.autograd.grad(aten_forward(t, size, mode), t, g),
-                                           dynamic=False)
-                        timings["forward"]["compiled"] = measure(lambda: fwd(x))
-                        timings["backward"]["compiled (fwd+bwd)"] = measure(lambda: fb(xr, grad))
-                    for direction, impls in timings.items():
-                        for impl, seconds in impls.items():
-                            rate = benchutil.gbps(nbytes, seconds)
-                            row = {"case": name, "dtype": label, "layout": layout, "mode": mode,
-                                   "pass": direction, "impl": impl, "us": seconds * 1e6, "GB/s": rate,
-                                   "% clone": 100 * rate / clone_gbps}
-                            if impl == "ours":
-                                row["x ATen"] = impls["ATen"] / seconds
-                            rows.append(row)
-                del x, grad, clone_src
-    return rows
-
-
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when visible)")
-    parser.add_argument("--quick", action="store_true", help="one small case")
-    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
-    parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows here")
-    args = parser.parse_args(argv)
-    device = args.device or benchutil.default_device()
-    rows = run(device, quick=args.quick, compile_baseline=not args.no_compile)
-    env = benchutil.environment()
-    print(f"# bench_resize: {env['device']}, torch {env['torch']} (CUDA {env['cuda']}), {env['date']}")
-    print("# ATen of an asymmetric row: ATen's half_pixel time (ATen has no asymmetric mode)")
-    print(benchutil.format_table(rows, COLUMNS))
-    if args.json:
-        benchutil.save_json(args.json, rows, quick=args.quick)
+    args = bench.view_parser(__doc__).parse_args(argv)
+    return bench.run_view(args, suite_cases, "resize")
 
 
 # ------------------------------------------------------------------------ the suite's cases
@@ -142,6 +74,7 @@ SUITE_TARGET_OTHER = 2.0
 SUITE_SAME_SPEED = 0.97
 # Baseline names of the suite's resize cases.
 SUITE_ATEN, SUITE_ATEN_HALF, SUITE_OURS_HALF = "ATen", "ATen half_pixel", "ours half_pixel"
+SUITE_COMPILED = "torch.compile"
 
 
 def _suite_scaled(shape, size, scale: str, device_type: str):
@@ -162,7 +95,8 @@ def suite_cases(device: str, scale: str) -> list[benchutil.Case]:
     Baselines: ``ATen`` (F.interpolate / upsample_bilinear2d_backward with the same
     convention; half_pixel and align_corners), ``ATen half_pixel`` (asymmetric has no ATen
     twin) and ``ours half_pixel`` (our op on the same tensors in half_pixel mode, for the
-    other modes). Targets apply on a GPU at the issue's shapes (its figures are GPU
+    other modes), and on a GPU ``torch.compile`` of F.interpolate (forward; its autograd for
+    the backward) for the headline case (2x up, fp32, nchw, half_pixel). Targets apply on a GPU at the issue's shapes (its figures are GPU
     figures); quick keeps fp32 and half_pixel, tiny shrinks every shape (CI on a CPU).
     Each case checks its answer against ATen and the backward for bitwise repeatability
     before it is timed."""
@@ -198,13 +132,15 @@ def suite_cases(device: str, scale: str) -> list[benchutil.Case]:
                                   f"{out_size[0]}x{out_size[1]} {layout} {mode}",
                             dtype=str(dtype).removeprefix("torch."),
                             build=_suite_build(device, in_shape, out_size, mode, dtype, layout,
-                                               direction),
+                                               direction, compiled=on_gpu and name == "2x up"
+                                               and dtype == torch.float32 and layout == "nchw"
+                                               and mode == "half_pixel"),
                             bytes=numel * elem, targets=targets,
                             host_bound=numel <= 2**16))
     return cases
 
 
-def _suite_build(device, shape, size, mode, dtype, layout, direction):
+def _suite_build(device, shape, size, mode, dtype, layout, direction, compiled=False):
     def build():
         jit_loader.load("resize")
         fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
@@ -227,9 +163,20 @@ def _suite_build(device, shape, size, mode, dtype, layout, direction):
                        lambda: aten_backward(grad, in_size, aten_mode)}
         if mode != "half_pixel":
             fns[SUITE_OURS_HALF] = run("half_pixel")
+        if compiled:
+            torch.compiler.reset()
+            if direction == "forward":
+                fwd = torch.compile(lambda t: aten_forward(t, size, mode), fullgraph=True,
+                                    dynamic=False)
+                fns[SUITE_COMPILED] = lambda: fwd(x)
+            else:
+                xr = x.detach().clone().requires_grad_()
+                fb = torch.compile(lambda t, g: torch.autograd.grad(aten_forward(t, size, mode), t, g),
+                                   dynamic=False)
+                fns[f"{SUITE_COMPILED} (fwd+bwd)"] = lambda: fb(xr, grad)
         return fns
     return build
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -24,14 +24,16 @@ How a measurement is taken (and why):
   average near or above its cores) or a spread is wide (IQR over 10% of the median and
   over a microsecond).
 
-* Call overhead (``host_time``): what a Python loop of calls sustains, as the best of a
-  few runs of many back-to-back calls, one sync at the end of each run on CUDA. A tiny
-  op's call is host work (argument parsing, dispatch, autograd bookkeeping, the launch)
-  while the GPU idles; the rate of the loop is the host time per call.
+* Call overhead (``host_time``) is the one other measurement, and a different one: not
+  the time of a call but the rate a Python loop of calls sustains, as the best of a few
+  runs of many back-to-back calls, one sync at the end of each run on CUDA. A tiny op's
+  call is host work (argument parsing, dispatch, autograd bookkeeping, the launch) while
+  the GPU idles; the rate of the loop is the host time per call.
 
-``time_fn``, ``copy_bandwidth``, ``gbps``, ``environment``, ``format_table`` and
-``save_json`` are the older single-implementation helpers, kept for scripts that call
-them; ``measure`` and ``Case`` are what ``experiments/bench.py`` (the suite) uses.
+``measure`` is the timing protocol: the suite (``experiments/bench.py``), the per-op
+scripts (views of the suite's cases) and every other script time with it; ``time_fn`` is
+its median for one callable; ``kernel_times`` (the CUDA profiler) says which kernels a
+call launches and where its device time goes. ``Case`` is one benchmark case of the suite.
 """
 
 from __future__ import annotations
@@ -242,32 +244,31 @@ def host_time(fns: dict[str, Callable[[], object]], device="cpu", *, calls: int 
             for n in names}
 
 
-def time_fn(fn: Callable[[], object], device="cpu", *, warmup: int = 10, reps: int = 100,
-            min_seconds: float = 0.0) -> float:
-    """Median time of ``fn()`` in seconds (CUDA events on GPU, perf_counter on CPU).
+def time_fn(fn: Callable[[], object], device="cpu", *, warmup: int = 10,
+            reps: int = 100) -> float:
+    """Median seconds of ``fn()`` by ``measure`` (one implementation, nothing to compare)."""
+    return measure({"fn": fn}, device, warmup=warmup, reps=reps)["fn"].median
 
-    ``min_seconds`` keeps repeating until that much time was spent, for noisy CPU
-    timings. For several implementations use ``measure`` (interleaved, with spread).
-    """
-    dev = torch.device(device)
-    if dev.type != "cuda" and min_seconds > 0:
-        for _ in range(warmup):
+
+def kernel_times(fn: Callable[[], object], *, reps: int = 1,
+                 warmup: int = 0) -> dict[str, list[float]]:
+    """The GPU kernels (and memsets) ``reps`` calls of ``fn`` launch, from the CUDA
+    profiler: kernel name (first 60 characters) -> device microseconds of each launch. Not
+    a timing of the call (``measure`` is), but where its device time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
             fn()
-        samples, spent = [], 0.0
-        while len(samples) < reps or spent < min_seconds:
-            t0 = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t0)
-            spent += samples[-1]
-        return statistics.median(samples)
-    return measure({"fn": fn}, dev, warmup=warmup, reps=reps)["fn"].median
-
-
-def copy_bandwidth(numel: int, dtype=torch.float32, device="cuda", reps: int = 50) -> float:
-    """GB/s of ``clone()`` on a tensor of ``numel`` elements (bytes read + written)."""
-    x = torch.randn(numel, device=device).to(dtype)
-    seconds = measure({"clone": x.clone}, device, reps=reps)["clone"].median
-    return 2 * x.numel() * x.element_size() / seconds / 1e9
+        torch.cuda.synchronize()
+    kernels: dict[str, list[float]] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            kernels.setdefault(e.name[:60], []).append(e.device_time)
+    return kernels
 
 
 def gbps(bytes_moved: int, seconds: float) -> float:
@@ -339,7 +340,8 @@ class Case:
     ``check(fns)``: raises if an implementation gives a wrong answer (run once, before
     timing). ``host_bound``: also time by wall clock. ``device``: where this case runs
     when it is not the suite's device (a CPU target reported by a GPU run); its records
-    name that device.
+    name that device. ``family``: the plot panel it is drawn in (the script that defines
+    it, ``bench_<family>.py``; the suite fills it in).
     """
 
     op: str
@@ -355,6 +357,7 @@ class Case:
     check: Callable[[dict], None] | None = None
     host_bound: bool = False
     device: str | None = None
+    family: str | None = None
 
     @property
     def label(self) -> str:

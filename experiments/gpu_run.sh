@@ -57,7 +57,8 @@ for stage in "${stages[@]}"; do
     opbench) for b in bench_resize bench_scatter; do
               python3 -m experiments.$b --json "$OUT/$b.json" 2>&1 | tee "$OUT/$b.txt" | grep -v "^W1" | tail -60 || status=1
             done
-            python3 -m experiments.bench_detection 2>&1 | tee "$OUT/bench_detection.txt" | tail -20 || status=1
+            python3 -m experiments.bench_detection --json "$OUT/bench_detection.json" 2>&1 \
+              | tee "$OUT/bench_detection.txt" | tail -20 || status=1
             python3 -m experiments.detection_postprocess 2>&1 | tee "$OUT/detection_postprocess.txt" | tail -8 || status=1
             python3 -m experiments.gnn_scatter 2>&1 | tr '\r' '\n' | grep -v "it/s" | tee "$OUT/gnn_scatter.txt" | tail -8 || status=1 ;;
     hostopt) python3 -m experiments.bench_host_opt --json "$OUT/bench_host_opt.json" 2>&1 | tee "$OUT/bench_host_opt.txt" || status=1 ;;

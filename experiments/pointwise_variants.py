@@ -31,16 +31,8 @@ VARIANTS = [(math, unroll, waves) for math in ("identity", "gelu_accurate", "gel
 
 def kernel_us(fn, reps: int = 20) -> float:
     """Median GPU kernel time of ``fn`` per call, from the profiler (one kernel each)."""
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    times = [e.device_time for e in prof.events()
-             if e.device_type == torch.autograd.DeviceType.CUDA]
-    return statistics.median(times)
+    return statistics.median(t for times in benchutil.kernel_times(fn, reps=reps, warmup=1).values()
+                             for t in times)
 
 
 def run() -> list[dict]:

@@ -20,9 +20,10 @@ import torch
 
 import jit_loader
 from jit_tools import check
+from experiments import bench as suite
 from experiments.benchutil import environment, format_table, save_json
 
-# Benchmarks shown by the main job (quick sizes); each module exposes run(device, quick).
+# Benchmarks shown by the main job (the suite's quick cases of each script).
 BENCHMARKS = ["experiments.bench_pointwise", "experiments.bench_lltm"]
 
 
@@ -95,11 +96,14 @@ def main(argv=None) -> int:
                 bench = importlib.import_module(module_name)
             except ModuleNotFoundError:
                 continue
-            print(f"\n## {module_name.split('.')[-1]} on {device} (quick sizes)")
-            bench_rows = bench.run(device, quick=True)
-            print(format_table(bench_rows))
+            name = module_name.split(".")[-1]
+            print(f"\n## {name} on {device} (quick sizes)")
+            doc = suite.run_suite(device, "quick", sections=("cases",), progress=False,
+                                  cases=bench.suite_cases(device, "quick"))
+            print(suite.render_view(doc, name.removeprefix("bench_")))
+            ok &= not doc["errors"]
             if args.json_dir:
-                save_json(os.path.join(args.json_dir, f"{module_name.split('.')[-1]}.json"), bench_rows)
+                save_json(os.path.join(args.json_dir, f"{name}.json"), doc["records"])
 
     print("\nall checks passed" if ok else "\nSOME CHECKS FAILED", file=sys.stderr if not ok else sys.stdout)
     return 0 if ok else 1

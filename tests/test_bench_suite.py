@@ -301,6 +301,44 @@ def test_validate_record_rejects_missing_fields_wrong_types_and_contradictions()
         benchutil.validate_record(_record(met=True))
 
 
+def test_families_are_the_scripts_that_define_the_cases(suite):
+    _, _, doc = suite
+    assert {op: doc["families"][op] for op in ("sigmoid", "gelu", "lltm", "resize", "scatter")} \
+        == {"sigmoid": "pointwise", "gelu": "pointwise", "lltm": "lltm", "resize": "resize",
+            "scatter": "scatter"}
+    if _has_torchvision():
+        assert doc["families"]["nms"] == doc["families"]["roi_align"] == "detection"
+
+
+def test_a_per_op_script_is_a_view_of_the_suite_cases(suite, tmp_path, capsys):
+    """bench_pointwise's command line runs the suite's sigmoid and gelu cases (the same
+    cases, records and checks) and prints them as one table."""
+    from experiments import bench_pointwise
+
+    out = tmp_path / "pointwise.json"
+    assert bench_pointwise.main(["--tiny", "--device", "cpu", "--no-progress",
+                                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# bench_pointwise: CPU")
+    view = json.loads(out.read_text())
+    assert view["errors"] == [] and view["sections"] == ["cases"] and view["overhead"] == []
+    key = lambda r: (r["op"], r["pass"], r["shape"], r["dtype"], r["impl"], r["baseline"])  # noqa: E731
+    suite_keys = {key(r) for r in suite[2]["records"] if r["op"] in ("sigmoid", "gelu")}
+    assert {key(r) for r in view["records"]} == suite_keys
+    for r in view["records"]:
+        benchutil.validate_record(r)
+    table = [line for line in text.splitlines() if line.startswith("| ")]
+    assert len(table) == len(view["records"]) + 1
+    assert bench.main(["--render", str(out)]) == 0  # the suite renders a view's JSON
+
+
+def test_no_compile_leaves_out_the_compiled_baselines():
+    case = benchutil.Case("toy", "forward", "1", "float32", build=lambda: {
+        "ours": int, "eager": int, "torch.compile": int}, targets={"torch.compile": 1.3, "eager": 2.0})
+    lean = bench._without_compile(case)
+    assert set(lean.build()) == {"ours", "eager"} and lean.targets == {"eager": 2.0}
+
+
 def test_a_missed_target_is_shown_as_missed(tmp_path):
     env = {"device": "d", "torch": "t", "cuda": None, "date": "2026-01-01", "threads": 1,
            "cores": 2, "load_average": 0.1}
