@@ -136,8 +136,11 @@ def key_view(cfg: dict, op_dir: Path) -> dict:
     """The part of a build's configuration its key names. An ATen build: all of it (its
     library runs only with the torch, compilers and paths it was built with). A stable
     build: what decides the library's code for its target version, so that a prebuilt
-    cache layer made on one machine serves another: the compilers by the release they
-    report (not path, size and mtime), the op's include folders relative to the op or
+    cache layer made on one machine serves another: nvcc by the release it reports (not
+    path, size and mtime; it decides the device code and the drivers that run it), not
+    the C++ compiler (the library meets torch only through the stable C shim, so any
+    compiler's build serves; one that needs a newer C++ runtime than the machine has fails
+    to load and is rebuilt, pipeline._activate), the op's include folders relative to the op or
     the repository, no CUDA header folder of the Python environment (their contents come
     with torch's CUDA version and nvcc's release, which stay), and no reason for a
     missing CUDA (``with_cuda`` stays). The CUDA arch list stays: it decides the device
@@ -146,7 +149,7 @@ def key_view(cfg: dict, op_dir: Path) -> dict:
         return cfg
     home = toolchain.cuda_home() if cfg["with_cuda"] else None
     out = dict(cfg)
-    out["cxx"] = toolchain.tool_version(shutil.which(toolchain.cxx_compiler()))
+    del out["cxx"]
     out["nvcc"] = toolchain.tool_version(os.path.join(home, "bin", "nvcc")) if home else None
     out["include_dirs"] = [_portable_dir(d, op_dir) for d in cfg["include_dirs"]]
     for flags in ("cflags", "cuda_cflags"):

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import jit_loader
-from jit_tools import abi, prebuilt, toolchain
+from jit_tools import key as keys, abi, prebuilt, toolchain
 from test_jit_loader import copy_op, make_env, ninja_log, result_of, run_py
 
 LOAD_AND_SCALE = """
@@ -177,20 +177,26 @@ def test_stable_key_names_the_target_version_not_the_torch_build(tmp_path, monke
 
 
 def test_stable_key_is_the_same_on_another_machine(tmp_path, monkeypatch):
-    """What differs between two machines with the same compiler releases (where the op
-    folder and the compilers lie, their mtimes) leaves a stable key as it is, so that a
-    prebuilt cache layer serves both; a compiler release is part of it. An ATen key
-    stays exact."""
+    """What differs between two machines (where the op folder and the compilers lie, their
+    mtimes, the C++ compiler's release) leaves a stable key as it is, so that a prebuilt
+    cache layer serves both; nvcc's release is part of it. An ATen key stays exact."""
     here, there = tmp_path / "here", tmp_path / "there"
     stable_key = jit_loader.op_key(copy_op("stable_op", here))[0]
     aten_key = jit_loader.op_key(copy_op("toy_op", here))[0]
     identity = toolchain.file_identity
     monkeypatch.setattr(toolchain, "file_identity",
                         lambda path: identity(path) and identity(path) + ":another-install")
+    release = toolchain.tool_version
+    monkeypatch.setattr(toolchain, "tool_version",
+                        lambda path: "(GCC) 99.1.0" if "nvcc" not in str(path) else release(path))
     assert jit_loader.op_key(copy_op("stable_op", there))[0] == stable_key
     assert jit_loader.op_key(copy_op("toy_op", there))[0] != aten_key
-    monkeypatch.setattr(toolchain, "tool_version", lambda path: "(GCC) 99.1.0")
-    assert jit_loader.op_key(there / "stable_op")[0] != stable_key
+    cfg = {"abi": abi.STABLE, "with_cuda": True, "include_dirs": [], "cflags": [], "cuda_cflags": [],
+           "no_cuda_reason": None, "cxx": "any"}
+    monkeypatch.setattr(toolchain, "cuda_home", lambda: str(tmp_path / "cuda"))
+    monkeypatch.setattr(toolchain, "tool_version", lambda path: f"release of {path}")
+    view = keys.key_view(cfg, tmp_path)
+    assert "cxx" not in view and view["nvcc"] == f"release of {tmp_path / 'cuda' / 'bin' / 'nvcc'}"
 
 
 @pytest.mark.parametrize("torch_version, torch_cuda, runs", [
