@@ -44,8 +44,8 @@ inline void check_pointwise_grad(const char* op, const Tensor& grad, const char*
 template <typename Op>
 Tensor pointwise_forward_cpu(const Tensor& x) {
   check_pointwise_input(Op::kName, "x", x);
-  const Tensor xc = torch::stable::contiguous(x);
-  Tensor y = torch::stable::empty_like(xc);
+  const Tensor xc = ops_common::contiguous(x);
+  Tensor y = ops_common::empty_contiguous_like(xc);
   OPS_DISPATCH_FLOATING(xc.scalar_type(), Op::kName, [&] {
     map_cpu<Op>(xc.numel(), y.mutable_data_ptr<scalar_t>(), xc.const_data_ptr<scalar_t>());
   });
@@ -56,9 +56,9 @@ Tensor pointwise_forward_cpu(const Tensor& x) {
 template <typename Op>
 Tensor pointwise_backward_cpu(const Tensor& grad, const Tensor& saved) {
   check_pointwise_grad(Op::kName, grad, Op::kSavedName, saved);
-  const Tensor gc = torch::stable::contiguous(grad);
-  const Tensor sc = torch::stable::contiguous(saved);
-  Tensor dx = torch::stable::empty_like(sc);
+  const Tensor gc = ops_common::contiguous(grad);
+  const Tensor sc = ops_common::contiguous(saved);
+  Tensor dx = ops_common::empty_contiguous_like(sc);
   OPS_DISPATCH_FLOATING(sc.scalar_type(), Op::kName, [&] {
     map_cpu<Op>(sc.numel(), dx.mutable_data_ptr<scalar_t>(), gc.const_data_ptr<scalar_t>(),
                 sc.const_data_ptr<scalar_t>());

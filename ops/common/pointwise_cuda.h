@@ -13,8 +13,8 @@ template <typename Op>
 Tensor pointwise_forward_cuda(const Tensor& x) {
   check_pointwise_input(Op::kName, "x", x);
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
-  const Tensor xc = torch::stable::contiguous(x);
-  Tensor y = torch::stable::empty_like(xc);
+  const Tensor xc = ops_common::contiguous(x);
+  Tensor y = ops_common::empty_contiguous_like(xc);
   OPS_DISPATCH_FLOATING(xc.scalar_type(), Op::kName, [&] {
     OPS_CHECK_LAUNCH(launch_pointwise<Op>(current_stream(xc), xc.numel(), cuda_ptr<scalar_t>(y),
                                           cuda_ptr<scalar_t>(xc)));
@@ -26,9 +26,9 @@ template <typename Op>
 Tensor pointwise_backward_cuda(const Tensor& grad, const Tensor& saved) {
   check_pointwise_grad(Op::kName, grad, Op::kSavedName, saved);
   const torch::stable::accelerator::DeviceGuard guard(saved.get_device_index());
-  const Tensor gc = torch::stable::contiguous(grad);
-  const Tensor sc = torch::stable::contiguous(saved);
-  Tensor dx = torch::stable::empty_like(sc);
+  const Tensor gc = ops_common::contiguous(grad);
+  const Tensor sc = ops_common::contiguous(saved);
+  Tensor dx = ops_common::empty_contiguous_like(sc);
   OPS_DISPATCH_FLOATING(sc.scalar_type(), Op::kName, [&] {
     OPS_CHECK_LAUNCH(launch_pointwise<Op>(current_stream(sc), sc.numel(), cuda_ptr<scalar_t>(dx),
                                           cuda_ptr<scalar_t>(gc), cuda_ptr<scalar_t>(sc)));

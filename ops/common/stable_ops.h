@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -86,6 +87,44 @@ inline torch::stable::Tensor index_select(const torch::stable::Tensor& t, int64_
   std::array<StableIValue, 3> stack{from(t), from(dim), from(index)};
   call_aten("aten::index_select", "", stack);
   return torch::stable::detail::to<torch::stable::Tensor>(stack[0]);
+}
+
+// t itself where it is contiguous, else a contiguous copy. torch::stable::contiguous
+// asks the dispatcher (a boxed aten::contiguous) even for a contiguous tensor; the check
+// is one shim call. The ops' host code calls this on every input, so a small tensor's
+// call pays the dispatcher's round trip only where a copy is needed.
+inline torch::stable::Tensor contiguous(const torch::stable::Tensor& t) {
+  return t.is_contiguous() ? t : torch::stable::contiguous(t);
+}
+
+// An uninitialised contiguous tensor of t's shape, dtype and device, allocated through the
+// shim directly (torch::stable::empty_like is a boxed aten::empty_like through the
+// dispatcher: the larger part of a small elementwise call's host time).
+inline torch::stable::Tensor empty_contiguous_like(const torch::stable::Tensor& t) {
+  const int64_t ndim = t.dim();
+  const auto sizes = t.sizes();
+  std::array<int64_t, 16> small{};
+  std::unique_ptr<int64_t[]> large;
+  int64_t* strides = small.data();
+  if (ndim > static_cast<int64_t>(small.size())) {
+    large = std::make_unique<int64_t[]>(ndim);
+    strides = large.get();
+  }
+  int64_t step = 1;
+  for (int64_t d = ndim - 1; d >= 0; --d) {
+    strides[d] = step;
+    step *= sizes[d] > 1 ? sizes[d] : 1;
+  }
+  int32_t dtype = 0, device_type = 0, device_index = 0;
+  STD_TORCH_CHECK(aoti_torch_get_dtype(t.get(), &dtype) == AOTI_TORCH_SUCCESS &&
+                      aoti_torch_get_device_type(t.get(), &device_type) == AOTI_TORCH_SUCCESS &&
+                      aoti_torch_get_device_index(t.get(), &device_index) == AOTI_TORCH_SUCCESS,
+                  "reading a tensor's dtype and device failed");
+  AtenTensorHandle out = nullptr;
+  STD_TORCH_CHECK(aoti_torch_empty_strided(ndim, sizes.data(), strides, dtype, device_type,
+                                           device_index, &out) == AOTI_TORCH_SUCCESS,
+                  "allocating a tensor of ", ndim, " dimensions failed");
+  return torch::stable::Tensor(out);
 }
 
 // A copy of t in dtype (a no-op when t has it already).

@@ -154,11 +154,11 @@ Tensor nms_cpu_impl(const char* op, const Tensor& boxes, const Tensor& scores, c
   // 16-bit boxes are compared in float on the CPU.
   const ScalarType compute = boxes.scalar_type() == ScalarType::Double ? ScalarType::Double
                                                                        : ScalarType::Float;
-  const Tensor sorted = torch::stable::contiguous(
+  const Tensor sorted = ops_common::contiguous(
       ops_common::to_dtype(ops_common::index_select(boxes, 0, order), compute));
   std::optional<Tensor> classes;
   if (idxs != nullptr) {
-    classes = torch::stable::contiguous(
+    classes = ops_common::contiguous(
         ops_common::to_dtype(ops_common::index_select(*idxs, 0, order), ScalarType::Long));
   }
   return compute == ScalarType::Double ? nms_cpu_typed<double>(sorted, order, classes, iou_threshold)
@@ -324,7 +324,7 @@ Tensor roi_align_cpu(const Tensor& input, const Tensor& rois, double spatial_sca
                      int64_t pooled_height, int64_t pooled_width, int64_t sampling_ratio, bool aligned) {
   constexpr const char* op = "detection.roi_align";
   detection::check_roi_align_args(op, input, rois, spatial_scale, pooled_height, pooled_width);
-  const Tensor x = torch::stable::contiguous(input);
+  const Tensor x = ops_common::contiguous(input);
   Tensor output = torch::stable::new_empty(x, std::vector<int64_t>{rois.size(0), input.size(1), pooled_height, pooled_width});
   if (output.numel() == 0) return output;
   const RoiAlignParams p{rois.size(0), x.size(0), x.size(1), x.size(2), x.size(3),
@@ -332,7 +332,7 @@ Tensor roi_align_cpu(const Tensor& input, const Tensor& rois, double spatial_sca
                          static_cast<int>(sampling_ratio), spatial_scale, aligned};
   OPS_DISPATCH_FLOATING(x.scalar_type(), "roi_align_cpu", [&] {
     using A = ops_common::opmath_t<scalar_t>;
-    const Tensor r = torch::stable::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
+    const Tensor r = ops_common::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
     const A* rp = r.const_data_ptr<A>();
     const std::vector<int64_t> batches = roi_batches(op, rp, p.num_rois, p.batch);
     roi_align_forward_cpu_kernel<scalar_t, A>(x.const_data_ptr<scalar_t>(), rp, batches, p,
@@ -348,7 +348,7 @@ Tensor roi_align_backward_cpu(const Tensor& grad, const Tensor& rois, double spa
   constexpr const char* op = "detection.roi_align_backward";
   detection::check_roi_align_backward_args(op, grad, rois, spatial_scale, pooled_height, pooled_width,
                                            batch, channels, height, width);
-  const Tensor g = torch::stable::contiguous(grad);
+  const Tensor g = ops_common::contiguous(grad);
   // Accumulated in the op-math type (float for 16-bit grads), rounded once at the end.
   const ScalarType acc_type = g.scalar_type() == ScalarType::Double ? ScalarType::Double
                                                                     : ScalarType::Float;
@@ -359,7 +359,7 @@ Tensor roi_align_backward_cpu(const Tensor& grad, const Tensor& rois, double spa
                          static_cast<int>(sampling_ratio), spatial_scale, aligned};
   OPS_DISPATCH_FLOATING(g.scalar_type(), "roi_align_backward_cpu", [&] {
     using A = ops_common::opmath_t<scalar_t>;
-    const Tensor r = torch::stable::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
+    const Tensor r = ops_common::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
     const A* rp = r.const_data_ptr<A>();
     const std::vector<int64_t> batches = roi_batches(op, rp, p.num_rois, p.batch);
     roi_align_backward_cpu_kernel<scalar_t, A>(g.const_data_ptr<scalar_t>(), rp, batches, p,

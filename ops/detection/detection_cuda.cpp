@@ -27,10 +27,10 @@ Tensor nms_cuda_impl(const char* op, const Tensor& boxes, const Tensor& scores, 
   if (n == 0) return torch::stable::new_empty(boxes, std::vector<int64_t>{0}, ScalarType::Long);
   // Stable, as torchvision sorts: tied scores keep their index order.
   const Tensor order = ops_common::argsort_descending_stable(scores);
-  const Tensor sorted = torch::stable::contiguous(ops_common::index_select(boxes, 0, order));
+  const Tensor sorted = ops_common::contiguous(ops_common::index_select(boxes, 0, order));
   std::optional<Tensor> classes;
   if (idxs != nullptr) {
-    classes = torch::stable::contiguous(
+    classes = ops_common::contiguous(
         ops_common::to_dtype(ops_common::index_select(*idxs, 0, order), ScalarType::Long));
   }
   const int64_t col_blocks = (n + detection::kNmsBlock - 1) / detection::kNmsBlock;
@@ -70,13 +70,13 @@ Tensor roi_align_cuda(const Tensor& input, const Tensor& rois, double spatial_sc
   constexpr const char* op = "detection.roi_align";
   detection::check_roi_align_args(op, input, rois, spatial_scale, pooled_height, pooled_width);
   const torch::stable::accelerator::DeviceGuard guard(input.get_device_index());
-  const Tensor x = torch::stable::contiguous(input);
+  const Tensor x = ops_common::contiguous(input);
   Tensor output = torch::stable::new_empty(x, std::vector<int64_t>{rois.size(0), input.size(1), pooled_height, pooled_width});
   if (output.numel() == 0) return output;
   OPS_DISPATCH_FLOATING(x.scalar_type(), "roi_align_cuda", [&] {
     using T = cuda_t<scalar_t>;
     using A = ops_common::opmath_t<scalar_t>;
-    const Tensor r = torch::stable::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
+    const Tensor r = ops_common::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
     OPS_CHECK_LAUNCH((detection::launch_roi_align_forward<T, A>(
         cuda_ptr<scalar_t>(x), r.const_data_ptr<A>(), rois.size(0), x.size(0), x.size(1), x.size(2),
         x.size(3), static_cast<int>(pooled_height), static_cast<int>(pooled_width),
@@ -94,7 +94,7 @@ Tensor roi_align_backward_cuda(const Tensor& grad, const Tensor& rois, double sp
   detection::check_roi_align_backward_args(op, grad, rois, spatial_scale, pooled_height, pooled_width,
                                            batch, channels, height, width);
   const torch::stable::accelerator::DeviceGuard guard(grad.get_device_index());
-  const Tensor g = torch::stable::contiguous(grad);
+  const Tensor g = ops_common::contiguous(grad);
   // Every element is written by the gather kernel: no zero fill needed.
   Tensor grad_input = torch::stable::new_empty(g, std::vector<int64_t>{batch, channels, height, width});
   if (grad_input.numel() == 0) return grad_input;
@@ -102,11 +102,11 @@ Tensor roi_align_backward_cuda(const Tensor& grad, const Tensor& rois, double sp
   OPS_DISPATCH_FLOATING(g.scalar_type(), "roi_align_backward_cuda", [&] {
     using T = cuda_t<scalar_t>;
     using A = ops_common::opmath_t<scalar_t>;
-    const Tensor r = torch::stable::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
+    const Tensor r = ops_common::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
     if (detection::roi_align_tiles_fit(pooled_height, pooled_width, sizeof(A))) {
       // Channels innermost, so that a warp reads one bin's channels in one coalesced load:
       // (K, C, PH, PW) -> (K, PH, PW, C), two transposes (2.11's stable API has no permute).
-      const Tensor gt = torch::stable::contiguous(
+      const Tensor gt = ops_common::contiguous(
           torch::stable::transpose(torch::stable::transpose(g, 1, 2), 2, 3));
       OPS_CHECK_LAUNCH((detection::launch_roi_align_backward_tiles<T, A>(
           cuda_ptr<scalar_t>(gt), r.const_data_ptr<A>(), rois.size(0), batch, channels, height, width,
