@@ -14,8 +14,9 @@ import re
 import time
 from pathlib import Path
 
-from jit_tools import (_torch_private, build as builder, hotswap, key as keys, registry, shared,
-                       sources, store as stores, surface, toolchain)
+from jit_tools import _torch_private, key as keys, registry, sources, store as stores, surface
+from jit_tools.build import ninja as builder, shared, toolchain
+from jit_tools.swap import hotswap
 from jit_tools.errors import (BuildError, CacheError, CorruptBuild, JitLoaderError, OpNotFoundError,
                                SourcesChanged)
 from jit_tools.log import logger

@@ -227,7 +227,7 @@ class CacheStore:
         return sorted(self.op_folder(name).glob("work-*"))
 
     def nvrtc_folder(self, name: str) -> Path:
-        """Where jit_tools/nvrtc.py keeps an op's kernels compiled with NVRTC."""
+        """Where jit_tools/swap/nvrtc.py keeps an op's kernels compiled with NVRTC."""
         return self.root / name / "nvrtc"
 
     def inline_folder(self, name: str) -> Path:

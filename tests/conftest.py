@@ -43,7 +43,7 @@ def device(request) -> str:
 def nvrtc_logs(monkeypatch) -> list[str]:
     """The log of every NVRTC compile the test runs, in order (through the precompiled
     header, its notes say whether one was made or used)."""
-    from jit_tools import nvrtc
+    from jit_tools.swap import nvrtc
 
     logs: list[str] = []
     real = nvrtc._run_nvrtc

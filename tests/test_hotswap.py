@@ -1,4 +1,4 @@
-"""jit_tools.hotswap: the load path swaps a device-only edit in with NVRTC, and builds the rest.
+"""jit_tools.swap.hotswap: the load path swaps a device-only edit in with NVRTC, and builds the rest.
 
 Without a GPU: which edits count as device-only (a kernel body yes; a launcher, a kernel
 signature, a header the .cpp includes no); ``JIT_LOADER_NVRTC=0`` and a process without a
@@ -22,7 +22,9 @@ import pytest
 import torch
 
 import jit_loader
-from jit_tools import hotswap, kernels, key as keys, pipeline, scaffold
+from jit_tools import key as keys, pipeline
+from jit_tools.swap import hotswap, kernels
+from jit_tools.tools import scaffold
 from jit_tools.errors import BuildError
 
 CAN_BUILD_CUDA = jit_loader._why_no_cuda() is None
@@ -321,7 +323,7 @@ def test_only_edit_sessions_warm_the_nvrtc_header(monkeypatch):
 
 @pytest.mark.cuda
 def test_a_warmed_header_serves_the_first_kernel_edit(tmp_path, monkeypatch, request):
-    from jit_tools import nvrtc
+    from jit_tools.swap import nvrtc
 
     if not nvrtc.pch_enabled():
         pytest.skip(f"NVRTC {nvrtc.version()} makes no precompiled headers")

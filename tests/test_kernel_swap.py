@@ -1,4 +1,4 @@
-"""jit_tools.kernels: an edited kernel swapped into the live process through NVRTC.
+"""jit_tools.swap.kernels: an edited kernel swapped into the live process through NVRTC.
 
 On a GPU: a scaffolded CUDA op is loaded, its kernel body edited, and after
 ``kernels.swap`` the next call runs the new kernel with no build and no new library; an
@@ -19,7 +19,8 @@ import pytest
 import torch
 
 import jit_loader
-from jit_tools import hotswap, kernels, nvrtc, scaffold
+from jit_tools.swap import hotswap, kernels, nvrtc
+from jit_tools.tools import scaffold
 from jit_tools.errors import BuildError
 
 CAN_BUILD_CUDA = jit_loader._why_no_cuda() is None

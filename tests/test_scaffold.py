@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import jit_loader
-from jit_tools import cli, scaffold
+from jit_tools.tools import cli, scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
@@ -236,7 +236,7 @@ def test_rejects_schemas_it_cannot_scaffold(tmp_path, capsys, schema, message):
 
 def test_schema_parsing_is_its_own_function():
     """Other template sets (another host ABI) start from the same parsed schema."""
-    from jit_tools.op_schema import parse_schema
+    from jit_tools.tools.op_schema import parse_schema
 
     schema = parse_schema("rms(Tensor x, Tensor weight, float eps=1e-06, bool affine=true) -> Tensor")
     assert [(a.name, a.type, a.default) for a in schema.arguments] == [

@@ -4,7 +4,7 @@ and launched in place of the loaded build's, with no host compile, link or ``dlo
 Each op library carries a table of the kernels its launchers started
 (``ops/common/kernel_swap.h``), switched on by :func:`track`. :func:`swap` compiles, for the
 current GPU, the instantiations in that table from the op's ``.cu`` as it is now
-(``jit_tools/nvrtc.py``), loads them with the CUDA driver (``cuModuleLoadData``) and
+(``jit_tools/swap/nvrtc.py``), loads them with the CUDA driver (``cuModuleLoadData``) and
 installs them; the next launch of each runs the new code. It swaps only what it can prove
 the loaded host code still launches correctly: the op has one ``.cu``, and every kernel
 in use compiles to the same symbol (same name, template arguments and parameter types)
@@ -22,7 +22,7 @@ import re
 import time
 from pathlib import Path
 
-from jit_tools import nvrtc
+from jit_tools.swap import nvrtc
 from jit_tools.errors import JitLoaderError
 
 

@@ -43,11 +43,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from jit_tools import sources, toolchain
+from jit_tools import sources
+from jit_tools.build import toolchain
 from jit_tools.errors import BuildError, JitLoaderError
 from jit_tools.log import logger
 
-NVRTC_INCLUDE = Path(__file__).resolve().parent / "nvrtc_include"
+NVRTC_INCLUDE = Path(__file__).resolve().parents[1] / "nvrtc_include"
 FORMAT = 1  # bump when what a cache entry holds changes meaning
 
 # nvcc flags of torch's build.ninja (cpp_extension.COMMON_NVCC_FLAGS) that every .cu
@@ -70,12 +71,13 @@ def torch_cxx_std() -> str:
     does, and torch hard-codes the standard, which changes between releases."""
     if not _CXX_STD:
         import tempfile
-        from jit_tools import build, key as keys
+        from jit_tools import key as keys
+        from jit_tools.build import ninja
         with tempfile.TemporaryDirectory() as tmp:
             cu = Path(tmp) / "probe_cuda.cu"
             cu.write_text("")
             cfg = keys.config("probe", Path(tmp), {}, [cu])
-            build.write_ninja_file("probe", cfg, [cu], Path(tmp))
+            ninja.write_ninja_file("probe", cfg, [cu], Path(tmp))
             line = next((l for l in (Path(tmp) / "build.ninja").read_text().splitlines()
                          if l.startswith("cuda_cflags = ")), "")
         found = re.findall(r"(?<!\S)-std=\S+", line)

@@ -12,7 +12,7 @@ against the LibTorch stable ABI by default (``STABLE_TORCH_LIBRARY``, ``TORCH_BO
 releases. ``--aten`` writes it against ATen instead, for the full API and C++ autograd.
 The math header, the torch-free ``.cu``, the Python surface, the reference and the tests
 are the same for both. With a schema (``new NAME --aten --schema "NAME(Tensor x, Tensor
-weight, float eps) -> Tensor"``) the ATen files of jit_tools/scaffold_schema.py, written
+weight, float eps) -> Tensor"``) the ATen files of jit_tools/tools/scaffold_schema.py, written
 from its arguments, take the place of these; the stable templates take no schema.
 
 Where the files go: the op folder ``<dir>/<name>/``. When ``<dir>`` is a folder named
@@ -30,7 +30,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from jit_tools import op_schema, scaffold_schema
+from jit_tools.tools import op_schema, scaffold_schema
 from jit_tools.errors import JitLoaderError
 
 
@@ -109,7 +109,7 @@ def plan(name: str, directory: str | os.PathLike | None = None, cuda: bool = Fal
     for a bad name or schema, or when any of them exists already. The host side is on
     the stable ABI, or on ATen with ``aten``. Without ``schema`` the op is ``y = f(x)``;
     with one (``"NAME(Tensor x, Tensor weight, float eps) -> Tensor"``, ATen only) every
-    file follows its arguments (jit_tools/scaffold_schema.py)."""
+    file follows its arguments (jit_tools/tools/scaffold_schema.py)."""
     validate_name(name)
     parsed = None
     if schema is not None and not aten:

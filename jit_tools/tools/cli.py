@@ -29,8 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from jit_tools import (_torch_private, key as keys, pipeline, scaffold, shared, sources, store as stores,
-                       toolchain)
+from jit_tools import _torch_private, key as keys, pipeline, sources, store as stores
+from jit_tools.build import shared, toolchain
+from jit_tools.tools import scaffold
 from jit_tools.errors import BuildError, CacheError, JitLoaderError, OpNotFoundError
 from jit_tools.store import CacheStore
 
@@ -297,7 +298,7 @@ def _start_build_worker(rows, lock) -> None:
             kw.setdefault("position", row)
             super().__init__(*a, **kw)
 
-    tqdm.auto.tqdm = RowBar  # jit_tools.build.run_ninja looks it up at each build
+    tqdm.auto.tqdm = RowBar  # jit_tools.build.ninja.run_ninja looks it up at each build
 
 
 def _build_all(op_dirs: list[Path], args, workers: int, max_jobs: int) -> list[dict]:

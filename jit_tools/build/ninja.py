@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from jit_tools import _torch_private, key as keys, shared, sources as src, toolchain
+from jit_tools import _torch_private, key as keys, sources as src
+from jit_tools.build import shared, toolchain
 from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
 from jit_tools.store import CacheStore
 

@@ -24,7 +24,9 @@ import re
 import threading
 from pathlib import Path
 
-from jit_tools import build as builder, kernels, key as keys, nvrtc, sources, store as stores
+from jit_tools import key as keys, sources, store as stores
+from jit_tools.build import ninja as builder
+from jit_tools.swap import kernels, nvrtc
 from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
 from jit_tools.log import logger
 
