@@ -39,7 +39,7 @@ import torch  # noqa: E402
 from setuptools import find_packages, setup  # noqa: E402
 
 from jit_tools import abi as abis, prebuilt  # noqa: E402
-from jit_tools.build import toolchain  # noqa: E402
+from jit_tools.builder import toolchain  # noqa: E402
 
 # The CUDA toolkit the JIT loader builds with: torch's own guess takes the folder above an
 # nvcc wrapper on PATH (/usr/local for /usr/local/bin/nvcc), which has no CUDA headers.

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from jit_tools import _torch_private, prebuilt, store as stores
-from jit_tools.build import shared
+from jit_tools.builder import shared
 from jit_tools.log import logger
 
 ENV = "JIT_LOADER_CPP_AUTOGRAD"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from jit_tools import abi
-from jit_tools.build import toolchain
+from jit_tools.builder import toolchain
 from jit_tools.errors import JitLoaderError
 
 # torch's argument -> the value(s) jit_loader accepts, and why others cannot work.

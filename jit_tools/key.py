@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import torch
 
 from jit_tools import _torch_private, abi as abis, sources
-from jit_tools.build import toolchain
+from jit_tools.builder import toolchain
 from jit_tools.errors import JitLoaderError
 
 LOADER_FORMAT = 2  # bump when the cache layout changes meaning

@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 from jit_tools import _torch_private, key as keys, registry, sources, store as stores, surface
-from jit_tools.build import ninja as builder, shared, toolchain
-from jit_tools.swap import hotswap
+from jit_tools.builder import ninja as builder, shared, toolchain
 from jit_tools.errors import (BuildError, CacheError, CorruptBuild, JitLoaderError, OpNotFoundError,
                                SourcesChanged)
 from jit_tools.log import logger
 from jit_tools.state import LOCK, STATES, BuildInfo, OpState, state_for, state_holding
+from jit_tools.swap import hotswap
 
 
 MAX_CHANGED_RETRIES = 3  # builds in a row whose sources changed while they compiled

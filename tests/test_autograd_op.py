@@ -20,7 +20,7 @@ import torch.autograd.forward_ad as fwAD
 
 import jit_loader
 from jit_tools import autograd, store
-from jit_tools.build import shared
+from jit_tools.builder import shared
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -195,7 +195,7 @@ def test_a_wrong_declaration_names_the_argument(args, gives, message):
 PIECE = """
     import json, time
     from jit_tools import autograd, store
-    from jit_tools.build import shared
+    from jit_tools.builder import shared
     first = autograd.cpp_library()
     root = store.current().root
     deadline = time.time() + 600

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from jit_tools.build import shared
+from jit_tools.builder import shared
 from test_jit_loader import LOAD_AND_SCALE, copy_op, make_env, result_of, run_py, set_factor
 
 

@@ -463,7 +463,7 @@ ninja: build stopped: subcommand failed.
 
 
 def test_build_error_drops_torch_context_around_the_users_error(tmp_path):
-    from jit_tools.build import ninja
+    from jit_tools.builder import ninja
 
     op, torch_inc = tmp_path / "op", "/venv/torch/include"
     lines = [l + "\n" for l in DISPATCH_ERROR.format(op=op, torch=torch_inc).splitlines()]

@@ -19,9 +19,9 @@ import pytest
 import torch
 
 import jit_loader
+from jit_tools.errors import BuildError
 from jit_tools.swap import hotswap, kernels, nvrtc
 from jit_tools.tools import scaffold
-from jit_tools.errors import BuildError
 
 CAN_BUILD_CUDA = jit_loader._why_no_cuda() is None
 FORWARD_BODY = "y[i] = ops_common::from_acc<T>(forward(ops_common::to_acc(x[i])));"

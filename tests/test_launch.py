@@ -17,7 +17,7 @@ import torch
 
 import jit_loader
 from jit_tools import sources
-from jit_tools.build import toolchain
+from jit_tools.builder import toolchain
 from jit_tools.tools import scaffold
 
 HOME = toolchain.cuda_home()

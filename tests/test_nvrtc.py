@@ -16,10 +16,10 @@ import pytest
 
 import jit_loader
 from jit_tools import key as keys, sources
-from jit_tools.build import ninja
+from jit_tools.builder import ninja
+from jit_tools.errors import BuildError, JitLoaderError
 from jit_tools.swap import nvrtc
 from jit_tools.tools import scaffold
-from jit_tools.errors import BuildError, JitLoaderError
 
 CAN_BUILD_CUDA = jit_loader._why_no_cuda() is None
 # Where .cu files build (nvcc and a CUDA torch) NVRTC must be there too: torch's CUDA

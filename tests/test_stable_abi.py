@@ -18,7 +18,7 @@ import torch
 
 import jit_loader
 from jit_tools import abi, prebuilt
-from jit_tools.build import toolchain
+from jit_tools.builder import toolchain
 from test_jit_loader import copy_op, make_env, ninja_log, result_of, run_py
 
 LOAD_AND_SCALE = """

@@ -25,10 +25,10 @@ import threading
 from pathlib import Path
 
 from jit_tools import key as keys, sources, store as stores
-from jit_tools.build import ninja as builder
-from jit_tools.swap import kernels, nvrtc
+from jit_tools.builder import ninja as builder
 from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
 from jit_tools.log import logger
+from jit_tools.swap import kernels, nvrtc
 
 
 @dataclasses.dataclass

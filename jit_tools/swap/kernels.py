@@ -22,8 +22,8 @@ import re
 import time
 from pathlib import Path
 
-from jit_tools.swap import nvrtc
 from jit_tools.errors import JitLoaderError
+from jit_tools.swap import nvrtc
 
 
 # The last swap of this process: op, kernels, seconds compiling (NVRTC or its cache) and

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from jit_tools import sources
-from jit_tools.build import toolchain
+from jit_tools.builder import toolchain
 from jit_tools.errors import BuildError, JitLoaderError
 from jit_tools.log import logger
 
@@ -72,7 +72,7 @@ def torch_cxx_std() -> str:
     if not _CXX_STD:
         import tempfile
         from jit_tools import key as keys
-        from jit_tools.build import ninja
+        from jit_tools.builder import ninja
         with tempfile.TemporaryDirectory() as tmp:
             cu = Path(tmp) / "probe_cuda.cu"
             cu.write_text("")

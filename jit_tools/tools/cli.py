@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 from jit_tools import _torch_private, key as keys, pipeline, sources, store as stores
-from jit_tools.build import shared, toolchain
-from jit_tools.tools import scaffold
+from jit_tools.builder import shared, toolchain
 from jit_tools.errors import BuildError, CacheError, JitLoaderError, OpNotFoundError
 from jit_tools.store import CacheStore
+from jit_tools.tools import scaffold
 
 LOW_DISK_BYTES = 2 * 1024**3     # below this much free space, doctor warns
 MIN_GCC = (9, 0)                 # torch's headers are C++17: gcc 9 or newer
@@ -298,7 +298,7 @@ def _start_build_worker(rows, lock) -> None:
             kw.setdefault("position", row)
             super().__init__(*a, **kw)
 
-    tqdm.auto.tqdm = RowBar  # jit_tools.build.ninja.run_ninja looks it up at each build
+    tqdm.auto.tqdm = RowBar  # jit_tools.builder.ninja.run_ninja looks it up at each build
 
 
 def _build_all(op_dirs: list[Path], args, workers: int, max_jobs: int) -> list[dict]:

@@ -31,10 +31,10 @@ import warnings
 from pathlib import Path
 
 from jit_tools import pipeline, registry, store as stores
-from jit_tools.swap import hotswap
 from jit_tools.errors import BuildError
 from jit_tools.handle import Op
 from jit_tools.state import loaded_states
+from jit_tools.swap import hotswap
 
 DIAGNOSTIC_LINES = 12
 _CONTEXT_LINE = re.compile(

@@ -30,8 +30,8 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from jit_tools.tools import op_schema, scaffold_schema
 from jit_tools.errors import JitLoaderError
+from jit_tools.tools import op_schema, scaffold_schema
 
 
 class ScaffoldError(JitLoaderError, ValueError):

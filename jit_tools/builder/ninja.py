@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from jit_tools import _torch_private, key as keys, sources as src
-from jit_tools.build import shared, toolchain
+from jit_tools.builder import shared, toolchain
 from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
 from jit_tools.store import CacheStore
 

@@ -39,9 +39,9 @@ from pathlib import Path
 import torch
 
 from jit_tools import abi as abis, key as keys
-from jit_tools.build import toolchain
-from jit_tools.store import folder_bytes, remove_when_free
+from jit_tools.builder import toolchain
 from jit_tools.log import logger
+from jit_tools.store import folder_bytes, remove_when_free
 
 PCH_HEADER = "jit_loader_lean.h"
 PCH_TEXT = "// The lean header set the ops' C++ units use, precompiled once.\n" \
@@ -370,7 +370,7 @@ NVCC_DRIVER = Path(__file__).with_name("nvcc_parallel.py")
 
 
 def parallel_nvcc(root: Path, nvcc: str) -> str | None:
-    """A shim named ``nvcc`` that compiles through :mod:`jit_tools.build.nvcc_parallel` (the
+    """A shim named ``nvcc`` that compiles through :mod:`jit_tools.builder.nvcc_parallel` (the
     host and device halves of a unit side by side) with this Python and this nvcc; None
     with ``JIT_LOADER_NVCC_PARALLEL=0``. Named nvcc so that ccache treats it as nvcc."""
     if _off("JIT_LOADER_NVCC_PARALLEL"):
@@ -379,7 +379,7 @@ def parallel_nvcc(root: Path, nvcc: str) -> str | None:
     if len(tokens) != 1:
         return None  # a compiler command with options of its own: left as it is
     real = shutil.which(tokens[0]) or tokens[0]
-    script = ("#!/bin/sh\n# nvcc with the host and device halves side by side (jit_tools/build/nvcc_parallel.py)\n"
+    script = ("#!/bin/sh\n# nvcc with the host and device halves side by side (jit_tools/builder/nvcc_parallel.py)\n"
               f"exec {shlex.quote(sys.executable)} -S -E {shlex.quote(str(NVCC_DRIVER))} "
               f"{shlex.quote(real)} \"$@\"\n")
     key = hashlib.sha256((script + (toolchain.file_identity(real) or "")
@@ -512,7 +512,7 @@ def build_later(spec: dict) -> None:
 def _background(spec: dict) -> None:
     package_parent = Path(__file__).resolve().parents[2]
     try:
-        subprocess.Popen([sys.executable, "-m", "jit_tools.build.shared", json.dumps(spec)],
+        subprocess.Popen([sys.executable, "-m", "jit_tools.builder.shared", json.dumps(spec)],
                          cwd=package_parent, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError as e:
@@ -520,7 +520,7 @@ def _background(spec: dict) -> None:
 
 
 def _main(argv: list[str]) -> int:
-    """``python -m jit_tools.build.shared SPEC``: the background build of ``build_later``. One
+    """``python -m jit_tools.builder.shared SPEC``: the background build of ``build_later``. One
     at a time per folder of pieces: builds that finish while it runs (each starts one)
     leave their pieces to the next build's background process instead of queueing."""
     spec = json.loads(argv[0])
