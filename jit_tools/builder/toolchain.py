@@ -117,11 +117,20 @@ def pip_cuda_includes(home: str | None) -> list[str]:
     return found
 
 
+def cores() -> int:
+    """The cores this process may use (taskset, Slurm and container CPU masks narrow it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def max_jobs() -> str:
-    """Ninja's -j: ``MAX_JOBS`` when it is a positive integer, else the core count."""
+    """Ninja's -j: ``MAX_JOBS`` when it is a positive integer, else the cores this
+    process may use."""
     text = os.environ.get("MAX_JOBS", "").strip()
     if not text:
-        return str(os.cpu_count() or 1)
+        return str(cores())
     if not text.isdigit() or int(text) < 1:
         raise JitLoaderError(
             f"MAX_JOBS={text!r} is not a positive whole number of parallel compile jobs; "
