@@ -46,12 +46,12 @@ def nvrtc_logs(monkeypatch) -> list[str]:
     from jit_tools.swap import nvrtc
 
     logs: list[str] = []
-    real = nvrtc._run_nvrtc
+    real = nvrtc.run_nvrtc
 
     def recording(source, text, names, options, want_cubin):
         result = real(source, text, names, options, want_cubin)
         logs.append(result[1])
         return result
 
-    monkeypatch.setattr(nvrtc, "_run_nvrtc", recording)
+    monkeypatch.setattr(nvrtc, "run_nvrtc", recording)
     return logs

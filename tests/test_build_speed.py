@@ -216,7 +216,7 @@ def test_pch_checksum_names_the_piece(tmp_path):
     gch = tmp_path / "pch-abc" / (shared.PCH_HEADER + ".gch")
     gch.parent.mkdir()
     gch.write_bytes(b"x" * 10)
-    shared._pch_checksum(gch)
+    shared.pch_checksum(gch)
     text = (gch.parent / (gch.name + ".sum")).read_text()
     assert text.startswith("pch-abc 10 ")
 

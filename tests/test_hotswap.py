@@ -27,7 +27,7 @@ from jit_tools.errors import BuildError
 from jit_tools.swap import hotswap, kernels
 from jit_tools.tools import scaffold
 
-CAN_BUILD_CUDA = jit_loader._why_no_cuda() is None
+CAN_BUILD_CUDA = jit_loader.why_no_cuda() is None
 FORWARD_BODY = "y[i] = ops_common::from_acc<T>(forward(ops_common::to_acc(x[i])));"
 PLUS_ONE = FORWARD_BODY.replace("x[i])));", "x[i])) + 1);")
 TIMES_TWO = FORWARD_BODY.replace("x[i])));", "x[i])) * 2);")
@@ -309,9 +309,9 @@ def test_jit_loader_nvrtc_0_builds_a_kernel_edit(gpu_probe, monkeypatch):
 
 def test_only_edit_sessions_warm_the_nvrtc_header(monkeypatch):
     monkeypatch.delenv("JIT_LOADER_NVRTC_WARM", raising=False)
-    monkeypatch.setattr(hotswap, "_EDIT_SESSION", [])
-    assert not hotswap.interactive()  # a script, a training job: no NVRTC before an edit
     monkeypatch.setattr(hotswap, "gpu_visible", lambda: False)
+    hotswap.expect_kernel_edits(False)
+    assert not hotswap.interactive()  # a script, a training job: no NVRTC before an edit
     hotswap.expect_kernel_edits()  # what the notebook extension says
     assert hotswap.interactive()
     monkeypatch.setenv("JIT_LOADER_NVRTC_WARM", "0")

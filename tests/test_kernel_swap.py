@@ -23,14 +23,14 @@ from jit_tools.errors import BuildError
 from jit_tools.swap import hotswap, kernels, nvrtc
 from jit_tools.tools import scaffold
 
-CAN_BUILD_CUDA = jit_loader._why_no_cuda() is None
+CAN_BUILD_CUDA = jit_loader.why_no_cuda() is None
 FORWARD_BODY = "y[i] = ops_common::from_acc<T>(forward(ops_common::to_acc(x[i])));"
 
 
 @pytest.mark.skipif(not CAN_BUILD_CUDA, reason="CUDA sources are not built here")
 def test_a_loaded_op_tracks_its_kernels_and_records_none_without_a_launch():
     op = jit_loader.load("gelu")
-    lib = kernels._library(op)
+    lib = kernels.op_library(op)
     lib.jit_loader_kernel_count.restype = ctypes.c_int
     if hotswap.gpu_visible():  # launches record their kernels
         return

@@ -21,7 +21,7 @@ from jit_tools.errors import BuildError, JitLoaderError
 from jit_tools.swap import nvrtc
 from jit_tools.tools import scaffold
 
-CAN_BUILD_CUDA = jit_loader._why_no_cuda() is None
+CAN_BUILD_CUDA = jit_loader.why_no_cuda() is None
 # Where .cu files build (nvcc and a CUDA torch) NVRTC must be there too: torch's CUDA
 # wheels ship it. A missing NVRTC fails these tests rather than skipping them.
 needs_cuda_build = pytest.mark.skipif(not CAN_BUILD_CUDA, reason="CUDA sources are not built here")

@@ -214,7 +214,7 @@ def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
         if bar is not None:
             bar.close()
     if proc.returncode != 0:
-        raise _build_error(name, lines, proc.returncode, log_path, local_dirs, cache_root)
+        raise build_error(name, lines, proc.returncode, log_path, local_dirs, cache_root)
     return str(log_path)
 
 
@@ -261,7 +261,7 @@ def user_lines(output: list[str], local_dirs: Sequence[Path]) -> list[str]:
     return kept + chain
 
 
-def _build_error(name, lines, returncode, log_path, local_dirs, cache_root) -> BuildError:
+def build_error(name, lines, returncode, log_path, local_dirs, cache_root) -> BuildError:
     log = "".join(lines)
     err = first_error(log, local_dirs)
     if err:

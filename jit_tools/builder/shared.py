@@ -253,11 +253,11 @@ def precompiled_header(root: Path, cxx: str, flags: list[str], post: str,
     built = _build_piece(folder, make, now)
     if built is None:
         return None
-    _pch_checksum(built / (header + ".gch"))
+    pch_checksum(built / (header + ".gch"))
     return built / header
 
 
-def _pch_checksum(gch: Path) -> None:
+def pch_checksum(gch: Path) -> None:
     """Write ``<header>.gch.sum``, which ccache hashes instead of the header (with
     ``CCACHE_PCH_EXTSUM``): hashing and scanning the 400 MB header for time macros
     costs more CPU than a cache hit otherwise takes, on every compile. A piece never

@@ -39,7 +39,7 @@ def enabled() -> bool:
     return os.environ.get("JIT_LOADER_NVRTC", "1") not in ("0", "false", "False", "")
 
 
-def _library(op) -> ctypes.CDLL:
+def op_library(op) -> ctypes.CDLL:
     """The op's loaded library (dlopen of a loaded path returns the same handle)."""
     if not op.library:
         raise SwapRefused(f"op {op.name!r} has no loaded library")
@@ -58,12 +58,12 @@ def _library(op) -> ctypes.CDLL:
 def track(op, on: bool = True) -> None:
     """Record the kernels the op's library launches from now on (needed before a swap);
     ``on=False`` stops and drops every swapped kernel."""
-    _library(op).jit_loader_kernel_swap_enable(1 if on else 0)
+    op_library(op).jit_loader_kernel_swap_enable(1 if on else 0)
 
 
 def launched(op) -> list[str]:
     """Mangled names of the kernels the op launched since :func:`track`."""
-    lib = _library(op)
+    lib = op_library(op)
     names = [lib.jit_loader_kernel_name(i) for i in range(lib.jit_loader_kernel_count())]
     return [n.decode() for n in names if n]
 
@@ -177,7 +177,7 @@ def swap(op, opts: dict | None = None) -> list[str]:
                                      opts)
     compiled_at = time.perf_counter()
     module = _load(compiled.image, device)
-    lib = _library(op)
+    lib = op_library(op)
     functions = {e: _function(module, compiled.lowered[e], device) for e in exprs}
     for expr, mangled in exprs.items():
         if not lib.jit_loader_kernel_replace(mangled.encode(), functions[expr], device):

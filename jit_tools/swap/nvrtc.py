@@ -244,7 +244,7 @@ def _check(lib, status: int, what: str) -> None:
         raise JitLoaderError(f"NVRTC {what} failed: {lib.nvrtcGetErrorString(status).decode()}")
 
 
-def _run_nvrtc(source: Path, text: bytes, names: Sequence[str], options: Sequence[str],
+def run_nvrtc(source: Path, text: bytes, names: Sequence[str], options: Sequence[str],
                want_cubin: bool) -> tuple[int, str, bytes, dict[str, str]]:
     """One NVRTC program: (status of the compile, log, image, lowered names)."""
     lib = library()
@@ -437,17 +437,17 @@ def _pch_folder(source: Path, text: bytes, options: Sequence[str],
 
 def _run_with_pch(source: Path, text: bytes, names: Sequence[str], options: Sequence[str],
                   include_dirs: Sequence[Path], want_cubin: bool):
-    """:func:`_run_nvrtc`, through this process's precompiled header of the source's
+    """:func:`run_nvrtc`, through this process's precompiled header of the source's
     include block when NVRTC can make one (one compile at a time per header)."""
     if not pch_enabled():
-        return _run_nvrtc(source, text, names, options, want_cubin)
+        return run_nvrtc(source, text, names, options, want_cubin)
     try:
         folder = _pch_folder(source, text, options, include_dirs)
     except OSError as e:  # no temporary folder: compile without the header
         logger.debug("no NVRTC precompiled header for %s: %s", source, e)
-        return _run_nvrtc(source, text, names, options, want_cubin)
+        return run_nvrtc(source, text, names, options, want_cubin)
     with _PCH_LOCKS[folder]:
-        status, log, image, lowered = _run_nvrtc(
+        status, log, image, lowered = run_nvrtc(
             source, text, names, [*options, "--pch", f"--pch-dir={folder}"], want_cubin)
     # NVRTC's notes on the header ("creating/using precompiled header file ...") are
     # not the user's business.
