@@ -81,7 +81,9 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
         state.ext_module = surface.import_extension(so, state.name, key)
     no_cuda = manifest["config"].get("no_cuda_reason")
     if no_cuda and namespaces:
-        state.loader_libs += registry.missing_cuda_kernels(state.name, namespaces, no_cuda)
+        state.loader_libs += registry.missing_cuda_kernels(
+            namespaces, f"op {state.name!r} was built for CPU only because {no_cuda}. "
+                        "Reload after fixing that to get the CUDA kernels.")
 
 
 def _free_for_new_schemas(state: OpState, refusal: JitLoaderError, qualnames: list[str]) -> None:

@@ -74,14 +74,20 @@ def _skip_dir(name: str) -> bool:
     return name.startswith((".", "_")) or name == "build"
 
 
-def walk_sources(op_dir: Path) -> list[Path]:
+def walk(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """The files of ``folder`` and its subfolders with these endings, in a stable order
+    (hidden files and ``_``-, ``.``-prefixed and ``build`` folders left out)."""
     found = []
-    for root, dirs, files in os.walk(op_dir):
+    for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not _skip_dir(d))
         for f in sorted(files):
-            if f.endswith(SOURCE_SUFFIXES) and not f.startswith("."):
+            if f.endswith(suffixes) and not f.startswith("."):
                 found.append(Path(root) / f)
     return found
+
+
+def walk_sources(op_dir: Path) -> list[Path]:
+    return walk(op_dir, SOURCE_SUFFIXES)
 
 
 _SCAN = threading.local()
