@@ -171,7 +171,7 @@ def cpp_library() -> ctypes.CDLL | None:
     if not cpp_enabled():
         return None
     root = stores.current().root
-    key = str(shared.shared_dir(root))
+    key = str(stores.CacheStore(root).shared_folder())
     if key in _CPP:
         return _CPP[key]
     try:

@@ -377,7 +377,8 @@ def current_key(state: OpState) -> str:
 def build_in_use(entry: str | os.PathLike) -> bool:
     """True when some live process (this one included) holds the build folder."""
     entry = Path(entry)
-    return state_holding(entry.parent.parent.name, entry.name) or stores.CacheStore.in_use(entry)
+    _store, name, key = stores.CacheStore.of_build(entry)
+    return state_holding(name, key) or stores.CacheStore.in_use(entry)
 
 
 def cached_builds(name: str, verify: str = "changed") -> list[dict]:
@@ -391,4 +392,5 @@ def remove_build(entry: str | os.PathLike) -> bool:
     entry = Path(entry)
     if build_in_use(entry):
         return False
-    return stores.CacheStore(entry.parent.parent.parent).remove(entry)
+    store, _name, _key = stores.CacheStore.of_build(entry)
+    return store.remove(entry)

@@ -141,7 +141,7 @@ def _clean_shared(args, totals: dict) -> None:
                 print(f"skipped       shared pieces  process {busy} is building {name} now; "
                       "clean again once it is done")
                 return
-        if shared.owned(store.root):
+        if store.owns_shared_folder():
             for piece in shared.pieces(store.root):
                 path = Path(piece["path"])
                 if args.dry_run or shared.remove_piece(store.root, path):
@@ -150,7 +150,7 @@ def _clean_shared(args, totals: dict) -> None:
                     totals["bytes"] += piece["bytes"]
                 else:
                     print(f"skipped       _shared/{path.name}  being built now")
-        ccache_dir = shared.ccache_store(store.root)
+        ccache_dir = store.ccache_folder()
         if ccache_dir.is_dir():
             size = stores.folder_bytes(ccache_dir)
             if not args.dry_run:

@@ -275,12 +275,12 @@ def _check_cache() -> list[tuple[str, str]]:
     used = sum(stores.folder_bytes(store.op_folder(n)) for n in ops)
     where = "from JIT_LOADER_CACHE" if os.environ.get("JIT_LOADER_CACHE") else "default location"
     pieces = shared.pieces(root)
-    ccache_bytes = stores.folder_bytes(shared.ccache_store(root))
+    ccache_bytes = stores.folder_bytes(store.ccache_folder())
     kinds = ", ".join(f"{k} {text.size(sum(p['bytes'] for p in pieces if p['kind'] == k))}"
                       for k in sorted({p["kind"] for p in pieces}))
     summary = (f"cache {root} ({where}): writable, {text.size(free)} free; "
                f"{builds} build(s) of {len(ops)} op(s) use {text.size(used)}; "
-               f"{len(pieces)} shared piece(s) in {shared.shared_dir(root)} use "
+               f"{len(pieces)} shared piece(s) in {store.shared_folder()} use "
                f"{text.size(sum(p['bytes'] for p in pieces))}" + (f" ({kinds})" if kinds else "")
                + f"; ccache's store {text.size(ccache_bytes)}")
     if free < LOW_DISK_BYTES:

@@ -108,12 +108,13 @@ def _describe_op(name: str, op_dir: Path | None, verify: str = "changed") -> dic
 def run(args) -> int:
     verify = "full" if args.verify else "changed"
     ops = [_describe_op(name, op_dir, verify) for name, op_dir in _ops_to_list(args.paths)]
-    cache = stores.cache_dir()
+    store = stores.current()
+    cache = store.root
     pieces = shared.pieces(cache)
-    ccache_bytes = stores.folder_bytes(shared.ccache_store(cache))
+    ccache_bytes = stores.folder_bytes(store.ccache_folder())
     if args.json:
         print(json.dumps({"cache": str(cache), "ops": ops, "shared": pieces,
-                          "ccache": {"path": str(shared.ccache_store(cache)), "bytes": ccache_bytes}},
+                          "ccache": {"path": str(store.ccache_folder()), "bytes": ccache_bytes}},
                          indent=2))
         return 0
     source = "JIT_LOADER_CACHE" if os.environ.get("JIT_LOADER_CACHE") else "set JIT_LOADER_CACHE to move it"
@@ -157,12 +158,12 @@ def run(args) -> int:
             print(f"    {len(op['leftovers'])} leftover(s) of interrupted builds "
                   "(python -m jit_loader clean --broken removes them)")
     if pieces or ccache_bytes:
-        print(f"\nshared by every op: {shared.shared_dir(cache)}")
+        print(f"\nshared by every op: {store.shared_folder()}")
         for p in pieces:
             state = "" if p["ok"] else "  (refused by the compiler; builds go without it)"
             print(f"  {Path(p['path']).name:<28} {text.size(p['bytes']):>9}  {p['kind']}, last used "
                   f"{text.age(time.time() - p['last_used'])} ago{state}")
-        print(f"  ccache store                 {text.size(ccache_bytes):>9}  {shared.ccache_store(cache)}")
+        print(f"  ccache store                 {text.size(ccache_bytes):>9}  {store.ccache_folder()}")
         print("  (python -m jit_loader clean --shared removes them while no build runs)")
     if any(op["builds"] for op in ops):
         print("\n* marks the build a new process would load now")
