@@ -47,9 +47,7 @@ _LOADED: dict[Path, "PrebuiltOp"] = {}
 
 def sources(op_dir: Path, with_cuda: bool) -> list[Path]:
     """Every .cpp/.cc of the op folder; its CUDA sources only when building CUDA."""
-    op_dir = Path(op_dir)
-    return [p for p in src.walk_sources(op_dir)
-            if with_cuda or not src.is_cuda_source(p, op_dir.name)]
+    return src.folder_sources(op_dir, with_cuda)
 
 
 def include_dirs(op_dir: Path) -> list[Path]:

@@ -380,7 +380,7 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
         if hashes is not None:
             invalidate_stale_objects(work, hashes)
             mtimes = _mtimes(hashes)
-        log_path = run_ninja(name, work, verbose, lock_fd, keys.include_dirs(op_dir, opts),
+        log_path = run_ninja(name, work, verbose, lock_fd, src.include_dirs(op_dir, opts),
                              store.root, extra_env, progress)
         if hashes is not None:
             # A file written during the build (even back to its old content, which the

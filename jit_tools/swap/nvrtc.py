@@ -471,7 +471,7 @@ def warm_for_op(name: str, op_dir: Path, *, opts: dict | None = None,
     if not cfg["with_cuda"]:
         return False
     flags = [token for flag in cfg["cuda_cflags"] for token in shlex.split(flag)]
-    include_dirs = keys.include_dirs(Path(op_dir), opts)
+    include_dirs = sources.include_dirs(Path(op_dir), opts)
     options = _options(arch or first_arch(cfg["cuda_arch"]), include_dirs, flags)
     source = cus[0].resolve()
     status, _, _, _ = _run_with_pch(source, source.read_bytes(), [], options, include_dirs,
@@ -503,7 +503,7 @@ def compile_for_op(name: str, op_dir: Path, source: Path, names: Sequence[str], 
     return compile_kernels(
         Path(source), names, arch=arch or first_arch(cfg["cuda_arch"]),
         cache_dir=cache_dir or store.current().nvrtc_folder(name),
-        include_dirs=keys.include_dirs(op_dir, opts), nvcc_flags=flags)
+        include_dirs=sources.include_dirs(op_dir, opts), nvcc_flags=flags)
 
 
 # ---- the kernels of an nvcc build, as name expressions -----------------------------------

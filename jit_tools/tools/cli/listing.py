@@ -49,8 +49,8 @@ def _dropin_call(name: str, op_dir: Path, manifests: list[dict]) -> dict | None:
         return None
     newest = manifests[0]
     listed = sorted(newest.get("sources", []))
-    walked = sorted(str(p) for p in sources.walk_sources(op_dir)
-                    if newest.get("config", {}).get("with_cuda") or not sources.is_cuda_source(p, name))
+    with_cuda = bool(newest.get("config", {}).get("with_cuda"))
+    walked = sorted(str(p) for p in sources.folder_sources(op_dir, with_cuda, name))
     if name == op_dir.name and listed == walked:
         return None
     return {"sources": listed, "options": newest.get("options")}
