@@ -159,7 +159,7 @@ setup(
     # The sources ship too: they document the ops, JIT_LOADER_PREBUILT=0 rebuilds them,
     # and the prebuilt manifest's digest is checked against them.
     package_data={"": ["*.cpp", "*.cc", "*.cu", "*.h", "*.cuh"], "ops": ["common/*"],
-                  "jit_tools": ["csrc/*"]},
+                  "jit_tools": ["csrc/*"], "jit_tools.tools": ["templates/*.tmpl", "templates/*/*.tmpl"]},
     ext_modules=[_extension(p, WITH_CUDA) for p in OP_DIRS],
     cmdclass={"build_ext": BuildOps.with_options(use_ninja=True)},
     # The libraries use no Python API (py_limited_api above): one wheel serves every

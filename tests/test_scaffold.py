@@ -247,6 +247,19 @@ def test_schema_parsing_is_its_own_function():
     assert schema.declaration(with_defaults=False) == "Tensor x, Tensor weight, float eps, bool affine"
 
 
+def test_every_template_file_is_written(tmp_path, monkeypatch):
+    """The files of templates/ are what the stable and ATen ops above build from: each one
+    is read by some plan, and nothing else is there."""
+    read = set()
+    real = scaffold.template
+    monkeypatch.setattr(scaffold, "template", lambda path: read.add(path) or real(path))
+    for cuda in (False, True):
+        for aten in (False, True):
+            scaffold.plan("my_op", tmp_path, cuda=cuda, aten=aten)
+    files = {p.relative_to(scaffold.TEMPLATES).as_posix().removesuffix(".tmpl")
+             for p in scaffold.TEMPLATES.rglob("*") if p.is_file()}
+    assert read == files
+
 @pytest.mark.cuda
 def test_cuda_op_runs_its_cuda_tests_on_the_gpu(cuda_op):
     assert "CUDA arch" in cuda_op.build.stdout, cuda_op.build.stdout  # the CUDA sources were built
