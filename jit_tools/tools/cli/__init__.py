@@ -7,7 +7,7 @@
     python -m jit_loader new    NAME [--cuda] [--aten [--schema SCHEMA]] [--dir PATH]
 
 One module per command (``listing``, ``build``, ``clean``, ``doctor``, ``new``), each with
-its ``add_parser`` and ``run``. Everything goes through the loader's own pipeline
+its ``NAME``, ``HELP``, ``DESCRIPTION``, ``add_arguments`` (where it takes any) and ``run``. Everything goes through the loader's own pipeline
 (``op_key``, ``cached_builds``, ``build_in_use``, ``remove_build``, ``load_library``), its
 toolchain and its cache store, so the command line sees the cache exactly as a loading
 process does.
@@ -45,7 +45,11 @@ def parser() -> argparse.ArgumentParser:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
-        command.add_parser(sub)
+        p = sub.add_parser(command.NAME, help=command.HELP, description=command.DESCRIPTION,
+                           epilog=getattr(command, "EPILOG", None))
+        if hasattr(command, "add_arguments"):
+            command.add_arguments(p)
+        p.set_defaults(func=command.run)
     return top
 
 

@@ -13,6 +13,14 @@ from jit_tools import pipeline, sources
 from jit_tools.builder import toolchain
 from jit_tools.errors import BuildError, JitLoaderError, OpNotFoundError
 
+NAME = "build"
+HELP = "compile ops into the cache ahead of time (all ops in ops/ by default)"
+DESCRIPTION = """\
+Compile ops into the cache so later processes load them without compiling, e.g. on a login
+node before a multi-GPU job. Ops already built are skipped. Independent ops build in
+parallel processes within the core count; a failed op prints its first compiler error, the
+others still build, and the exit status is 1."""
+
 
 def _build_options(args) -> dict:
     """The build options of ``load`` given on the command line (part of the key)."""
@@ -142,14 +150,7 @@ def run(args) -> int:
     return 1 if failed else 0
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "build", help="compile ops into the cache ahead of time (all ops in ops/ by default)",
-        description="Compile ops into the cache so later processes load them without compiling, "
-                    "e.g. on a login node before a multi-GPU job. Ops already built are skipped. "
-                    "Independent ops build in parallel processes within the core count; a failed "
-                    "op prints its first compiler error, the others still build, and the exit "
-                    "status is 1.")
+def add_arguments(p) -> None:
     p.add_argument("ops", nargs="*", metavar="OP",
                    help="an op folder name under ops/ or the path of any op folder (default: all in ops/)")
     p.add_argument("--cuda-arch", metavar="LIST",
@@ -171,5 +172,4 @@ def add_parser(sub) -> None:
                         "(default: MAX_JOBS, else the number of cores)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print the full compiler output (builds one op at a time so it stays readable)")
-    p.set_defaults(func=run)
 

@@ -15,6 +15,15 @@ from jit_tools.errors import CacheError, JitLoaderError, OpNotFoundError
 from jit_tools.store import CacheStore
 from jit_tools.tools.cli import text
 
+NAME = "clean"
+HELP = "remove cached builds (never one a running process uses)"
+DESCRIPTION = """\
+Remove cached builds. Without options every build of the selected ops goes, with their Ninja
+work folders (the next load then compiles from scratch). --keep and --older-than narrow
+this; given both, a build is removed only when it is older AND not among the newest N.
+Broken builds (a truncated library, a missing manifest) are always removed. A build a
+running process has loaded is never removed: it is reported as skipped."""
+
 
 def _doomed(builds: list[dict], args, current: str | None = None) -> list[dict]:
     """The builds (newest first) that ``clean`` removes with these options. Narrowed by
@@ -203,15 +212,7 @@ def run(args) -> int:
     return 0
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "clean", help="remove cached builds (never one a running process uses)",
-        description="Remove cached builds. Without options every build of the selected ops goes, "
-                    "with their Ninja work folders (the next load then compiles from scratch). "
-                    "--keep and --older-than narrow this; given both, a build is removed only when "
-                    "it is older AND not among the newest N. Broken builds (a truncated library, "
-                    "a missing manifest) are always removed. A build a running process has loaded "
-                    "is never removed: it is reported as skipped.")
+def add_arguments(p) -> None:
     p.add_argument("ops", nargs="*", metavar="OP", help="op name or folder (default: every op in the cache)")
     p.add_argument("--older-than", type=float, metavar="DAYS", help="only builds created more than DAYS ago")
     p.add_argument("--keep", type=int, metavar="N", help="keep the N newest good builds of each op")
@@ -224,5 +225,4 @@ def add_parser(sub) -> None:
                    help="remove least recently used builds until the cache fits in SIZE "
                         "(e.g. 10G); JIT_LOADER_MAX_SIZE applies the same bound after every build")
     p.add_argument("-n", "--dry-run", action="store_true", help="show what would be removed, remove nothing")
-    p.set_defaults(func=run)
 

@@ -18,6 +18,14 @@ from jit_tools.builder import shared, toolchain
 from jit_tools.store import CacheStore
 from jit_tools.tools.cli import text
 
+NAME = "doctor"
+HELP = "check torch, nvcc, compiler, ninja, GPUs and the cache; exit 1 on any ERROR"
+DESCRIPTION = """\
+Check that this machine can build and load ops: torch and its CUDA version, nvcc against it,
+the C++ compiler and its ABI, ninja, the visible GPUs and the arch list builds use, the
+cache folder and its free space, and broken cache entries. One verdict per line (OK, WARN,
+ERROR) with the fix; the exit status is 1 when any line is an ERROR."""
+
 
 LOW_DISK_BYTES = 2 * 1024**3     # below this much free space, doctor warns
 MIN_GCC = (9, 0)                 # torch's headers are C++17: gcc 9 or newer
@@ -343,15 +351,3 @@ def run(args) -> int:
     for verdict, message in verdicts:
         print(f"{verdict:<5} {message}", flush=True)
     return 1 if any(v == "ERROR" for v, _ in verdicts) else 0
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "doctor", help="check torch, nvcc, compiler, ninja, GPUs and the cache; exit 1 on any ERROR",
-        description="Check that this machine can build and load ops: torch and its CUDA version, "
-                    "nvcc against it, the C++ compiler and its ABI, ninja, the visible GPUs and "
-                    "the arch list builds use, the cache folder and its free space, and broken "
-                    "cache entries. One verdict per line (OK, WARN, ERROR) with the fix; the exit "
-                    "status is 1 when any line is an ERROR.")
-    p.set_defaults(func=run)
-

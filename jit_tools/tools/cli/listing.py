@@ -14,6 +14,13 @@ from jit_tools.errors import JitLoaderError
 from jit_tools.store import CacheStore
 from jit_tools.tools.cli import text
 
+NAME = "list"
+HELP = "show each op, its cached builds, and which build a new process would load"
+DESCRIPTION = """\
+Show every op (the folders in ops/, the PATHs given, and ops the cache holds builds of),
+each cached build with its size, age and state, and mark with * the build a new process
+would load now (same sources, flags, arch list, torch)."""
+
 
 def _ops_to_list(paths: list[str]) -> list[tuple[str, Path | None]]:
     """(name, source folder) of the ops under ops/, of PATHs, and of ops that only
@@ -170,17 +177,11 @@ def run(args) -> int:
     return 0
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "list", help="show each op, its cached builds, and which build a new process would load",
-        description="Show every op (the folders in ops/, the PATHs given, and ops the cache holds "
-                    "builds of), each cached build with its size, age and state, and mark with * "
-                    "the build a new process would load now (same sources, flags, arch list, torch).")
+def add_arguments(p) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="also list this op folder, or every op in this folder of ops")
     p.add_argument("--json", action="store_true", help="print the listing as JSON, for scripts")
     p.add_argument("--verify", action="store_true",
                    help="hash every cached library against the sha256 recorded when it was built "
                         "(a load re-hashes only a library whose file changed since its last check)")
-    p.set_defaults(func=run)
 

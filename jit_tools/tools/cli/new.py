@@ -10,6 +10,27 @@ from pathlib import Path
 from jit_tools import sources
 from jit_tools.tools import scaffold
 
+NAME = "new"
+HELP = "scaffold a new op folder (schema, kernels, Python surface, reference, tests)"
+DESCRIPTION = """\
+Create the folder of a new op, NAME, that builds and passes its tests as generated: NAME.h
+(the math, torch-free, shared by CPU and CUDA), NAME.cpp (schema and CPU kernels),
+NAME_host.h (argument checks), NAME.py (Python surface: fake kernels, autograd, a function
+and an nn.Module), reference.py (plain-PyTorch reference, example_inputs, check_cases,
+TOLERANCES), __init__.py and test_NAME.py; with --cuda also NAME_cuda.cu (torch-free kernels
+and launchers), NAME_cuda.h and NAME_cuda.cpp (the CUDA host side). The op computes y = x *
+|x| as a placeholder: replace the math in NAME.h and reference.py. The C++ host side is on
+the LibTorch stable ABI (STABLE_TORCH_LIBRARY, STD_TORCH_CHECK; the library loads in later
+torch releases); with --aten it is on ATen (the full API, C++ autograd). With --aten
+--schema every file follows the schema's arguments (checks, kernels, fake kernels, one
+gradient per tensor, reference, tests). Its dispatcher namespace is NAME
+(torch.ops.NAME.forward and .backward). When --dir is a folder named ops beside a tests
+folder (this repository's layout) the test file goes to tests/test_NAME.py; elsewhere it
+goes into the op folder with a conftest.py registering the cuda marker. Existing files are
+never overwritten."""
+EPILOG = """\
+example: python -m jit_loader new my_op --cuda && python -m pytest tests/test_my_op.py"""
+
 
 def run(args) -> int:
     try:
@@ -35,28 +56,7 @@ def run(args) -> int:
     return 0
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "new", help="scaffold a new op folder (schema, kernels, Python surface, reference, tests)",
-        description="Create the folder of a new op, NAME, that builds and passes its tests as "
-                    "generated: NAME.h (the math, torch-free, shared by CPU and CUDA), NAME.cpp "
-                    "(schema and CPU kernels), NAME_host.h (argument checks), NAME.py (Python "
-                    "surface: fake kernels, autograd, a function and an nn.Module), reference.py "
-                    "(plain-PyTorch reference, example_inputs, check_cases, TOLERANCES), "
-                    "__init__.py and test_NAME.py; with --cuda also NAME_cuda.cu (torch-free "
-                    "kernels and launchers), NAME_cuda.h and NAME_cuda.cpp (the CUDA host side). "
-                    "The op computes y = x * |x| as a placeholder: replace the math in NAME.h "
-                    "and reference.py. The C++ host side is on the LibTorch stable ABI "
-                    "(STABLE_TORCH_LIBRARY, STD_TORCH_CHECK; the library loads in later torch "
-                    "releases); with --aten it is on ATen (the full API, C++ autograd). With "
-                    "--aten --schema every file follows the schema's arguments "
-                    "(checks, kernels, fake kernels, one gradient per tensor, reference, tests). "
-                    "Its dispatcher namespace is NAME (torch.ops.NAME.forward "
-                    "and .backward). When --dir is a folder named ops beside a tests folder (this "
-                    "repository's layout) the test file goes to tests/test_NAME.py; elsewhere it "
-                    "goes into the op folder with a conftest.py registering the cuda marker. "
-                    "Existing files are never overwritten.",
-        epilog="example: python -m jit_loader new my_op --cuda && python -m pytest tests/test_my_op.py")
+def add_arguments(p) -> None:
     p.add_argument("name", metavar="NAME",
                    help="the op's name: a folder, a Python module, a C++ namespace and the "
                         "torch.ops namespace at once (letters, digits, underscores)")
@@ -76,4 +76,3 @@ def add_parser(sub) -> None:
                    help="create the op folder in PATH (created if missing; default: ./ops when the "
                         "current folder has one, else the current folder). The op loads from any "
                         "folder: ops/common's headers are always on the include path")
-    p.set_defaults(func=run)
