@@ -159,6 +159,15 @@ def cxx_compiler() -> str:
     return os.environ.get("CXX", "c++")
 
 
+def cuda_arch_variable() -> str | None:
+    """The variable the arch list is read from: ``JIT_LOADER_CUDA_ARCH``, else
+    ``TORCH_CUDA_ARCH_LIST``; None when the first one set is ``native`` or neither is
+    (then the visible GPUs decide, else the default)."""
+    var = "JIT_LOADER_CUDA_ARCH" if os.environ.get("JIT_LOADER_CUDA_ARCH") else "TORCH_CUDA_ARCH_LIST"
+    value = os.environ.get(var)
+    return var if value and value != "native" else None
+
+
 def cuda_arch_list(requested: str | None = None) -> str:
     """The CUDA arch list builds use: explicit, env, visible GPUs, else the default.
 
@@ -167,9 +176,9 @@ def cuda_arch_list(requested: str | None = None) -> str:
     """
     if requested:
         return requested
-    env = os.environ.get("JIT_LOADER_CUDA_ARCH") or os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if env and env != "native":
-        return env
+    var = cuda_arch_variable()
+    if var is not None:
+        return os.environ[var]
     if "auto" not in _ARCH_CACHE:
         arches: list[str] = []
         try:

@@ -231,10 +231,8 @@ def _arch_covers(arch_list: str, capability: tuple[int, int]) -> bool | None:
 
 
 def _arch_source() -> str:
-    for var in ("JIT_LOADER_CUDA_ARCH", "TORCH_CUDA_ARCH_LIST"):
-        if os.environ.get(var) and os.environ[var] != "native":
-            return f"from {var}"
-    return "from the visible GPUs"
+    var = toolchain.cuda_arch_variable()
+    return f"from {var}" if var else "from the visible GPUs"
 
 
 def _check_gpus(torch) -> list[tuple[str, str]]:
