@@ -53,7 +53,8 @@ from jit_tools import pipeline as _pipeline
 from jit_tools import prebuilt as _prebuilt
 from jit_tools import registry as _registry
 from jit_tools import sources as _sources
-from jit_tools.check import check, check_op
+from jit_tools.builder.toolchain import (DEFAULT_CUDA_ARCH, cuda_arch_list, cuda_home, cxx_compiler,
+                                         why_no_cuda)
 from jit_tools.errors import BuildError, CacheError, JitLoaderError, OpNotFoundError
 from jit_tools.fake import check_same_device
 from jit_tools.handle import ExtensionModule, Op
@@ -61,8 +62,7 @@ from jit_tools.key import DEFAULT_CFLAGS, DEFAULT_CUDA_CFLAGS, DEFAULT_LDFLAGS
 from jit_tools.sources import OPS_DIR, available_ops
 from jit_tools.state import BuildInfo, loaded_states as _loaded_states
 from jit_tools.store import DEFAULT_KEEP, cache_dir
-from jit_tools.toolchain import (DEFAULT_CUDA_ARCH, cuda_arch_list, cuda_home, cxx_compiler,
-                                 why_no_cuda)
+from jit_tools.tools.check import check, check_op
 
 __all__ = [
     "load",
@@ -284,15 +284,15 @@ def remove_build(entry: str | os.PathLike) -> bool:
 
 def load_ipython_extension(ipython) -> None:
     """``%load_ext jit_loader``: reload edited ops before every cell; ``%%jit_op`` magic."""
-    from jit_tools import notebook
+    from jit_tools.tools import notebook
     notebook.load_ipython_extension(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
-    from jit_tools import notebook
+    from jit_tools.tools import notebook
     notebook.unload_ipython_extension(ipython)
 
 
 if __name__ == "__main__":
-    from jit_tools.cli import main
+    from jit_tools.tools.cli import main
     sys.exit(main())

@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from setuptools import find_packages, setup  # noqa: E402
 
-from jit_tools import abi as abis, prebuilt, toolchain  # noqa: E402
+from jit_tools import abi as abis, prebuilt  # noqa: E402
+from jit_tools.builder import toolchain  # noqa: E402
 
 # The CUDA toolkit the JIT loader builds with: torch's own guess takes the folder above an
 # nvcc wrapper on PATH (/usr/local for /usr/local/bin/nvcc), which has no CUDA headers.
@@ -158,7 +159,7 @@ setup(
     # The sources ship too: they document the ops, JIT_LOADER_PREBUILT=0 rebuilds them,
     # and the prebuilt manifest's digest is checked against them.
     package_data={"": ["*.cpp", "*.cc", "*.cu", "*.h", "*.cuh"], "ops": ["common/*"],
-                  "jit_tools": ["csrc/*"]},
+                  "jit_tools": ["csrc/*"], "jit_tools.tools": ["templates/*.tmpl", "templates/*/*.tmpl"]},
     ext_modules=[_extension(p, WITH_CUDA) for p in OP_DIRS],
     cmdclass={"build_ext": BuildOps.with_options(use_ninja=True)},
     # The libraries use no Python API (py_limited_api above): one wheel serves every

@@ -475,7 +475,7 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
 EDIT_LOOP = r"""
 import json, os, sys, time, torch, jit_loader
 from pathlib import Path
-from jit_tools import hotswap, kernels
+from jit_tools.swap import hotswap, kernels
 op_dir, rounds = Path(sys.argv[1]), int(sys.argv[2])
 name = op_dir.name
 torch.manual_seed(0)

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 import jit_loader
-from jit_tools import key as keys, nvrtc
+from jit_tools import key as keys, sources
+from jit_tools.swap import nvrtc
 
 
 def _compile(source: Path, text: bytes, names: list[str], options: list[str]) -> tuple[float, str]:
@@ -23,7 +24,7 @@ def _compile(source: Path, text: bytes, names: list[str], options: list[str]) ->
     with tempfile.TemporaryDirectory() as tmp:
         csv = Path(tmp) / "time.csv"
         t = time.perf_counter()
-        status, log, _, _ = nvrtc._run_nvrtc(source, text, names, [*options, f"--time={csv}"], True)
+        status, log, _, _ = nvrtc.run_nvrtc(source, text, names, [*options, f"--time={csv}"], True)
         seconds = time.perf_counter() - t
         if status != 0:
             raise SystemExit(f"NVRTC failed:\n{log}")
@@ -45,7 +46,7 @@ def main(argv=None) -> int:
     names = ([e for e in exprs if "float" in e] or exprs)[:1]  # one instantiation, float if any
     cfg = keys.config(args.op, op.path, {}, [cu])
     flags = [t for f in cfg["cuda_cflags"] for t in shlex.split(f)]
-    options = nvrtc._options(args.arch, keys.include_dirs(op.path, {}), flags)
+    options = nvrtc.compile_options(args.arch, sources.include_dirs(op.path, {}), flags)
     text = cu.read_bytes()
     print(f"{args.op}: {cu.name}, {names[0]}, NVRTC {nvrtc.version()}")
     print("  without the precompiled header: %.3f s (%s)" % _compile(cu, text, names, options))

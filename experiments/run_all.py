@@ -19,7 +19,7 @@ import traceback
 import torch
 
 import jit_loader
-from jit_tools import check
+from jit_tools.tools import check
 from experiments import bench as suite
 from experiments.benchutil import environment, format_table, save_json
 

@@ -81,7 +81,7 @@ def schemas(qualname: str) -> list[str]:
     return [str(s) for s in torch._C._jit_get_schemas_for_operator(qualname)]
 
 
-# Used by jit_tools.check, which must recognise dispatcher ops among the callables it
+# Used by jit_tools.tools.check, which must recognise dispatcher ops among the callables it
 # is given and record which ops a function calls. torch has no public names for these.
 
 # The classes of ``torch.ops.ns.op.default`` and ``torch.ops.ns.op``.

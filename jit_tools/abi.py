@@ -36,7 +36,7 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 STABLE_REGISTRY_HEADER = CSRC / "jit_loader_stable_registry.h"
 STABLE_SUPPORT_HASH = hashlib.sha256(STABLE_REGISTRY_HEADER.read_bytes()).hexdigest()[:16]
 
-# The header set a stable unit uses, precompiled once per toolchain (jit_tools/shared.py).
+# The header set a stable unit uses, precompiled once per toolchain (jit_tools/builder/shared.py).
 STABLE_PCH_TEXT = (
     "// The stable ABI header set the ops' C++ units use, precompiled once.\n#pragma once\n"
     "#include <torch/csrc/stable/library.h>\n#include <torch/csrc/stable/tensor.h>\n"

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
-from jit_tools import _torch_private, prebuilt, shared, store as stores
+from jit_tools import _torch_private, prebuilt, store as stores
+from jit_tools.builder import shared
 from jit_tools.log import logger
 
 ENV = "JIT_LOADER_CPP_AUTOGRAD"
@@ -170,7 +171,7 @@ def cpp_library() -> ctypes.CDLL | None:
     if not cpp_enabled():
         return None
     root = stores.current().root
-    key = str(shared.shared_dir(root))
+    key = str(stores.CacheStore(root).shared_folder())
     if key in _CPP:
         return _CPP[key]
     try:

@@ -10,7 +10,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from jit_tools import abi, toolchain
+from jit_tools import abi
+from jit_tools.builder import toolchain
 from jit_tools.errors import JitLoaderError
 
 # torch's argument -> the value(s) jit_loader accepts, and why others cannot work.

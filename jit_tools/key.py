@@ -20,7 +20,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from jit_tools import _torch_private, abi as abis, sources, toolchain
+from jit_tools import _torch_private, abi as abis, sources
+from jit_tools.builder import toolchain
 from jit_tools.errors import JitLoaderError
 
 LOADER_FORMAT = 2  # bump when the cache layout changes meaning
@@ -67,12 +68,6 @@ def options(extra_cflags=(), extra_cuda_cflags=(), extra_ldflags=(), extra_inclu
     return opts
 
 
-def include_dirs(op_dir: Path, opts: dict) -> list[Path]:
-    dirs = [op_dir, sources.OPS_DIR]
-    dirs += [Path(p).resolve() for p in opts.get("extra_include_paths", ())]
-    return dirs
-
-
 def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
            cuda_only: Callable[[Path], bool] | None = None, abi: str = abis.ATEN) -> dict:
     """Everything besides file contents that decides what the build produces."""
@@ -100,7 +95,7 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
         "cuda_cflags": [*DEFAULT_CUDA_CFLAGS, *cuda_includes, *opts.get("extra_cuda_cflags", ())]
         if with_cuda else [],
         "ldflags": [*DEFAULT_LDFLAGS, *opts.get("extra_ldflags", ())],
-        "include_dirs": [str(p) for p in include_dirs(op_dir, opts)],
+        "include_dirs": [str(p) for p in sources.include_dirs(op_dir, opts)],
         "no_cuda_reason": no_cuda,
     }
     return stable_config(cfg) if abi == abis.STABLE else cfg
@@ -180,25 +175,15 @@ def compute_key(name: str, op_dir: Path, opts: dict, source_list: Sequence[Path]
                 ) -> tuple[str, dict, list[Path], list[Path]]:
     """(key, config, sources to compile, every input file) of the op as it is now:
     the sources in ``op_dir``, or ``source_list`` when given."""
-    if source_list is not None:
-        # An explicit list (cpp_extension's model): only .cu files need CUDA, whatever
-        # the other files are called.
-        all_sources = list(source_list)
-
-        def cuda_only(p: Path) -> bool:
-            return p.suffix in sources.CUDA_SUFFIXES
-    else:
-        all_sources = sources.walk_sources(op_dir)
-
-        def cuda_only(p: Path) -> bool:
-            return sources.is_cuda_source(p, name)
+    all_sources, cuda_only = sources.op_sources(name, op_dir, source_list)
     if not all_sources:
         raise JitLoaderError(
             f"op {name!r}: no C++/CUDA source ({', '.join(sources.SOURCE_SUFFIXES)}) in {op_dir}")
-    abi = abis.folder_abi(name, all_sources, include_dirs(op_dir, opts))
+    dirs = sources.include_dirs(op_dir, opts)
+    abi = abis.folder_abi(name, all_sources, dirs)
     cfg = config(name, op_dir, opts, all_sources, cuda_only, abi)
     compiled = [p for p in all_sources if cfg["with_cuda"] or not cuda_only(p)]
-    headers = sources.local_headers(all_sources, include_dirs(op_dir, opts))
+    headers = sources.local_headers(all_sources, dirs)
     hashed = {p: sources.sha256(p) for p in set(compiled) | set(headers)}
     return digest(cfg, op_dir, hashed), cfg, compiled, [*all_sources, *headers]
 

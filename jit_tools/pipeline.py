@@ -14,12 +14,13 @@ import re
 import time
 from pathlib import Path
 
-from jit_tools import (_torch_private, build as builder, hotswap, key as keys, registry, shared,
-                       sources, store as stores, surface, toolchain)
+from jit_tools import _torch_private, key as keys, registry, sources, store as stores, surface
+from jit_tools.builder import ninja as builder, shared, toolchain
 from jit_tools.errors import (BuildError, CacheError, CorruptBuild, JitLoaderError, OpNotFoundError,
                                SourcesChanged)
 from jit_tools.log import logger
 from jit_tools.state import LOCK, STATES, BuildInfo, OpState, state_for, state_holding
+from jit_tools.swap import hotswap
 
 
 MAX_CHANGED_RETRIES = 3  # builds in a row whose sources changed while they compiled
@@ -80,7 +81,9 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
         state.ext_module = surface.import_extension(so, state.name, key)
     no_cuda = manifest["config"].get("no_cuda_reason")
     if no_cuda and namespaces:
-        state.loader_libs += registry.missing_cuda_kernels(state.name, namespaces, no_cuda)
+        state.loader_libs += registry.missing_cuda_kernels(
+            namespaces, f"op {state.name!r} was built for CPU only because {no_cuda}. "
+                        "Reload after fixing that to get the CUDA kernels.")
 
 
 def _free_for_new_schemas(state: OpState, refusal: JitLoaderError, qualnames: list[str]) -> None:
@@ -374,7 +377,8 @@ def current_key(state: OpState) -> str:
 def build_in_use(entry: str | os.PathLike) -> bool:
     """True when some live process (this one included) holds the build folder."""
     entry = Path(entry)
-    return state_holding(entry.parent.parent.name, entry.name) or stores.CacheStore.in_use(entry)
+    _store, name, key = stores.CacheStore.of_build(entry)
+    return state_holding(name, key) or stores.CacheStore.in_use(entry)
 
 
 def cached_builds(name: str, verify: str = "changed") -> list[dict]:
@@ -388,4 +392,5 @@ def remove_build(entry: str | os.PathLike) -> bool:
     entry = Path(entry)
     if build_in_use(entry):
         return False
-    return stores.CacheStore(entry.parent.parent.parent).remove(entry)
+    store, _name, _key = stores.CacheStore.of_build(entry)
+    return store.remove(entry)

@@ -31,14 +31,12 @@ from pathlib import Path
 
 import torch
 
-from jit_tools import abi as abis
+from jit_tools import _torch_private, abi as abis, registry, sources as src
 from jit_tools.errors import JitLoaderError
 
 ENV = "JIT_LOADER_PREBUILT"
 LIBRARY_STEM = "_C"
 MANIFEST = LIBRARY_STEM + ".json"
-SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu")
-HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".cuh", ".inl")
 
 _LOCK = threading.RLock()
 _LOADED: dict[Path, "PrebuiltOp"] = {}
@@ -47,25 +45,9 @@ _LOADED: dict[Path, "PrebuiltOp"] = {}
 # --- what the AOT build compiles (the loader's own rules) -----------------------------
 
 
-def _walk(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    found = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")) and d != "build")
-        found += [Path(root) / f for f in sorted(files)
-                  if f.endswith(suffixes) and not f.startswith(".")]
-    return found
-
-
-def is_cuda_source(path: Path, op_name: str) -> bool:
-    """A ``.cu`` file, or CUDA host code ``*_cuda.cpp`` (never the op's ``<op>.cpp``)."""
-    return path.suffix == ".cu" or (path.stem.endswith("_cuda") and path.stem != op_name)
-
-
 def sources(op_dir: Path, with_cuda: bool) -> list[Path]:
     """Every .cpp/.cc of the op folder; its CUDA sources only when building CUDA."""
-    op_dir = Path(op_dir)
-    return [p for p in _walk(op_dir, SOURCE_SUFFIXES)
-            if with_cuda or not is_cuda_source(p, op_dir.name)]
+    return src.folder_sources(op_dir, with_cuda)
 
 
 def include_dirs(op_dir: Path) -> list[Path]:
@@ -79,7 +61,7 @@ def source_digest(op_dir: Path) -> str:
     digest = hashlib.sha256()
     common = op_dir.parent / "common"
     for base in (op_dir, common) if common.is_dir() else (op_dir,):
-        for path in _walk(base, SOURCE_SUFFIXES + HEADER_SUFFIXES):
+        for path in src.walk(base, src.SOURCE_SUFFIXES + src.HEADER_SUFFIXES):
             digest.update(f"\0{base.name}/{path.relative_to(base)}\0".encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -160,27 +142,7 @@ def selected(op_dir: Path) -> bool:
 
 
 def _op_names() -> set[str]:
-    return set(torch._C._dispatch_get_all_op_names())
-
-
-def _cuda_stubs(namespaces: list[str], op_name: str) -> list[torch.library.Library]:
-    """A library built without CUDA: CUDA calls say so, not 'could not run ... CUDA'."""
-    libs = []
-    for ns in namespaces:
-        lib = torch.library.Library(ns, "FRAGMENT")
-        for name in sorted(n.split("::", 1)[1] for n in _op_names() if n.startswith(ns + "::")):
-            full = f"{ns}::{name}"
-            if torch._C._dispatch_has_kernel_for_dispatch_key(full, "CUDA") or \
-                    not torch._C._dispatch_has_kernel_for_dispatch_key(full, "CPU"):
-                continue
-
-            def kernel(*args, _name=full, **kwargs):
-                raise RuntimeError(f"{_name} has no CUDA kernel: the prebuilt library of op "
-                                   f"{op_name!r} was built without CUDA")
-            with contextlib.suppress(RuntimeError):
-                lib.impl(name, kernel, "CUDA")
-        libs.append(lib)
-    return libs
+    return set(_torch_private.dispatcher_op_names())
 
 
 def load(op_dir: Path, *, surface: bool = False) -> "PrebuiltOp":
@@ -195,7 +157,8 @@ def load(op_dir: Path, *, surface: bool = False) -> "PrebuiltOp":
             torch.ops.load_library(str(library))
             namespaces = sorted({n.split("::", 1)[0] for n in _op_names() - before})
             info = _read_manifest(op_dir) or {}
-            stubs = [] if info.get("with_cuda", True) else _cuda_stubs(namespaces, op_dir.name)
+            stubs = [] if info.get("with_cuda", True) else registry.missing_cuda_kernels(
+                namespaces, f"the prebuilt library of op {op_dir.name!r} was built without CUDA")
             op = _LOADED[op_dir] = PrebuiltOp(op_dir, library, namespaces, stubs)
     if surface and op._module is None:
         surface_file = op_dir / f"{op_dir.name}.py"

@@ -210,21 +210,20 @@ def clear_ops_cache(namespaces: Iterable[str]) -> None:
             _torch_private.forget_ops_namespace(getattr(torch.ops, ns))
 
 
-def missing_cuda_kernels(op_name: str, namespaces: Iterable[str], reason: str) -> list:
-    """Built without CUDA: make CUDA calls fail with the reason instead of a generic
-    'could not run ... with arguments from the CUDA backend'. Returns the libraries
-    holding those kernels (destroy them to withdraw)."""
+def missing_cuda_kernels(namespaces: Iterable[str], why: str) -> list:
+    """A library built without CUDA: CUDA calls of its ops fail saying ``why`` instead of
+    a generic 'could not run ... with arguments from the CUDA backend'. Returns the
+    libraries holding those kernels (destroy them to withdraw)."""
     libs = []
     for ns in namespaces:
         lib = torch.library.Library(ns, "FRAGMENT")
         for op in ops_in(ns):
-            if not _torch_private.has_kernel(f"{ns}::{op}", "CPU"):
+            full = f"{ns}::{op}"
+            if _torch_private.has_kernel(full, "CUDA") or not _torch_private.has_kernel(full, "CPU"):
                 continue
 
-            def kernel(*args, _name=f"{ns}::{op}", **kwargs):
-                raise RuntimeError(
-                    f"{_name} has no CUDA kernel: op {op_name!r} was built for CPU only "
-                    f"because {reason}. Reload after fixing that to get the CUDA kernels.")
+            def kernel(*args, _name=full, **kwargs):
+                raise RuntimeError(f"{_name} has no CUDA kernel: {why}")
             with contextlib.suppress(RuntimeError):
                 lib.impl(op, kernel, "CUDA")
         libs.append(lib)

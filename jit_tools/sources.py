@@ -10,7 +10,7 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from jit_tools.errors import OpNotFoundError
 
@@ -74,14 +74,43 @@ def _skip_dir(name: str) -> bool:
     return name.startswith((".", "_")) or name == "build"
 
 
-def walk_sources(op_dir: Path) -> list[Path]:
+def walk(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """The files of ``folder`` and its subfolders with these endings, in a stable order
+    (hidden files and ``_``-, ``.``-prefixed and ``build`` folders left out)."""
     found = []
-    for root, dirs, files in os.walk(op_dir):
+    for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not _skip_dir(d))
         for f in sorted(files):
-            if f.endswith(SOURCE_SUFFIXES) and not f.startswith("."):
+            if f.endswith(suffixes) and not f.startswith("."):
                 found.append(Path(root) / f)
     return found
+
+
+def walk_sources(op_dir: Path) -> list[Path]:
+    return walk(op_dir, SOURCE_SUFFIXES)
+
+
+def op_sources(name: str, op_dir: Path, source_list: Sequence[Path] | None = None,
+               ) -> tuple[list[Path], Callable[[Path], bool]]:
+    """The sources of an op and which of them are built only with CUDA: the walk of its
+    folder (``.cu`` files and ``*_cuda.cpp``), or an explicit list, cpp_extension's model,
+    where only ``.cu`` files need CUDA, whatever the others are called."""
+    if source_list is not None:
+        return list(source_list), lambda p: p.suffix in CUDA_SUFFIXES
+    return walk_sources(op_dir), lambda p: is_cuda_source(p, name)
+
+
+def folder_sources(op_dir: Path, with_cuda: bool, name: str | None = None) -> list[Path]:
+    """The sources a build of the op folder compiles: all of them with CUDA, else those
+    that need no CUDA."""
+    found, cuda_only = op_sources(name or Path(op_dir).name, Path(op_dir))
+    return [p for p in found if with_cuda or not cuda_only(p)]
+
+
+def include_dirs(op_dir: Path, opts: dict) -> list[Path]:
+    """Where an op's ``#include "..."`` and ``<...>`` are looked for: its folder, ops/
+    (``common/...``) and the build's extra include paths."""
+    return [op_dir, OPS_DIR, *(Path(p).resolve() for p in opts.get("extra_include_paths", ()))]
 
 
 _SCAN = threading.local()

@@ -214,6 +214,28 @@ class CacheStore:
     def op_folder(self, name: str) -> Path:
         return self.root / name
 
+    @staticmethod
+    def of_build(entry: str | os.PathLike) -> tuple["CacheStore", str, str]:
+        """(store, op, key) of a build folder ``<root>/<op>/builds/<key>``."""
+        entry = Path(entry)
+        return CacheStore(entry.parent.parent.parent), entry.parent.parent.name, entry.name
+
+    def shared_folder(self) -> Path:
+        """The pieces every op's build shares (jit_tools/builder/shared.py):
+        ``JIT_LOADER_SHARED_DIR`` (e.g. one folder for many private caches, as a test
+        session has), else ``_shared``."""
+        env = os.environ.get("JIT_LOADER_SHARED_DIR", "").strip()
+        return Path(env) if env else self.root / "_shared"
+
+    def owns_shared_folder(self) -> bool:
+        """Whether the shared pieces live inside this cache (not a ``JIT_LOADER_SHARED_DIR``
+        that other caches' builds use too, which a clean of this cache cannot see)."""
+        return self.shared_folder() == self.root / "_shared"
+
+    def ccache_folder(self) -> Path:
+        """ccache's store (``CCACHE_DIR``) of this cache's builds."""
+        return self.root / "_ccache"
+
     def builds_folder(self, name: str) -> Path:
         return self.root / name / "builds"
 
@@ -227,7 +249,7 @@ class CacheStore:
         return sorted(self.op_folder(name).glob("work-*"))
 
     def nvrtc_folder(self, name: str) -> Path:
-        """Where jit_tools/nvrtc.py keeps an op's kernels compiled with NVRTC."""
+        """Where jit_tools/swap/nvrtc.py keeps an op's kernels compiled with NVRTC."""
         return self.root / name / "nvrtc"
 
     def inline_folder(self, name: str) -> Path:

@@ -43,15 +43,15 @@ def device(request) -> str:
 def nvrtc_logs(monkeypatch) -> list[str]:
     """The log of every NVRTC compile the test runs, in order (through the precompiled
     header, its notes say whether one was made or used)."""
-    from jit_tools import nvrtc
+    from jit_tools.swap import nvrtc
 
     logs: list[str] = []
-    real = nvrtc._run_nvrtc
+    real = nvrtc.run_nvrtc
 
     def recording(source, text, names, options, want_cubin):
         result = real(source, text, names, options, want_cubin)
         logs.append(result[1])
         return result
 
-    monkeypatch.setattr(nvrtc, "_run_nvrtc", recording)
+    monkeypatch.setattr(nvrtc, "run_nvrtc", recording)
     return logs

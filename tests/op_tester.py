@@ -13,7 +13,7 @@ import importlib
 import pytest
 
 import jit_loader
-from jit_tools.check import check_case
+from jit_tools.tools.check import check_case
 
 
 class OpTester:

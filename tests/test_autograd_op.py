@@ -19,7 +19,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import jit_loader
-from jit_tools import autograd, shared, store
+from jit_tools import autograd, store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def autograd_kernel(qualname: str) -> str:
 
 def env_for(tmp_path: Path, **extra) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT), JIT_LOADER_PREBUILT="0",
-               JIT_LOADER_SHARED_DIR=str(shared.shared_dir(store.current().root)))
+               JIT_LOADER_SHARED_DIR=str(store.current().shared_folder()))
     env.update(extra)
     env.pop("JIT_LOADER_VERBOSE", None)
     return env
@@ -193,7 +193,8 @@ def test_a_wrong_declaration_names_the_argument(args, gives, message):
 
 PIECE = """
     import json, time
-    from jit_tools import autograd, shared, store
+    from jit_tools import autograd, store
+    from jit_tools.builder import shared
     first = autograd.cpp_library()
     root = store.current().root
     deadline = time.time() + 600

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from jit_tools import shared
+from jit_tools.builder import shared
+from jit_tools.store import CacheStore
 from test_jit_loader import LOAD_AND_SCALE, copy_op, make_env, result_of, run_py, set_factor
 
 
@@ -48,7 +49,7 @@ def build_ninja(cache: Path, name: str, op_dir: Path) -> str:
 def pieces(cache: Path) -> dict[str, float]:
     """Each shared piece's output file and its modification time."""
     out = {}
-    for piece in shared.shared_dir(cache).iterdir():
+    for piece in CacheStore(cache).shared_folder().iterdir():
         for f in list(piece.glob("*.o")) + list(piece.glob("*.gch")):
             out[str(f)] = f.stat().st_mtime_ns
     return out
@@ -130,10 +131,10 @@ def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path)
     assert re.findall(r"^build (\S+\.o): ", build_ninja(cache, "toy_op", first), re.M) == ["toy_op.o"]
     # The background process builds them under their locks; wait for it.
     deadline = time.monotonic() + 600
-    while not all((shared.shared_dir(cache) / name / "ok").exists()
-                  or (shared.shared_dir(cache) / name / shared.FAILED).exists()
+    while not all((CacheStore(cache).shared_folder() / name / "ok").exists()
+                  or (CacheStore(cache).shared_folder() / name / shared.FAILED).exists()
                   for name in used["later"]):
-        assert time.monotonic() < deadline, sorted(os.listdir(shared.shared_dir(cache)))
+        assert time.monotonic() < deadline, sorted(os.listdir(CacheStore(cache).shared_folder()))
         time.sleep(1)
     second = copy_op("toy_op", tmp_path / "b")
     set_factor(second, 3.0)
@@ -216,7 +217,7 @@ def test_pch_checksum_names_the_piece(tmp_path):
     gch = tmp_path / "pch-abc" / (shared.PCH_HEADER + ".gch")
     gch.parent.mkdir()
     gch.write_bytes(b"x" * 10)
-    shared._pch_checksum(gch)
+    shared.pch_checksum(gch)
     text = (gch.parent / (gch.name + ".sum")).read_text()
     assert text.startswith("pch-abc 10 ")
 
@@ -233,7 +234,7 @@ def test_linker_probe_and_switch(cache, tmp_path, monkeypatch):
     r = result_of(run_py(LOAD_AND_SCALE.format(path=str(op_dir)), make_env(cache)))
     assert r["y"] == [4.0, 4.0, 4.0]
     used = manifest_of(cache, "toy_op", r["key"])["shared"]
-    probes = list(shared.shared_dir(cache).glob("link-*"))
+    probes = list(CacheStore(cache).shared_folder().glob("link-*"))
     assert probes, "the linker probe ran"
     gold = any((p / "ok").exists() for p in probes)
     assert used["linker"] == ("gold" if gold else "default")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import jit_loader
-from jit_tools.check import CheckResult
+from jit_tools.tools.check import CheckResult
 
 # aot_eager exercises Dynamo, fake tensors and AOT autograd like inductor does, without
 # generating and compiling C++ for every graph (the notebooks run the inductor default).
@@ -267,7 +267,7 @@ def test_help_shows_the_real_signature_and_docstring():
     import inspect
     import pydoc
 
-    from jit_tools.check import check
+    from jit_tools.tools.check import check
 
     assert jit_loader.check is check
     assert list(inspect.signature(jit_loader.check).parameters)[:3] == ["fn", "inputs", "reference"]

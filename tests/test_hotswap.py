@@ -1,4 +1,4 @@
-"""jit_tools.hotswap: the load path swaps a device-only edit in with NVRTC, and builds the rest.
+"""jit_tools.swap.hotswap: the load path swaps a device-only edit in with NVRTC, and builds the rest.
 
 Without a GPU: which edits count as device-only (a kernel body yes; a launcher, a kernel
 signature, a header the .cpp includes no); ``JIT_LOADER_NVRTC=0`` and a process without a
@@ -22,10 +22,12 @@ import pytest
 import torch
 
 import jit_loader
-from jit_tools import hotswap, kernels, key as keys, pipeline, scaffold
+from jit_tools import key as keys, pipeline
 from jit_tools.errors import BuildError
+from jit_tools.swap import hotswap, kernels
+from jit_tools.tools import scaffold
 
-CAN_BUILD_CUDA = jit_loader._why_no_cuda() is None
+CAN_BUILD_CUDA = jit_loader.why_no_cuda() is None
 FORWARD_BODY = "y[i] = ops_common::from_acc<T>(forward(ops_common::to_acc(x[i])));"
 PLUS_ONE = FORWARD_BODY.replace("x[i])));", "x[i])) + 1);")
 TIMES_TWO = FORWARD_BODY.replace("x[i])));", "x[i])) * 2);")
@@ -307,9 +309,9 @@ def test_jit_loader_nvrtc_0_builds_a_kernel_edit(gpu_probe, monkeypatch):
 
 def test_only_edit_sessions_warm_the_nvrtc_header(monkeypatch):
     monkeypatch.delenv("JIT_LOADER_NVRTC_WARM", raising=False)
-    monkeypatch.setattr(hotswap, "_EDIT_SESSION", [])
-    assert not hotswap.interactive()  # a script, a training job: no NVRTC before an edit
     monkeypatch.setattr(hotswap, "gpu_visible", lambda: False)
+    hotswap.expect_kernel_edits(False)
+    assert not hotswap.interactive()  # a script, a training job: no NVRTC before an edit
     hotswap.expect_kernel_edits()  # what the notebook extension says
     assert hotswap.interactive()
     monkeypatch.setenv("JIT_LOADER_NVRTC_WARM", "0")
@@ -321,7 +323,7 @@ def test_only_edit_sessions_warm_the_nvrtc_header(monkeypatch):
 
 @pytest.mark.cuda
 def test_a_warmed_header_serves_the_first_kernel_edit(tmp_path, monkeypatch, request):
-    from jit_tools import nvrtc
+    from jit_tools.swap import nvrtc
 
     if not nvrtc.pch_enabled():
         pytest.skip(f"NVRTC {nvrtc.version()} makes no precompiled headers")

@@ -57,6 +57,8 @@ def installed(tmp_path_factory) -> Path:
     assert "jit_tools/csrc/jit_loader_registry.h" in names
     assert "jit_tools/csrc/jit_loader_stable_registry.h" in names
     assert "jit_tools/csrc/jit_loader_autograd.cpp" in names
+    for path in (ROOT / "jit_tools" / "tools" / "templates").rglob("*.tmpl"):  # what `new` writes
+        assert path.relative_to(ROOT).as_posix() in names, path
     for path in (ROOT / "ops").rglob("*"):
         if path.suffix in (".cpp", ".cu", ".h", ".cuh") and "__pycache__" not in path.parts:
             assert path.relative_to(ROOT).as_posix() in names, path

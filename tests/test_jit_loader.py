@@ -463,11 +463,11 @@ ninja: build stopped: subcommand failed.
 
 
 def test_build_error_drops_torch_context_around_the_users_error(tmp_path):
-    from jit_tools import build
+    from jit_tools.builder import ninja
 
     op, torch_inc = tmp_path / "op", "/venv/torch/include"
     lines = [l + "\n" for l in DISPATCH_ERROR.format(op=op, torch=torch_inc).splitlines()]
-    err = build._build_error("op", lines, 1, tmp_path / "build.log", [op], tmp_path)
+    err = ninja.build_error("op", lines, 1, tmp_path / "build.log", [op], tmp_path)
     text = str(err).splitlines()
     assert text[0] == f"{op}/op.cpp:9: 'undefined_thing' was not declared in this scope"
     assert text[2:7] == ["FAILED: op.o", f"{op}/op.cpp: In lambda function:",

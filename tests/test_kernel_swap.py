@@ -1,4 +1,4 @@
-"""jit_tools.kernels: an edited kernel swapped into the live process through NVRTC.
+"""jit_tools.swap.kernels: an edited kernel swapped into the live process through NVRTC.
 
 On a GPU: a scaffolded CUDA op is loaded, its kernel body edited, and after
 ``kernels.swap`` the next call runs the new kernel with no build and no new library; an
@@ -19,17 +19,18 @@ import pytest
 import torch
 
 import jit_loader
-from jit_tools import hotswap, kernels, nvrtc, scaffold
 from jit_tools.errors import BuildError
+from jit_tools.swap import hotswap, kernels, nvrtc
+from jit_tools.tools import scaffold
 
-CAN_BUILD_CUDA = jit_loader._why_no_cuda() is None
+CAN_BUILD_CUDA = jit_loader.why_no_cuda() is None
 FORWARD_BODY = "y[i] = ops_common::from_acc<T>(forward(ops_common::to_acc(x[i])));"
 
 
 @pytest.mark.skipif(not CAN_BUILD_CUDA, reason="CUDA sources are not built here")
 def test_a_loaded_op_tracks_its_kernels_and_records_none_without_a_launch():
     op = jit_loader.load("gelu")
-    lib = kernels._library(op)
+    lib = kernels.op_library(op)
     lib.jit_loader_kernel_count.restype = ctypes.c_int
     if hotswap.gpu_visible():  # launches record their kernels
         return

@@ -16,7 +16,9 @@ import pytest
 import torch
 
 import jit_loader
-from jit_tools import scaffold, sources, toolchain
+from jit_tools import sources
+from jit_tools.builder import toolchain
+from jit_tools.tools import scaffold
 
 HOME = toolchain.cuda_home()
 NVCC = os.path.join(HOME, "bin", "nvcc") if HOME else None

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from jit_tools import toolchain
+from jit_tools.builder import toolchain
 from test_jit_loader import (LOAD_AND_SCALE, ROOT, copy_op, make_env, ninja_log, result_of, run_py,
                              set_factor)
 

@@ -1,4 +1,4 @@
-"""jit_tools.nvcc_parallel: nvcc's steps with the host and device halves side by side.
+"""jit_tools.builder.nvcc_parallel: nvcc's steps with the host and device halves side by side.
 
 Each test compiles a small torch-free .cu with nvcc itself and through the driver and
 compares what came out: the object's sections, its symbols, the dependency file, the
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from jit_tools import nvcc_parallel, shared, toolchain
+from jit_tools.builder import nvcc_parallel, shared, toolchain
 
 HOME = toolchain.cuda_home()
 NVCC = os.path.join(HOME, "bin", "nvcc") if HOME else None

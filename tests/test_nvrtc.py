@@ -1,4 +1,4 @@
-"""jit_tools.nvrtc: an op's device code compiled with NVRTC, one instantiation at a time.
+"""jit_tools.swap.nvrtc: an op's device code compiled with NVRTC, one instantiation at a time.
 
 No GPU is needed (NVRTC compiles, nothing runs), so CI runs these: every bundled op's
 kernels compile through NVRTC for sm_90, each kernel template in at least one
@@ -15,10 +15,13 @@ from pathlib import Path
 import pytest
 
 import jit_loader
-from jit_tools import build, key as keys, nvrtc, scaffold, sources
+from jit_tools import key as keys, sources
+from jit_tools.builder import ninja
 from jit_tools.errors import BuildError, JitLoaderError
+from jit_tools.swap import nvrtc
+from jit_tools.tools import scaffold
 
-CAN_BUILD_CUDA = jit_loader._why_no_cuda() is None
+CAN_BUILD_CUDA = jit_loader.why_no_cuda() is None
 # Where .cu files build (nvcc and a CUDA torch) NVRTC must be there too: torch's CUDA
 # wheels ship it. A missing NVRTC fails these tests rather than skipping them.
 needs_cuda_build = pytest.mark.skipif(not CAN_BUILD_CUDA, reason="CUDA sources are not built here")
@@ -68,7 +71,7 @@ def test_torch_nvcc_flags_are_those_of_the_ninja_build(tmp_path):
     op_dir = sources.OPS_DIR / "sigmoid"
     cu = op_dir / "sigmoid_cuda.cu"
     cfg = keys.config("sigmoid", op_dir, {}, [cu])
-    build.write_ninja_file("sigmoid", cfg, [cu], tmp_path)
+    ninja.write_ninja_file("sigmoid", cfg, [cu], tmp_path)
     line = next(l for l in (tmp_path / "build.ninja").read_text().splitlines()
                 if l.startswith("cuda_cflags = "))
     flags = line.split()

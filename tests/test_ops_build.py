@@ -10,7 +10,7 @@ import torch
 import jit_loader
 
 OPS = jit_loader.available_ops()
-CAN_BUILD_CUDA = jit_loader._why_no_cuda() is None
+CAN_BUILD_CUDA = jit_loader.why_no_cuda() is None
 
 
 def test_ops_folder_is_not_empty():
@@ -24,7 +24,7 @@ def test_op_builds_and_registers(name):
     has_cu = any(p.suffix == ".cu" for p in op.path.iterdir())
     assert op.build.with_cuda == (has_cu and CAN_BUILD_CUDA), op.build.no_cuda_reason
     for ns in op.namespaces:
-        names = jit_loader._ops_in(ns)
+        names = jit_loader.ops_in(ns)
         assert names, f"{name}: namespace {ns} registers no operator"
         for op_name in names:
             qualname = f"{ns}::{op_name}"

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import jit_loader
-from jit_tools import cli, scaffold
+from jit_tools.tools import cli, scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
@@ -236,7 +236,7 @@ def test_rejects_schemas_it_cannot_scaffold(tmp_path, capsys, schema, message):
 
 def test_schema_parsing_is_its_own_function():
     """Other template sets (another host ABI) start from the same parsed schema."""
-    from jit_tools.op_schema import parse_schema
+    from jit_tools.tools.op_schema import parse_schema
 
     schema = parse_schema("rms(Tensor x, Tensor weight, float eps=1e-06, bool affine=true) -> Tensor")
     assert [(a.name, a.type, a.default) for a in schema.arguments] == [
@@ -246,6 +246,19 @@ def test_schema_parsing_is_its_own_function():
     assert schema.arguments[3].py_default == "True"
     assert schema.declaration(with_defaults=False) == "Tensor x, Tensor weight, float eps, bool affine"
 
+
+def test_every_template_file_is_written(tmp_path, monkeypatch):
+    """The files of templates/ are what the stable and ATen ops above build from: each one
+    is read by some plan, and nothing else is there."""
+    read = set()
+    real = scaffold.template
+    monkeypatch.setattr(scaffold, "template", lambda path: read.add(path) or real(path))
+    for cuda in (False, True):
+        for aten in (False, True):
+            scaffold.plan("my_op", tmp_path, cuda=cuda, aten=aten)
+    files = {p.relative_to(scaffold.TEMPLATES).as_posix().removesuffix(".tmpl")
+             for p in scaffold.TEMPLATES.rglob("*") if p.is_file()}
+    assert read == files
 
 @pytest.mark.cuda
 def test_cuda_op_runs_its_cuda_tests_on_the_gpu(cuda_op):

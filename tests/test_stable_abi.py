@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import jit_loader
-from jit_tools import key as keys, abi, prebuilt, toolchain
+from jit_tools import key as keys, abi, prebuilt
+from jit_tools.builder import toolchain
 from test_jit_loader import copy_op, make_env, ninja_log, result_of, run_py
 
 LOAD_AND_SCALE = """

@@ -1,6 +1,6 @@
 // The loader's autograd kernel for an op whose backward is itself an op, registered at
 // the Autograd key from Python through ctypes (jit_tools/autograd.py). Built once per
-// exact torch build as a shared piece (jit_tools/shared.py): the stable ABI has no
+// exact torch build as a shared piece (jit_tools/builder/shared.py): the stable ABI has no
 // autograd API, and torch.library.register_autograd runs Python on every call.
 //
 // The spec is declarative: the backward op, its arguments as references (the grad of

@@ -1,5 +1,5 @@
 #pragma once
-// Kernels swapped into a live process (jit_tools/kernels.py): a table, one per op library,
+// Kernels swapped into a live process (jit_tools/swap/kernels.py): a table, one per op library,
 // of the kernels its launchers started and, for some, a replacement compiled by NVRTC from
 // an edited .cu and loaded with the CUDA driver. ops_common::launch consults it only once
 // the loader has switched it on for the library (jit_loader_kernel_swap_enable); until
@@ -100,7 +100,7 @@ inline cudaError_t launch_replacement(void* f, dim3 grid, dim3 block, size_t sha
 }  // namespace kernel_swap
 }  // namespace ops_common
 
-// C entry points of every op library with CUDA kernels, for jit_tools/kernels.py. Weak:
+// C entry points of every op library with CUDA kernels, for jit_tools/swap/kernels.py. Weak:
 // each .cu of a library defines them, the link keeps one.
 extern "C" {
 

@@ -69,8 +69,8 @@ inline int multiprocessor_count() {
 // graph) and it returns the launch's error, else cudaGetLastError(), which it clears, as
 // the launchers' checks did after <<<>>>. One named entry point instead of <<<>>> keeps
 // launch syntax out of device code, so NVRTC can compile a .cu's kernels
-// (jit_tools/nvrtc.py), and it is where a kernel swapped into the live process is
-// launched instead (common/kernel_swap.h, jit_tools/kernels.py).
+// (jit_tools/swap/nvrtc.py), and it is where a kernel swapped into the live process is
+// launched instead (common/kernel_swap.h, jit_tools/swap/kernels.py).
 template <typename... Params>
 struct KernelLaunch {
   static cudaError_t run(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,

@@ -1,7 +1,7 @@
 """An op's schema as ``new --schema`` takes it: ``"NAME(Tensor x, Tensor weight, float eps)
 -> Tensor"``, parsed into the arguments every generated file is written from.
 
-Kept apart from the templates (jit_tools/scaffold_schema.py) so that another template set
+Kept apart from the templates (jit_tools/tools/scaffold_schema.py) so that another template set
 (another host ABI) can start from the same parsed schema. The subset is what a scaffold
 can generate consistently: Tensor, float, int and bool arguments (scalars may have a
 default), the first argument a Tensor, one Tensor result.

@@ -38,9 +38,10 @@ from pathlib import Path
 
 import torch
 
-from jit_tools import abi as abis, key as keys, toolchain
-from jit_tools.store import folder_bytes, remove_when_free
+from jit_tools import abi as abis, key as keys
+from jit_tools.builder import toolchain
 from jit_tools.log import logger
+from jit_tools.store import CacheStore, folder_bytes, remove_when_free
 
 PCH_HEADER = "jit_loader_lean.h"
 PCH_TEXT = "// The lean header set the ops' C++ units use, precompiled once.\n" \
@@ -48,13 +49,6 @@ PCH_TEXT = "// The lean header set the ops' C++ units use, precompiled once.\n" 
 STABLE_PCH_HEADER = "jit_loader_stable.h"  # the stable ABI's set: jit_tools/abi.py
 SHARED_KEEP_DAYS = 30
 FAILED = "FAILED"  # marker file: the compiler refused to build this piece
-
-
-def shared_dir(root: Path) -> Path:
-    """Where the pieces live: ``JIT_LOADER_SHARED_DIR`` (e.g. one folder for many
-    private caches, as a test session has), else ``<cache>/_shared``."""
-    env = os.environ.get("JIT_LOADER_SHARED_DIR", "").strip()
-    return Path(env) if env else root / "_shared"
 
 
 def _off(var: str) -> bool:
@@ -95,7 +89,7 @@ def ccache_env(cache_root: Path) -> dict:
     source and its headers, with nvcc a second pass of its own). Hits then come from
     the compiler's dependency file; the headers it leaves out (torch's, the CUDA
     toolkit's) enter the hash through a file naming their versions."""
-    ccache_dir = cache_root / "_ccache"
+    ccache_dir = CacheStore(cache_root).ccache_folder()
     identity = _headers_identity()
     extra = ccache_dir / f"headers-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.txt"
     if not extra.exists():
@@ -242,7 +236,7 @@ def precompiled_header(root: Path, cxx: str, flags: list[str], post: str,
     disabled or refused."""
     if _off("JIT_LOADER_PCH") or not is_gcc(cxx):
         return None
-    folder = shared_dir(root) / f"pch-{_piece_key('pch' + text, cxx, flags, post)}"
+    folder = CacheStore(root).shared_folder() / f"pch-{_piece_key('pch' + text, cxx, flags, post)}"
 
     def make(tmp: Path):
         (tmp / header).write_text(text)
@@ -252,11 +246,11 @@ def precompiled_header(root: Path, cxx: str, flags: list[str], post: str,
     built = _build_piece(folder, make, now)
     if built is None:
         return None
-    _pch_checksum(built / (header + ".gch"))
+    pch_checksum(built / (header + ".gch"))
     return built / header
 
 
-def _pch_checksum(gch: Path) -> None:
+def pch_checksum(gch: Path) -> None:
     """Write ``<header>.gch.sum``, which ccache hashes instead of the header (with
     ``CCACHE_PCH_EXTSUM``): hashing and scanning the 400 MB header for time macros
     costs more CPU than a cache hit otherwise takes, on every compile. A piece never
@@ -271,7 +265,7 @@ def _pch_checksum(gch: Path) -> None:
 
 
 def _link_folder(root: Path, cxx: str, ldflags: str) -> Path:
-    return shared_dir(root) / f"link-{_piece_key('link-fuse-ld=gold', cxx, shlex.split(ldflags), '')}"
+    return CacheStore(root).shared_folder() / f"link-{_piece_key('link-fuse-ld=gold', cxx, shlex.split(ldflags), '')}"
 
 
 def fast_linker(root: Path, cxx: str, ldflags: str, now: bool = True) -> list[str]:
@@ -340,7 +334,7 @@ def autograd_piece(root: Path, now: bool = True) -> Path | None:
     cxx = unwrap(toolchain.cxx_compiler())
     flags, ldflags = autograd_command(cxx)
     kind = "autograd" + hashlib.sha256(AUTOGRAD_SOURCE.read_bytes()).hexdigest()
-    folder = shared_dir(root) / f"autograd-{_piece_key(kind, cxx, flags + ldflags, '')}"
+    folder = CacheStore(root).shared_folder() / f"autograd-{_piece_key(kind, cxx, flags + ldflags, '')}"
 
     def make(tmp: Path):
         return _run([cxx, *flags, "-shared", str(AUTOGRAD_SOURCE), "-o", str(tmp / AUTOGRAD_LIBRARY),
@@ -369,7 +363,7 @@ NVCC_DRIVER = Path(__file__).with_name("nvcc_parallel.py")
 
 
 def parallel_nvcc(root: Path, nvcc: str) -> str | None:
-    """A shim named ``nvcc`` that compiles through :mod:`jit_tools.nvcc_parallel` (the
+    """A shim named ``nvcc`` that compiles through :mod:`jit_tools.builder.nvcc_parallel` (the
     host and device halves of a unit side by side) with this Python and this nvcc; None
     with ``JIT_LOADER_NVCC_PARALLEL=0``. Named nvcc so that ccache treats it as nvcc."""
     if _off("JIT_LOADER_NVCC_PARALLEL"):
@@ -378,7 +372,7 @@ def parallel_nvcc(root: Path, nvcc: str) -> str | None:
     if len(tokens) != 1:
         return None  # a compiler command with options of its own: left as it is
     real = shutil.which(tokens[0]) or tokens[0]
-    script = ("#!/bin/sh\n# nvcc with the host and device halves side by side (jit_tools/nvcc_parallel.py)\n"
+    script = ("#!/bin/sh\n# nvcc with the host and device halves side by side (jit_tools/builder/nvcc_parallel.py)\n"
               f"exec {shlex.quote(sys.executable)} -S -E {shlex.quote(str(NVCC_DRIVER))} "
               f"{shlex.quote(real)} \"$@\"\n")
     key = hashlib.sha256((script + (toolchain.file_identity(real) or "")
@@ -389,7 +383,7 @@ def parallel_nvcc(root: Path, nvcc: str) -> str | None:
         (tmp / "nvcc").chmod(0o755)
         return True, script
 
-    built = _build_piece(shared_dir(root) / f"nvcc-{key}", make)
+    built = _build_piece(CacheStore(root).shared_folder() / f"nvcc-{key}", make)
     return str(built / "nvcc") if built else None
 
 
@@ -432,7 +426,7 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
     env: dict = {}
     if launch:
         env = ccache_env(root)
-        (root / "_ccache").mkdir(parents=True, exist_ok=True)
+        CacheStore(root).ccache_folder().mkdir(parents=True, exist_ok=True)
     pch_header, pch_text = pieces_for(text)
     ldflags = v.get("ldflags", "")
     later = {"root": str(root), "cxx": cxx, "flags": flags, "post": post, "ldflags": ldflags,
@@ -509,9 +503,9 @@ def build_later(spec: dict) -> None:
 
 
 def _background(spec: dict) -> None:
-    package_parent = Path(__file__).resolve().parents[1]
+    package_parent = Path(__file__).resolve().parents[2]
     try:
-        subprocess.Popen([sys.executable, "-m", "jit_tools.shared", json.dumps(spec)],
+        subprocess.Popen([sys.executable, "-m", "jit_tools.builder.shared", json.dumps(spec)],
                          cwd=package_parent, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError as e:
@@ -519,7 +513,7 @@ def _background(spec: dict) -> None:
 
 
 def _main(argv: list[str]) -> int:
-    """``python -m jit_tools.shared SPEC``: the background build of ``build_later``. One
+    """``python -m jit_tools.builder.shared SPEC``: the background build of ``build_later``. One
     at a time per folder of pieces: builds that finish while it runs (each starts one)
     leave their pieces to the next build's background process instead of queueing."""
     spec = json.loads(argv[0])
@@ -528,7 +522,7 @@ def _main(argv: list[str]) -> int:
             os.nice(10)
         autograd_piece(Path(spec["autograd"]))
         return 0
-    folder = shared_dir(Path(spec["root"]))
+    folder = CacheStore(Path(spec["root"])).shared_folder()
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / "background.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -544,7 +538,7 @@ def _main(argv: list[str]) -> int:
 def prune(root: Path, days: float = SHARED_KEEP_DAYS) -> list[Path]:
     """Remove shared pieces not used for ``days`` (their lock free); returns them."""
     removed = []
-    folder = shared_dir(root)
+    folder = CacheStore(root).shared_folder()
     if not folder.is_dir():
         return removed
     cutoff = time.time() - days * 86400
@@ -575,7 +569,7 @@ def pieces(root: Path) -> list[dict]:
     """The shared pieces of the cache at ``root``: one dict per piece folder with its
     ``path``, ``kind`` (pch, link, nvcc, autograd...), ``bytes``, ``last_used`` (the time a
     build last used it) and ``ok`` (False: the compiler refused it; builds go without)."""
-    folder = shared_dir(root)
+    folder = CacheStore(root).shared_folder()
     out = []
     if not folder.is_dir():
         return out
@@ -592,21 +586,10 @@ def pieces(root: Path) -> list[dict]:
     return out
 
 
-def ccache_store(root: Path) -> Path:
-    """ccache's store for the builds of the cache at ``root``."""
-    return root / "_ccache"
-
-
-def owned(root: Path) -> bool:
-    """Whether the pieces live inside this cache (not a ``JIT_LOADER_SHARED_DIR`` that
-    other caches' builds use too, which a clean of this cache cannot see)."""
-    return shared_dir(root) == root / "_shared"
-
-
 def remove_piece(root: Path, piece: Path) -> bool:
     """Remove one piece unless it is being built (its lock taken without waiting). The
     caller makes sure no build of this cache runs (it holds every op's build lock)."""
-    return remove_when_free(piece, shared_dir(root) / f"{piece.name}.lock", create=True)
+    return remove_when_free(piece, CacheStore(root).shared_folder() / f"{piece.name}.lock", create=True)
 
 
 if __name__ == "__main__":

@@ -117,11 +117,20 @@ def pip_cuda_includes(home: str | None) -> list[str]:
     return found
 
 
+def cores() -> int:
+    """The cores this process may use (taskset, Slurm and container CPU masks narrow it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def max_jobs() -> str:
-    """Ninja's -j: ``MAX_JOBS`` when it is a positive integer, else the core count."""
+    """Ninja's -j: ``MAX_JOBS`` when it is a positive integer, else the cores this
+    process may use."""
     text = os.environ.get("MAX_JOBS", "").strip()
     if not text:
-        return str(os.cpu_count() or 1)
+        return str(cores())
     if not text.isdigit() or int(text) < 1:
         raise JitLoaderError(
             f"MAX_JOBS={text!r} is not a positive whole number of parallel compile jobs; "
@@ -150,6 +159,15 @@ def cxx_compiler() -> str:
     return os.environ.get("CXX", "c++")
 
 
+def cuda_arch_variable() -> str | None:
+    """The variable the arch list is read from: ``JIT_LOADER_CUDA_ARCH``, else
+    ``TORCH_CUDA_ARCH_LIST``; None when the first one set is ``native`` or neither is
+    (then the visible GPUs decide, else the default)."""
+    var = "JIT_LOADER_CUDA_ARCH" if os.environ.get("JIT_LOADER_CUDA_ARCH") else "TORCH_CUDA_ARCH_LIST"
+    value = os.environ.get(var)
+    return var if value and value != "native" else None
+
+
 def cuda_arch_list(requested: str | None = None) -> str:
     """The CUDA arch list builds use: explicit, env, visible GPUs, else the default.
 
@@ -158,9 +176,9 @@ def cuda_arch_list(requested: str | None = None) -> str:
     """
     if requested:
         return requested
-    env = os.environ.get("JIT_LOADER_CUDA_ARCH") or os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if env and env != "native":
-        return env
+    var = cuda_arch_variable()
+    if var is not None:
+        return os.environ[var]
     if "auto" not in _ARCH_CACHE:
         arches: list[str] = []
         try:

@@ -43,11 +43,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from jit_tools import sources, toolchain
+from jit_tools import sources
+from jit_tools.builder import toolchain
 from jit_tools.errors import BuildError, JitLoaderError
 from jit_tools.log import logger
 
-NVRTC_INCLUDE = Path(__file__).resolve().parent / "nvrtc_include"
+NVRTC_INCLUDE = Path(__file__).resolve().parents[1] / "nvrtc_include"
 FORMAT = 1  # bump when what a cache entry holds changes meaning
 
 # nvcc flags of torch's build.ninja (cpp_extension.COMMON_NVCC_FLAGS) that every .cu
@@ -70,12 +71,13 @@ def torch_cxx_std() -> str:
     does, and torch hard-codes the standard, which changes between releases."""
     if not _CXX_STD:
         import tempfile
-        from jit_tools import build, key as keys
+        from jit_tools import key as keys
+        from jit_tools.builder import ninja
         with tempfile.TemporaryDirectory() as tmp:
             cu = Path(tmp) / "probe_cuda.cu"
             cu.write_text("")
             cfg = keys.config("probe", Path(tmp), {}, [cu])
-            build.write_ninja_file("probe", cfg, [cu], Path(tmp))
+            ninja.write_ninja_file("probe", cfg, [cu], Path(tmp))
             line = next((l for l in (Path(tmp) / "build.ninja").read_text().splitlines()
                          if l.startswith("cuda_cflags = ")), "")
         found = re.findall(r"(?<!\S)-std=\S+", line)
@@ -242,7 +244,7 @@ def _check(lib, status: int, what: str) -> None:
         raise JitLoaderError(f"NVRTC {what} failed: {lib.nvrtcGetErrorString(status).decode()}")
 
 
-def _run_nvrtc(source: Path, text: bytes, names: Sequence[str], options: Sequence[str],
+def run_nvrtc(source: Path, text: bytes, names: Sequence[str], options: Sequence[str],
                want_cubin: bool) -> tuple[int, str, bytes, dict[str, str]]:
     """One NVRTC program: (status of the compile, log, image, lowered names)."""
     lib = library()
@@ -325,7 +327,7 @@ def cache_key(source: Path, names: Sequence[str], options: Sequence[str], arch: 
     return digest.hexdigest()[:24]
 
 
-def _options(arch: str, include_dirs: Sequence[Path], nvcc_flags: Sequence[str]) -> list[str]:
+def compile_options(arch: str, include_dirs: Sequence[Path], nvcc_flags: Sequence[str]) -> list[str]:
     """NVRTC's options for one arch, the build's include folders and its extra nvcc flags;
     the target option first."""
     translated, unknown = translate_nvcc_flags([*TORCH_NVCC_FLAGS, torch_cxx_std(), *nvcc_flags])
@@ -347,7 +349,7 @@ def compile_kernels(source: Path, names: Sequence[str], *, arch: str, cache_dir:
     ``nvcc_flags`` are the build's extra nvcc flags, translated. A flag NVRTC cannot
     take raises JitLoaderError naming it (the caller keeps to nvcc then)."""
     source = Path(source).resolve()
-    options = _options(arch, include_dirs, nvcc_flags)
+    options = compile_options(arch, include_dirs, nvcc_flags)
     key = cache_key(source, names, options, arch, include_dirs)
     kind = "ptx" if "=compute_" in options[0] else "cubin"
     image_path = cache_dir / f"{key}.{kind}"
@@ -435,17 +437,17 @@ def _pch_folder(source: Path, text: bytes, options: Sequence[str],
 
 def _run_with_pch(source: Path, text: bytes, names: Sequence[str], options: Sequence[str],
                   include_dirs: Sequence[Path], want_cubin: bool):
-    """:func:`_run_nvrtc`, through this process's precompiled header of the source's
+    """:func:`run_nvrtc`, through this process's precompiled header of the source's
     include block when NVRTC can make one (one compile at a time per header)."""
     if not pch_enabled():
-        return _run_nvrtc(source, text, names, options, want_cubin)
+        return run_nvrtc(source, text, names, options, want_cubin)
     try:
         folder = _pch_folder(source, text, options, include_dirs)
     except OSError as e:  # no temporary folder: compile without the header
         logger.debug("no NVRTC precompiled header for %s: %s", source, e)
-        return _run_nvrtc(source, text, names, options, want_cubin)
+        return run_nvrtc(source, text, names, options, want_cubin)
     with _PCH_LOCKS[folder]:
-        status, log, image, lowered = _run_nvrtc(
+        status, log, image, lowered = run_nvrtc(
             source, text, names, [*options, "--pch", f"--pch-dir={folder}"], want_cubin)
     # NVRTC's notes on the header ("creating/using precompiled header file ...") are
     # not the user's business.
@@ -469,8 +471,8 @@ def warm_for_op(name: str, op_dir: Path, *, opts: dict | None = None,
     if not cfg["with_cuda"]:
         return False
     flags = [token for flag in cfg["cuda_cflags"] for token in shlex.split(flag)]
-    include_dirs = keys.include_dirs(Path(op_dir), opts)
-    options = _options(arch or first_arch(cfg["cuda_arch"]), include_dirs, flags)
+    include_dirs = sources.include_dirs(Path(op_dir), opts)
+    options = compile_options(arch or first_arch(cfg["cuda_arch"]), include_dirs, flags)
     source = cus[0].resolve()
     status, _, _, _ = _run_with_pch(source, source.read_bytes(), [], options, include_dirs,
                                     False)
@@ -501,7 +503,7 @@ def compile_for_op(name: str, op_dir: Path, source: Path, names: Sequence[str], 
     return compile_kernels(
         Path(source), names, arch=arch or first_arch(cfg["cuda_arch"]),
         cache_dir=cache_dir or store.current().nvrtc_folder(name),
-        include_dirs=keys.include_dirs(op_dir, opts), nvcc_flags=flags)
+        include_dirs=sources.include_dirs(op_dir, opts), nvcc_flags=flags)
 
 
 # ---- the kernels of an nvcc build, as name expressions -----------------------------------

@@ -16,7 +16,7 @@ bundled ``scatter`` shows a reduction, ``lltm`` an op of several inputs and resu
 
 from __future__ import annotations
 
-from jit_tools.op_schema import Schema
+from jit_tools.tools.op_schema import Schema
 
 # Sample values of scalar arguments in example_inputs (the tests use them).
 SAMPLE_SCALARS = {"float": "0.75", "int": "3", "bool": "True"}

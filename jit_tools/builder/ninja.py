@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from jit_tools import _torch_private, key as keys, shared, sources as src, toolchain
+from jit_tools import _torch_private, key as keys, sources as src
+from jit_tools.builder import shared, toolchain
 from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
 from jit_tools.store import CacheStore
 
@@ -213,7 +214,7 @@ def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
         if bar is not None:
             bar.close()
     if proc.returncode != 0:
-        raise _build_error(name, lines, proc.returncode, log_path, local_dirs, cache_root)
+        raise build_error(name, lines, proc.returncode, log_path, local_dirs, cache_root)
     return str(log_path)
 
 
@@ -260,7 +261,7 @@ def user_lines(output: list[str], local_dirs: Sequence[Path]) -> list[str]:
     return kept + chain
 
 
-def _build_error(name, lines, returncode, log_path, local_dirs, cache_root) -> BuildError:
+def build_error(name, lines, returncode, log_path, local_dirs, cache_root) -> BuildError:
     log = "".join(lines)
     err = first_error(log, local_dirs)
     if err:
@@ -379,7 +380,7 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
         if hashes is not None:
             invalidate_stale_objects(work, hashes)
             mtimes = _mtimes(hashes)
-        log_path = run_ninja(name, work, verbose, lock_fd, keys.include_dirs(op_dir, opts),
+        log_path = run_ninja(name, work, verbose, lock_fd, src.include_dirs(op_dir, opts),
                              store.root, extra_env, progress)
         if hashes is not None:
             # A file written during the build (even back to its old content, which the

@@ -24,9 +24,11 @@ import re
 import threading
 from pathlib import Path
 
-from jit_tools import build as builder, kernels, key as keys, nvrtc, sources, store as stores
+from jit_tools import key as keys, sources, store as stores
+from jit_tools.builder import ninja as builder
 from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
 from jit_tools.log import logger
+from jit_tools.swap import kernels, nvrtc
 
 
 @dataclasses.dataclass
@@ -44,7 +46,7 @@ def record(state, key: str, config: dict, compiled: list[Path], inputs: list[Pat
     state.live = None
     if not config.get("with_cuda"):
         return
-    include_dirs = keys.include_dirs(state.op_dir, state.options)
+    include_dirs = sources.include_dirs(state.op_dir, state.options)
     try:
         texts = current_texts(state, compiled)
     except OSError:
@@ -176,7 +178,7 @@ def why_not_device_only(live: LiveSources | None, config: dict,
 
 def current_texts(state, compiled: list[Path]) -> dict[Path, bytes]:
     """Every file the op compiles or includes, as it is now."""
-    headers = sources.local_headers(compiled, keys.include_dirs(state.op_dir, state.options))
+    headers = sources.local_headers(compiled, sources.include_dirs(state.op_dir, state.options))
     return {p: p.read_bytes() for p in {*compiled, *headers}}
 
 

@@ -30,10 +30,11 @@ import sys
 import warnings
 from pathlib import Path
 
-from jit_tools import hotswap, pipeline, registry, store as stores
+from jit_tools import pipeline, registry, store as stores
 from jit_tools.errors import BuildError
 from jit_tools.handle import Op
 from jit_tools.state import loaded_states
+from jit_tools.swap import hotswap
 
 DIAGNOSTIC_LINES = 12
 _CONTEXT_LINE = re.compile(

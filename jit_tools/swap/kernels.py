@@ -4,7 +4,7 @@ and launched in place of the loaded build's, with no host compile, link or ``dlo
 Each op library carries a table of the kernels its launchers started
 (``ops/common/kernel_swap.h``), switched on by :func:`track`. :func:`swap` compiles, for the
 current GPU, the instantiations in that table from the op's ``.cu`` as it is now
-(``jit_tools/nvrtc.py``), loads them with the CUDA driver (``cuModuleLoadData``) and
+(``jit_tools/swap/nvrtc.py``), loads them with the CUDA driver (``cuModuleLoadData``) and
 installs them; the next launch of each runs the new code. It swaps only what it can prove
 the loaded host code still launches correctly: the op has one ``.cu``, and every kernel
 in use compiles to the same symbol (same name, template arguments and parameter types)
@@ -22,8 +22,8 @@ import re
 import time
 from pathlib import Path
 
-from jit_tools import nvrtc
 from jit_tools.errors import JitLoaderError
+from jit_tools.swap import nvrtc
 
 
 # The last swap of this process: op, kernels, seconds compiling (NVRTC or its cache) and
@@ -39,7 +39,7 @@ def enabled() -> bool:
     return os.environ.get("JIT_LOADER_NVRTC", "1") not in ("0", "false", "False", "")
 
 
-def _library(op) -> ctypes.CDLL:
+def op_library(op) -> ctypes.CDLL:
     """The op's loaded library (dlopen of a loaded path returns the same handle)."""
     if not op.library:
         raise SwapRefused(f"op {op.name!r} has no loaded library")
@@ -58,12 +58,12 @@ def _library(op) -> ctypes.CDLL:
 def track(op, on: bool = True) -> None:
     """Record the kernels the op's library launches from now on (needed before a swap);
     ``on=False`` stops and drops every swapped kernel."""
-    _library(op).jit_loader_kernel_swap_enable(1 if on else 0)
+    op_library(op).jit_loader_kernel_swap_enable(1 if on else 0)
 
 
 def launched(op) -> list[str]:
     """Mangled names of the kernels the op launched since :func:`track`."""
-    lib = _library(op)
+    lib = op_library(op)
     names = [lib.jit_loader_kernel_name(i) for i in range(lib.jit_loader_kernel_count())]
     return [n.decode() for n in names if n]
 
@@ -177,7 +177,7 @@ def swap(op, opts: dict | None = None) -> list[str]:
                                      opts)
     compiled_at = time.perf_counter()
     module = _load(compiled.image, device)
-    lib = _library(op)
+    lib = op_library(op)
     functions = {e: _function(module, compiled.lowered[e], device) for e in exprs}
     for expr, mangled in exprs.items():
         if not lib.jit_loader_kernel_replace(mangled.encode(), functions[expr], device):

@@ -1,0 +1,78 @@
+"""``python -m jit_loader new``: a new op folder from the scaffold, and how to build, test
+and use it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from jit_tools import sources
+from jit_tools.tools import scaffold
+
+NAME = "new"
+HELP = "scaffold a new op folder (schema, kernels, Python surface, reference, tests)"
+DESCRIPTION = """\
+Create the folder of a new op, NAME, that builds and passes its tests as generated: NAME.h
+(the math, torch-free, shared by CPU and CUDA), NAME.cpp (schema and CPU kernels),
+NAME_host.h (argument checks), NAME.py (Python surface: fake kernels, autograd, a function
+and an nn.Module), reference.py (plain-PyTorch reference, example_inputs, check_cases,
+TOLERANCES), __init__.py and test_NAME.py; with --cuda also NAME_cuda.cu (torch-free kernels
+and launchers), NAME_cuda.h and NAME_cuda.cpp (the CUDA host side). The op computes y = x *
+|x| as a placeholder: replace the math in NAME.h and reference.py. The C++ host side is on
+the LibTorch stable ABI (STABLE_TORCH_LIBRARY, STD_TORCH_CHECK; the library loads in later
+torch releases); with --aten it is on ATen (the full API, C++ autograd). With --aten
+--schema every file follows the schema's arguments (checks, kernels, fake kernels, one
+gradient per tensor, reference, tests). Its dispatcher namespace is NAME
+(torch.ops.NAME.forward and .backward). When --dir is a folder named ops beside a tests
+folder (this repository's layout) the test file goes to tests/test_NAME.py; elsewhere it
+goes into the op folder with a conftest.py registering the cuda marker. Existing files are
+never overwritten."""
+EPILOG = """\
+example: python -m jit_loader new my_op --cuda && python -m pytest tests/test_my_op.py"""
+
+
+def run(args) -> int:
+    try:
+        made = scaffold.create(args.name, args.dir, cuda=args.cuda, schema=args.schema,
+                              aten=args.aten)
+    except scaffold.ScaffoldError as e:
+        print(f"new: {e}", file=sys.stderr)
+        return 2
+    cwd = Path.cwd()
+
+    def shown(path: Path) -> str:
+        # "./x" rather than "x": a bare name would mean the bundled op of that name
+        return os.path.join(".", path.relative_to(cwd)) if path.is_relative_to(cwd) else str(path)
+
+    print(f"created op {args.name!r} in {shown(made.op_dir)}:")
+    for path in made.files:
+        print(f"  {shown(path)}")
+    print(f"\nbuild it:  python -m jit_loader build {shown(made.op_dir)}")
+    print(f"test it:   python -m pytest {shown(made.test_file)}")
+    bundled = made.op_dir.parent == sources.OPS_DIR.resolve()  # load finds it by name
+    where = args.name if bundled else shown(made.op_dir)
+    print(f"use it:    op = jit_loader.load({where!r}); op.{args.name}(x)")
+    return 0
+
+
+def add_arguments(p) -> None:
+    p.add_argument("name", metavar="NAME",
+                   help="the op's name: a folder, a Python module, a C++ namespace and the "
+                        "torch.ops namespace at once (letters, digits, underscores)")
+    p.add_argument("--cuda", action="store_true",
+                   help="also generate the CUDA kernel (NAME_cuda.cu) and its host side (NAME_cuda.cpp); "
+                        "they are compiled only where nvcc and a CUDA build of torch are present")
+    p.add_argument("--aten", action="store_true",
+                   help="write the C++ host side against ATen (ATen/ATen.h, TORCH_LIBRARY) rather "
+                        "than the stable ABI: the full API and C++ autograd, a slower rebuild, a "
+                        "library that loads only in the torch it was built with")
+    p.add_argument("--schema", metavar="SCHEMA",
+                   help='with --aten: the op\'s arguments, e.g. "NAME(Tensor x, Tensor weight, '
+                        'float eps=1e-06) -> Tensor" (Tensor, float, int, bool; one Tensor result): every file follows it, '
+                        "with one gradient per tensor argument and an elementwise placeholder math "
+                        "to replace (default: NAME(Tensor x) -> Tensor, y = x * |x|)")
+    p.add_argument("--dir", metavar="PATH",
+                   help="create the op folder in PATH (created if missing; default: ./ops when the "
+                        "current folder has one, else the current folder). The op loads from any "
+                        "folder: ops/common's headers are always on the include path")

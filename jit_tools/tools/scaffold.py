@@ -1,0 +1,193 @@
+"""``python -m jit_loader new NAME``: a new op folder in the project's op anatomy.
+
+The generated op is small but complete, so that it builds and its tests pass before a
+line of it is changed: ``y = x * |x|`` (a signed square, whose gradient ``2 |x|``
+depends on the input) with a CPU kernel, optionally a CUDA kernel, the Python surface
+with its fake kernels and autograd, a plain-PyTorch reference and a test file. One
+replaces the math in ``<name>.h`` and the reference, then grows the rest.
+
+The host side (``<name>.cpp``, ``<name>_host.h``, ``<name>_cuda.cpp``) is written
+against the LibTorch stable ABI by default (``STABLE_TORCH_LIBRARY``, ``TORCH_BOX``,
+``STD_TORCH_CHECK``, the headeronly dispatch): it rebuilds fastest and loads in later torch
+releases. ``--aten`` writes it against ATen instead, for the full API and C++ autograd.
+The math header, the torch-free ``.cu``, the Python surface, the reference and the tests
+are the same for both. With a schema (``new NAME --aten --schema "NAME(Tensor x, Tensor
+weight, float eps) -> Tensor"``) the ATen files of jit_tools/tools/scaffold_schema.py, written
+from its arguments, take the place of these; the stable templates take no schema.
+
+Where the files go: the op folder ``<dir>/<name>/``. When ``<dir>`` is a folder named
+``ops`` beside a ``tests`` folder (this repository's layout), the test file goes to
+``tests/test_<name>.py``; anywhere else it goes into the op folder, with a
+``conftest.py`` that registers the ``cuda`` marker. Nothing is ever overwritten.
+"""
+
+from __future__ import annotations
+
+import keyword
+import os
+import re
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+from jit_tools.errors import JitLoaderError
+from jit_tools.tools import op_schema, scaffold_schema
+
+
+class ScaffoldError(JitLoaderError, ValueError):
+    """The op cannot be scaffolded (bad name, existing files)."""
+
+
+_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+
+# Words a C++ compiler rejects as a namespace or function name.
+CPP_KEYWORDS = frozenset("""
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
+char16_t char32_t class compl concept const consteval constexpr constinit const_cast
+continue co_await co_return co_yield decltype default delete do double dynamic_cast else
+enum explicit export extern false float for friend goto if inline int long mutable
+namespace new noexcept not not_eq nullptr operator or or_eq private protected public
+register reinterpret_cast requires return short signed sizeof static static_assert
+static_cast struct switch template this thread_local throw true try typedef typeid
+typename union unsigned using virtual void volatile wchar_t while xor xor_eq
+""".split())
+
+# Dispatcher namespaces and folder names that are taken: torch's own libraries, and
+# names the loader treats specially (ops/common holds shared headers).
+RESERVED = frozenset({"aten", "prim", "prims", "torch", "c10", "at", "std", "cuda", "common",
+                      "ops", "quantized", "_test", "jit_loader", "jit_tools"})
+
+
+def validate_name(name: str) -> None:
+    """Raise :class:`ScaffoldError` naming ``name`` unless it can be the op's folder,
+    Python module, C++ namespace and dispatcher namespace all at once."""
+    why = None
+    if not _NAME_RE.match(name):
+        why = ("must start with a letter and hold only ASCII letters, digits and "
+               "underscores (it names a C++ namespace and a Python module)")
+    elif "__" in name:
+        why = "must not contain a double underscore (reserved in C++ identifiers)"
+    elif keyword.iskeyword(name):
+        why = "is a Python keyword"
+    elif name in CPP_KEYWORDS:
+        why = "is a C++ keyword"
+    elif name in RESERVED:
+        why = "is taken (a torch or C++ namespace, or a name the loader uses itself)"
+    elif name.lower().startswith("test"):
+        why = "must not start with 'test' (pytest would collect the op's own module as a test)"
+    if why:
+        raise ScaffoldError(f"invalid op name {name!r}: it {why}")
+
+
+def default_dir(cwd: Path | None = None) -> Path:
+    """``./ops`` when the current folder has one (the root of this repository or a
+    project laid out like it), else the current folder."""
+    cwd = Path.cwd() if cwd is None else cwd
+    return cwd / "ops" if (cwd / "ops").is_dir() else cwd
+
+
+def class_name(name: str) -> str:
+    """``my_op`` -> ``MyOp``: the nn.Module of the surface (never equal to the function)."""
+    camel = "".join(part[:1].upper() + part[1:] for part in name.split("_") if part)
+    return camel if camel != name else camel + "Module"
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    op_dir: Path
+    files: dict[Path, str]     # path -> text, in writing order
+
+    @property
+    def test_file(self) -> Path:
+        return next(p for p in self.files if p.name == f"test_{self.name}.py")
+
+
+def plan(name: str, directory: str | os.PathLike | None = None, cuda: bool = False,
+         schema: str | None = None, aten: bool = False) -> Plan:
+    """The files ``new`` writes, without writing them; raises :class:`ScaffoldError`
+    for a bad name or schema, or when any of them exists already. The host side is on
+    the stable ABI, or on ATen with ``aten``. Without ``schema`` the op is ``y = f(x)``;
+    with one (``"NAME(Tensor x, Tensor weight, float eps) -> Tensor"``, ATen only) every
+    file follows its arguments (jit_tools/tools/scaffold_schema.py)."""
+    validate_name(name)
+    parsed = None
+    if schema is not None and not aten:
+        raise ScaffoldError("--schema writes an ATen op; add --aten "
+                            f"(python -m jit_loader new {name} --aten --schema \"...\")")
+    if schema is not None:
+        try:
+            parsed = op_schema.parse_schema(schema, name)
+        except op_schema.SchemaError as e:
+            raise ScaffoldError(f"--schema: {e}") from None
+    base = (Path(directory).expanduser() if directory is not None else default_dir()).resolve()
+    if base.exists() and not base.is_dir():
+        raise ScaffoldError(f"--dir {str(base)!r} is a file, not a folder")
+    op_dir = base / name
+    if op_dir.exists() or op_dir.is_symlink():
+        raise ScaffoldError(f"{op_dir} already exists; refusing to overwrite it "
+                            "(choose another name or --dir, or remove that folder)")
+    in_repo_layout = base.name == "ops" and (base.parent / "tests").is_dir()
+    test_path = base.parent / "tests" / f"test_{name}.py" if in_repo_layout else op_dir / f"test_{name}.py"
+    if test_path.exists():
+        raise ScaffoldError(f"{test_path} already exists; refusing to overwrite it "
+                            "(choose another name, or remove that file)")
+    fields = dict(
+        name=name, Class=class_name(name),
+        op_dir_expr=(f'Path(__file__).resolve().parents[1] / "ops" / "{name}"' if in_repo_layout
+                     else "Path(__file__).resolve().parent"),
+        devices=(CUDA_DEVICES if cuda else 'DEVICES = ["cpu"]  # the op has no CUDA kernel'),
+        devices_note=" on CPU and CUDA" if cuda else " on CPU",
+    )
+    if parsed is None:
+        host = "aten" if aten else "stable"  # the C++ host side; the rest is shared
+        paths = ["NAME.h", f"{host}/NAME_host.h", f"{host}/NAME.cpp"]
+        if cuda:
+            paths += ["NAME_cuda.h", "NAME_cuda.cu", f"{host}/NAME_cuda.cpp"]
+        paths += ["NAME.py", "reference.py", "__init__.py"]
+        templates = [(Path(path).name.replace("NAME", name), template(path)) for path in paths]
+        test = template("test_NAME.py") + (template("test_NAME_cuda.py") if cuda else "")
+    else:
+        fields.update(scaffold_schema.fields(parsed))
+        templates = [(string.Template(f).substitute(name=name), t)
+                     for f, t in scaffold_schema.templates(cuda)]
+        test = (scaffold_schema.TEST_PY + (scaffold_schema.TEST_OTHERS_PY if len(parsed.tensors) > 1 else "")
+                + (scaffold_schema.TEST_CUDA_PY if cuda else ""))
+    files = {op_dir / fname: string.Template(text).substitute(fields) for fname, text in templates}
+    if not in_repo_layout:
+        files[op_dir / "conftest.py"] = template("conftest.py")
+    files[test_path] = string.Template(test).substitute(fields)
+    return Plan(name=name, op_dir=op_dir, files=files)
+
+
+def create(name: str, directory: str | os.PathLike | None = None, cuda: bool = False,
+           schema: str | None = None, aten: bool = False) -> Plan:
+    """Write the op folder (and its test file); returns what was written."""
+    p = plan(name, directory, cuda, schema, aten)
+    p.op_dir.parent.mkdir(parents=True, exist_ok=True)
+    p.op_dir.mkdir()  # fails, rather than merge, if it appeared since plan()
+    for path, text in p.files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "x", encoding="utf-8") as f:  # "x": never overwrite
+            f.write(text)
+    return p
+
+
+# --------------------------------------------------------------------------------------
+# Templates: the files of templates/ (NAME stands for the op's name in their paths), read
+# as string.Template, so C++ braces need no escaping; the fields of plan() ($name,
+# $Class, ...) are filled in and $$ would be a dollar.
+# --------------------------------------------------------------------------------------
+
+TEMPLATES = Path(__file__).with_name("templates")
+
+
+def template(path: str) -> str:
+    """The text of ``templates/<path>.tmpl``."""
+    return (TEMPLATES / f"{path}.tmpl").read_text(encoding="utf-8")
+
+
+CUDA_DEVICES = """\
+DEVICES = ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")])]"""
+
