@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install --no-cache-dir -r requirements.txt
 	$(PY) -m pip install --no-deps -e .
 	touch $@
 
