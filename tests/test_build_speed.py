@@ -144,6 +144,49 @@ def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path)
     assert used["pch"] == shared.is_gcc("c++") and "later" not in used, used
 
 
+LOAD_STABLE_WITH = """
+    import json, sys, torch, jit_loader
+    op = jit_loader.load({path!r}, extra_cflags={flags!r})
+    y = torch.ops.stable_op.scale(torch.ones(3))
+    print(json.dumps({{"compiled": op.build.compiled, "key": op.build.key, "y": y.tolist()}}))
+"""
+
+
+@pytest.mark.skipif(not shared.is_gcc("c++"), reason="GCC's precompiled headers")
+def test_a_flag_set_that_adds_macros_uses_the_header_set_built_without_them(tmp_path):
+    """``extra_cflags=["-DVARIANT_A"]`` on top of flags whose header set is built compiles
+    with that header at once (GCC checks that no macro it reads changed) instead of
+    going without one and building another; a macro the header set reads (``NDEBUG``,
+    read by <cassert>) makes GCC read the text, and the exact header follows in the
+    background as for any new flag set."""
+    cache = tmp_path / "cache"
+    env = make_env(cache, JIT_LOADER_SHARED_DIR=None)
+    first = copy_op("stable_op", tmp_path / "a")
+    r0 = result_of(run_py(LOAD_STABLE_WITH.format(path=str(first), flags=[]),
+                             dict(env, JIT_LOADER_SHARED_NOW="1")))
+    base = manifest_of(cache, "stable_op", r0["key"])["shared"]
+    assert base["pch"] is True, base
+    headers = {p.parent.name for p in CacheStore(cache).shared_folder().glob("pch-*/*.gch")}
+    assert len(headers) == 1, headers
+
+    env = dict(env, JIT_LOADER_SHARED_NOW="0")
+    variant = copy_op("stable_op", tmp_path / "b")
+    r1 = result_of(run_py(LOAD_STABLE_WITH.format(path=str(variant), flags=["-DVARIANT_A"]), env))
+    assert r1["compiled"] and r1["y"] == [2.0, 2.0, 2.0] and r1["key"] != r0["key"]
+    used = manifest_of(cache, "stable_op", r1["key"])["shared"]
+    assert used["pch"] is True and used["pch_sibling"] in headers, used
+    assert "pch_sibling_refused" not in used, used  # GCC used it
+    assert not any(n.startswith("pch-") for n in used.get("later", [])), used
+    assert "-DVARIANT_A" in build_ninja(cache, "stable_op", variant)
+
+    conflict = copy_op("stable_op", tmp_path / "c")
+    r2 = result_of(run_py(LOAD_STABLE_WITH.format(path=str(conflict), flags=["-DNDEBUG"]), env))
+    assert r2["compiled"] and r2["y"] == [2.0, 2.0, 2.0]
+    used = manifest_of(cache, "stable_op", r2["key"])["shared"]
+    assert used["pch_sibling"] in headers and used["pch_sibling_refused"] is True, used
+    assert any(n.startswith("pch-") and n not in headers for n in used["later"]), used
+
+
 @pytest.mark.parametrize("command, compiler", [
     ("c++", "c++"), ("ccache c++", "c++"), ("/usr/bin/sccache ccache g++-13", "g++-13"),
     ("ccache", "ccache"), ("'/opt/my cc/g++' -m64", "'/opt/my cc/g++' -m64")])

@@ -377,6 +377,7 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
         extra_env = shared.apply(work, name, [op_dir], store.root)
         used = extra_env.pop("used")
         later = extra_env.pop("later", None)
+        if_refused = extra_env.pop("if_refused", None)
         if hashes is not None:
             invalidate_stale_objects(work, hashes)
             mtimes = _mtimes(hashes)
@@ -393,6 +394,12 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
                 raise SourcesChanged(
                     f"op {name!r}: {', '.join(moved)} changed while it compiled; "
                     "the build was not published")
+        if if_refused is not None and shared.sibling_refused(
+                Path(log_path).read_text(errors="replace")):
+            # GCC read the header set's text: this flag set needs a header of its own.
+            used["pch_sibling_refused"] = True
+            used["later"] = sorted({*used.get("later", []), *if_refused["names"]})
+            later = if_refused["later"]
         if later is not None:  # the shared pieces this build went without, for the next
             shared.build_later(later)
         manifest = store.publish(name, key, work / f"{name}.so", Path(log_path), {

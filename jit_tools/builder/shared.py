@@ -240,6 +240,8 @@ def precompiled_header(root: Path, cxx: str, flags: list[str], post: str,
 
     def make(tmp: Path):
         (tmp / header).write_text(text)
+        (tmp / "flags.json").write_text(json.dumps(
+            {"family": _pch_family(cxx, flags, post, text), "flags": flags}))
         return _run([cxx, *flags, "-x", "c++-header", header, "-o", header + ".gch",
                      *shlex.split(post)], tmp)
 
@@ -248,6 +250,59 @@ def precompiled_header(root: Path, cxx: str, flags: list[str], post: str,
         return None
     pch_checksum(built / (header + ".gch"))
     return built / header
+
+
+def _is_define(flag: str) -> bool:
+    return len(flag) > 2 and flag[:2] in ("-D", "-U")
+
+
+def _pch_family(cxx: str, flags: list[str], post: str, text: str) -> str:
+    """The key of ``flags`` less their macro definitions: precompiled headers of one
+    family differ only in ``-D``/``-U`` flags."""
+    return _piece_key("pch" + text, cxx, [f for f in flags if not _is_define(f)], post)
+
+
+def sibling_header(root: Path, cxx: str, flags: list[str], post: str,
+                   header: str = PCH_HEADER, text: str = PCH_TEXT) -> Path | None:
+    """A header set precompiled with ``flags`` less some of their ``-D``/``-U`` flags (a
+    flag set that adds macros to one built before, e.g. ``-DVARIANT_A``): GCC itself
+    checks, on each use, that no macro the header set reads is defined differently, and
+    reads the header's text instead where one is (``-Winvalid-pch`` says so; see
+    :func:`sibling_refused`). The most recently used such header, or None."""
+    if _off("JIT_LOADER_PCH") or not is_gcc(cxx) or not any(map(_is_define, flags)):
+        return None
+    family = _pch_family(cxx, flags, post, text)
+    ours = [f for f in flags if _is_define(f)]
+    best: tuple[float, Path] | None = None
+    for flags_file in CacheStore(root).shared_folder().glob("pch-*/flags.json"):
+        folder = flags_file.parent
+        try:
+            spec = json.loads(flags_file.read_text())
+            stamp = (folder / "ok").stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        theirs = [f for f in spec.get("flags", []) if _is_define(f)]
+        if spec.get("family") != family or spec.get("flags") == flags:
+            continue
+        # Theirs must all be ours (a macro the header was built with and this unit lacks
+        # is not one GCC's check covers).
+        if any(f not in ours for f in theirs):
+            continue
+        if best is None or stamp > best[0]:
+            best = (stamp, folder)
+    if best is None:
+        return None
+    folder = best[1]
+    with contextlib.suppress(OSError):
+        os.utime(folder / "ok")
+    pch_checksum(folder / (header + ".gch"))
+    return folder / header
+
+
+def sibling_refused(log: str) -> bool:
+    """Whether GCC's ``-Winvalid-pch`` note in a build's output says it read a
+    precompiled header's text instead of the header (a macro conflict)."""
+    return ".gch: not used because" in log
 
 
 def pch_checksum(gch: Path) -> None:
@@ -435,6 +490,13 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
         pch, linker = _pieces_now(later)
     else:
         pch, linker, missing = _pieces_built(later)
+        if pch is None and (sibling := sibling_header(root, cxx, flags, post, pch_header, pch_text)):
+            # The exact header is built only if GCC turns the sibling down.
+            pch, used["pch_sibling"] = sibling, sibling.parent.name
+            pch_piece = [m for m in missing if m.startswith("pch-")]
+            missing = [m for m in missing if m not in pch_piece]
+            if pch_piece:
+                env["if_refused"] = {"later": later, "names": pch_piece}
         if missing:
             used["later"] = missing
             env["later"] = later
