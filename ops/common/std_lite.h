@@ -4,9 +4,10 @@
 // On the host and under nvcc they come from the standard headers. Under NVRTC, which ships
 // no standard library, they come from libcu++'s per-facility headers: its umbrella headers
 // (<cuda/std/type_traits>, <cuda/std/utility>, <cuda/std/cmath>, what jit_tools/
-// nvrtc_include maps <type_traits>, <utility> and <cmath> to) take NVRTC about 0.45 s to
-// parse and make a precompiled header of about 75 MB, most of a kernel edit's compile;
-// these take milliseconds. A libcu++ without these headers gets the umbrella ones.
+// nvrtc_include maps <type_traits>, <utility> and <cmath> to) take NVRTC several times as
+// long to parse as the kernels and swell its precompiled header, most of a kernel edit's
+// compile; these take a fraction of that (figures: experiments/RESULTS.md, section
+// kernel-edit-loop). A libcu++ without these headers gets the umbrella ones.
 #if defined(__CUDACC_RTC__) && __has_include(<cuda/std/__type_traits/is_same.h>)
 #include <cstdint>
 #include <cuda/std/__cmath/abs.h>

@@ -7,8 +7,8 @@
 // so each thread makes one pass; the grid-stride loop only matters past 2^31 blocks.
 // A grid capped at one wave of resident blocks, each looping over the tensor, fell short
 // of clone() on an H200 even for the identity, where one pass per thread comes close to it
-// (experiments/pointwise_variants.py; figures in experiments/RESULTS.md, "sigmoid and
-// GELU"). The n % width tail runs element by element; a pointer that is not 16-byte
+// (experiments/pointwise_variants.py; the kernels' figures: experiments/RESULTS.md, section
+// kernel-suite). The n % width tail runs element by element; a pointer that is not 16-byte
 // aligned (a tensor with a storage offset) sends the whole launch down the same loop with
 // width 1.
 // Torch-free: an op's .cu instantiates its launchers with OPS_INSTANTIATE_UNARY/BINARY

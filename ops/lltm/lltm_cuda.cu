@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kThreads)
       // kBackwardRows rows at a time, all loads before any store: the compiler may not
       // move a load above a store it cannot prove disjoint, and one row's loads alone
       // leave too few bytes in flight (slower at 4096 x 2048 on an H200; the op's figures:
-      // experiments/RESULTS.md, "LLTM").
+      // experiments/RESULTS.md, section kernel-suite).
       for (int64_t b0 = int64_t(blockIdx.y) * kRows + ty; b0 < batch;
            b0 += kBackwardRows * row_step) {
         opmath_t v[kBackwardRows][6];

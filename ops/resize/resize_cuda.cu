@@ -304,7 +304,7 @@ __device__ __forceinline__ void tile_origin(int64_t tile, const Tiles& t, int64_
 // A store that marks its lines evict-first (st.global.cs): the forward's result is not
 // read again, and keeping it out of L2 leaves room for the source rows that neighbouring
 // tiles share. Faster for 2x upscaling on an H100, in fp32 and more so in bf16 (the
-// kernel's figures: experiments/RESULTS.md, "Bilinear resize").
+// kernel's figures: experiments/RESULTS.md, section kernel-suite).
 template <typename P>
 __device__ __forceinline__ void store_streaming(P* out, const P& p) {
   if constexpr (sizeof(P) == 32) {
@@ -408,7 +408,8 @@ forward_tile_kernel(const T* __restrict__ input, T* __restrict__ output, Geometr
 
 // kReaders: output columns that may read one input column (2x upscaling: 4); a column with
 // more takes the loop with run-time bounds.
-// Registers capped for 8 resident blocks: faster here (experiments/RESULTS.md).
+// Registers capped for 8 resident blocks: faster here (the kernel's figures:
+// experiments/RESULTS.md, section kernel-suite).
 template <typename T, typename acc, int kReaders>
 __global__ void __launch_bounds__(kTileThreads, 8)
 backward_tile_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_input, Geometry g,
@@ -1030,8 +1031,8 @@ bool backward_rows(const T* grad_output, T* grad_input, const Geometry& g, const
   // tasks with 4 rows' loads ahead and registers capped for 4 resident blocks, faster than
   // 4-row tasks with one row ahead at 2x and 1.5x in fp32. Fewer columns (downscaling):
   // 4-row tasks keep the block busy, and the deeper prefetch was slower there (7:3).
-  // double keeps the 4-row tasks: capped at 56 registers it would spill. Figures:
-  // experiments/RESULTS.md.
+  // double keeps the 4-row tasks: capped at 56 registers it would spill. The kernels'
+  // figures: experiments/RESULTS.md, section kernel-suite.
   if constexpr (sizeof(T) <= 4) {
     const int64_t groups = row_tile_width(cols.scale) / 4;
     if (64 / 8 * groups >= 3 * kRowsThreads / 4 &&
@@ -1050,7 +1051,8 @@ bool forward_tiled(const T* input, T* output, const Geometry& g, const AxisMap<a
   const double scale = rows.scale;
   // Output rows y..y+r-1 read source rows floor(src(y))..floor(src(y+r-1))+1.
   // 64 rows: faster than 16 for 2x upscaling on an H100 (less per-tile setup and fewer
-  // barriers per byte); 128 rows gained nothing. Figures: experiments/RESULTS.md.
+  // barriers per byte); 128 rows gained nothing. The kernel's figures:
+  // experiments/RESULTS.md, section kernel-suite.
   Tiles t = plan_tiles<acc>(g.planes, s.out_row, g.out_h, 64, kMaxTileBytes,
                             [scale](int r) { return int64_t(std::ceil((r - 1) * scale)) + 3; });
   if (t.rows == 0) return false;
@@ -1060,7 +1062,7 @@ bool forward_tiled(const T* input, T* output, const Geometry& g, const AxisMap<a
   // Register caps for more resident blocks, measured on an H100 at 2x upscaling of
   // (8, 64, 128, 128): 16-bit types 8 blocks, faster than none; 4-byte types 5 blocks (48
   // registers, no spills), faster than uncapped or 4 blocks, where 8 made them slower.
-  // Figures: experiments/RESULTS.md.
+  // The kernel's figures: experiments/RESULTS.md, section kernel-suite.
   constexpr int kMinBlocks = sizeof(T) == 2 ? 8 : sizeof(T) == 4 ? 5 : 1;
   err = ops_common::launch(forward_tile_kernel<T, acc, kMinBlocks>, grid, kTileThreads, shared, stream,
                            input, output, g, s, rows, cols, t);
@@ -1174,7 +1176,7 @@ cudaError_t backward_with(const T* grad_output, T* grad_input, const Geometry& g
 // 16 bytes. 16 input rows per thread (fewer output rows read twice at the blocks' edges),
 // halved while fewer than kMinVecThreads threads would run. On an H100, at 2x upscaling,
 // 16 rows beat 4, 8 and 32, and the kernel beat the tile kernel it replaces in fp32 and
-// bf16 (its figures: experiments/RESULTS.md, "Bilinear resize").
+// bf16 (its figures: experiments/RESULTS.md, section kernel-suite).
 template <typename T, typename acc, int kBytes = 16>
 bool backward_vec(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
                   const AxisMap<acc>& cols, cudaStream_t stream, cudaError_t& err) {
@@ -1205,7 +1207,7 @@ bool backward_vec(const T* grad_output, T* grad_input, const Geometry& g, const 
 // output columns read an input column), y not downscaled, rows of whole 16-byte groups,
 // every strip's window within 256 columns (2 groups per lane; checked exactly for up to 64
 // strips per row). On an H100 it beats the row tiles at 2x upscaling in fp32 and bf16 and
-// is on par at 1.5x (figures: experiments/RESULTS.md, "Bilinear resize").
+// is on par at 1.5x (figures: experiments/RESULTS.md, section kernel-suite).
 template <typename T, typename acc>
 bool backward_strips(const T* grad_output, T* grad_input, const Geometry& g, const AxisMap<acc>& rows,
                      const AxisMap<acc>& cols, cudaStream_t stream, cudaError_t& err) {

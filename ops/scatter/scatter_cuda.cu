@@ -307,8 +307,8 @@ __global__ void __launch_bounds__(kThreads)
 // position whose index is >= n (rowptr[b, N] = E), so the segment kernel reads two numbers
 // instead of two binary searches. Entries outside [0, N) fall outside every segment. With
 // error set it checks bounds and sortedness on the way. (A fused variant, where each block
-// found its rows' segments from its own slice of the index, measured slower on an H100:
-// experiments/RESULTS.md.)
+// found its rows' segments from its own slice of the index, measured slower on an H100 and
+// was not kept; the kernels' figures: experiments/RESULTS.md, section kernel-suite.)
 __global__ void __launch_bounds__(kThreads)
     rowptr_kernel(const int64_t* __restrict__ index, IndexStrides s, Shape sh,
                   int64_t* __restrict__ rowptr, IndexError* error) {
