@@ -123,7 +123,13 @@ def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path)
     r1 = result_of(run_py(LOAD_AND_SCALE.format(path=str(first)), env))
     assert r1["compiled"] and r1["y"] == [2.0, 2.0, 2.0]
     used = manifest_of(cache, "toy_op", r1["key"])["shared"]
-    assert not used["pch"] and used["linker"] == "default", used
+    assert not used["pch"], used
+    # No probe yet: the link tries gold and falls back to the default linker.
+    assert used["linker"] == ("gold, else default" if shared.is_gcc("c++") else "default"), used
+    if shared.is_gcc("c++") and shutil.which("ld.gold"):
+        (library,) = (cache / "toy_op" / "builds" / r1["key"]).glob("*.so")
+        notes = subprocess.run(["readelf", "-n", str(library)], capture_output=True, text=True).stdout
+        assert "gold" in notes, notes
     if shared.is_gcc("c++"):
         assert any(name.startswith("pch-") for name in used["later"]), used
         assert any(name.startswith("link-") for name in used["later"]), used
@@ -185,6 +191,26 @@ def test_a_flag_set_that_adds_macros_uses_the_header_set_built_without_them(tmp_
     used = manifest_of(cache, "stable_op", r2["key"])["shared"]
     assert used["pch_sibling"] in headers and used["pch_sibling_refused"] is True, used
     assert any(n.startswith("pch-") and n not in headers for n in used["later"]), used
+
+
+@pytest.mark.skipif(not shared.is_gcc("c++"), reason="GCC's -fuse-ld")
+def test_a_first_link_where_gold_fails_links_with_the_default_linker(tmp_path):
+    """Before the linker probe exists the link tries gold; a gold that fails (here one
+    that exits 1, found first on the compiler's program path) leaves the default
+    linker's link, and the op works."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "ld.gold").write_text("#!/bin/sh\necho 'gold: broken' >&2\nexit 1\n")
+    (tools / "ld.gold").chmod(0o755)
+    cache = tmp_path / "cache"
+    env = make_env(cache, JIT_LOADER_SHARED_NOW="0", JIT_LOADER_SHARED_DIR=None,
+                   COMPILER_PATH=str(tools))
+    r = result_of(run_py(LOAD_AND_SCALE.format(path=str(copy_op("toy_op", tmp_path / "a"))), env))
+    assert r["compiled"] and r["y"] == [2.0, 2.0, 2.0]
+    assert manifest_of(cache, "toy_op", r["key"])["shared"]["linker"] == "gold, else default"
+    (library,) = (cache / "toy_op" / "builds" / r["key"]).glob("*.so")
+    notes = subprocess.run(["readelf", "-n", str(library)], capture_output=True, text=True).stdout
+    assert "gold" not in notes, notes
 
 
 @pytest.mark.parametrize("command, compiler", [

@@ -366,6 +366,22 @@ def fast_linker(root: Path, cxx: str, ldflags: str, now: bool = True) -> list[st
     return [flag, f"-L{built}"] if (built / "runtime-link").exists() else [flag]
 
 
+_LINK_RULE = re.compile(r"^(rule link\n  command = )\$cxx \$in \$ldflags -o \$out$", re.M)
+
+
+def _gold_else_default(ninja_text: str, cxx: str) -> tuple[str, bool]:
+    """Before the probe of :func:`fast_linker` has run (a toolchain's first build): the link
+    rule tries gold and, where gold fails, links again with the default linker (whose
+    messages are the ones shown). An op's first build then links as fast as later ones
+    without waiting for the probe; the probe, built after it, spares later builds the
+    failed try where gold does not work."""
+    if _off("JIT_LOADER_GOLD") or not is_gcc(cxx):
+        return ninja_text, False
+    new = _LINK_RULE.sub(lambda m: m.group(1) + "$cxx $in -fuse-ld=gold $ldflags -o $out 2>/dev/null"
+                         " || $cxx $in $ldflags -o $out", ninja_text, count=1)
+    return new, new != ninja_text
+
+
 AUTOGRAD_SOURCE = keys.CSRC / "jit_loader_autograd.cpp"
 AUTOGRAD_LIBRARY = "jit_loader_autograd.so"
 
@@ -500,6 +516,10 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
         if missing:
             used["later"] = missing
             env["later"] = later
+        if any(m.startswith("link-") for m in missing):
+            text, tried = _gold_else_default(text, cxx)
+            if tried:
+                used["linker"] = "gold, else default"
     if linker:
         text = re.sub(r"^ldflags = ", lambda m: f"ldflags = {shlex.join(linker)} ", text, count=1, flags=re.M)
         used["linker"] = "gold"
