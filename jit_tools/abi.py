@@ -34,7 +34,8 @@ TARGET_NAME = "stable>={}.{}".format(*TARGET_VERSION)
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 STABLE_REGISTRY_HEADER = CSRC / "jit_loader_stable_registry.h"
-STABLE_SUPPORT_HASH = hashlib.sha256(STABLE_REGISTRY_HEADER.read_bytes()).hexdigest()[:16]
+STABLE_SUPPORT_HASH = hashlib.sha256(STABLE_REGISTRY_HEADER.read_bytes()
+                                     + (CSRC / "jit_loader_registry_core.h").read_bytes()).hexdigest()[:16]
 
 # The header set a stable unit uses, precompiled once per toolchain (jit_tools/builder/shared.py).
 STABLE_PCH_TEXT = (

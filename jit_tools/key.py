@@ -38,7 +38,9 @@ DEFAULT_LDFLAGS = ("-l:libstdc++.so.6",) if sys.platform.startswith("linux") els
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 REGISTRY_HEADER = CSRC / "jit_loader_registry.h"
-SUPPORT_HASH = hashlib.sha256(REGISTRY_HEADER.read_bytes()).hexdigest()[:16]
+# The code both registry headers include: its bytes enter both ABIs' keys.
+REGISTRY_CORE = CSRC / "jit_loader_registry_core.h"
+SUPPORT_HASH = hashlib.sha256(REGISTRY_HEADER.read_bytes() + REGISTRY_CORE.read_bytes()).hexdigest()[:16]
 
 
 def registry_header(cfg: dict) -> Path:

@@ -55,7 +55,10 @@ def undefined_symbol(dlerror: str) -> str | None:
 
 
 def namespaces_of(lib) -> list[str]:
-    return lib.jit_loader_namespaces().decode().split()
+    names = lib.jit_loader_namespaces()
+    if names is None:
+        raise JitLoaderError("the op library could not list its namespaces (out of memory)")
+    return names.decode().split()
 
 
 class SchemaChanged(JitLoaderError):

@@ -56,6 +56,7 @@ def installed(tmp_path_factory) -> Path:
     # The sources the loader compiles travel with the wheel.
     assert "jit_tools/csrc/jit_loader_registry.h" in names
     assert "jit_tools/csrc/jit_loader_stable_registry.h" in names
+    assert "jit_tools/csrc/jit_loader_registry_core.h" in names
     assert "jit_tools/csrc/jit_loader_autograd.cpp" in names
     for path in (ROOT / "jit_tools" / "tools" / "templates").rglob("*.tmpl"):  # what `new` writes
         assert path.relative_to(ROOT).as_posix() in names, path
