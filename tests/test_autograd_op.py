@@ -9,9 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ import torch.autograd.forward_ad as fwAD
 
 import jit_loader
 from jit_tools import autograd, store
+from subproc import json_result, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,13 +43,6 @@ def env_for(tmp_path: Path, **extra) -> dict:
     env.update(extra)
     env.pop("JIT_LOADER_VERBOSE", None)
     return env
-
-
-def run(code: str, env: dict, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("folder", sorted(DECLARED))
@@ -131,9 +122,9 @@ GRADS = """
 
 def test_the_python_path_gives_the_same_gradients(tmp_path):
     env = env_for(tmp_path)
-    cpp = run(GRADS, env, str(tmp_path / "cpp.pt"), json.dumps(DECLARED))
-    python = run(GRADS, dict(env, JIT_LOADER_CPP_AUTOGRAD="0"), str(tmp_path / "python.pt"),
-                 json.dumps(DECLARED))
+    cpp = json_result(run_python(GRADS, tmp_path / "cpp.pt", json.dumps(DECLARED), env=env))
+    python = json_result(run_python(GRADS, tmp_path / "python.pt", json.dumps(DECLARED),
+                                    env=dict(env, JIT_LOADER_CPP_AUTOGRAD="0")))
     assert set(cpp.values()) == {"cpp"} and set(python.values()) == {"python"}, (cpp, python)
     got, want = torch.load(tmp_path / "cpp.pt"), torch.load(tmp_path / "python.pt")
     assert got.keys() == want.keys()
@@ -172,7 +163,7 @@ def test_a_reload_withdraws_and_registers_the_kernel_again(tmp_path):
     copy = tmp_path / "ops" / "sigmoid"
     shutil.copytree(ROOT / "ops" / "sigmoid", copy, ignore=shutil.ignore_patterns("__pycache__", "_C*"))
     env = env_for(tmp_path, JIT_LOADER_CACHE=str(tmp_path / "cache"), CUDA_HOME=str(tmp_path / "no_cuda"))
-    out = run(RELOAD, env, str(copy))
+    out = json_result(run_python(RELOAD, copy, env=env))
     assert CPP_FILE in out["first"] and out["withdrawn"] == "", out
     assert out["reloaded"] and CPP_FILE in out["again"] and out["gradcheck"], out
     assert out["old graph"], out
@@ -210,7 +201,7 @@ PIECE = """
 
 def test_without_shared_now_the_piece_builds_in_the_background(tmp_path):
     env = env_for(tmp_path, JIT_LOADER_SHARED_DIR=str(tmp_path / "shared"), JIT_LOADER_SHARED_NOW="0")
-    out = run(PIECE, env)
+    out = json_result(run_python(PIECE, env=env))
     assert out == {"first": True, "built": True}
 
 

@@ -19,7 +19,8 @@ import pytest
 
 from jit_tools.builder import shared
 from jit_tools.store import CacheStore
-from test_jit_loader import LOAD_AND_SCALE, copy_op, make_env, result_of, run_py, set_factor
+from subproc import json_result, private_env, run_python
+from test_jit_loader import LOAD_AND_SCALE, copy_op, set_factor
 
 
 @pytest.fixture(autouse=True)
@@ -57,7 +58,7 @@ def pieces(cache: Path) -> dict[str, float]:
 
 def test_second_op_reuses_the_precompiled_header(cache, tmp_path):
     first = copy_op("toy_op", tmp_path / "a")
-    r1 = result_of(run_py(LOAD_AND_SCALE.format(path=str(first)), make_env(cache)))
+    r1 = json_result(run_python(LOAD_AND_SCALE.format(path=str(first)), cache=cache))
     assert r1["compiled"] and r1["y"] == [2.0, 2.0, 2.0]
     used = manifest_of(cache, "toy_op", r1["key"])["shared"]
     assert used["pch"] == shared.is_gcc("c++")
@@ -66,7 +67,7 @@ def test_second_op_reuses_the_precompiled_header(cache, tmp_path):
 
     second = copy_op("toy_op", tmp_path / "b")
     set_factor(second, 3.0)
-    r2 = result_of(run_py(LOAD_AND_SCALE.format(path=str(second)), make_env(cache)))
+    r2 = json_result(run_python(LOAD_AND_SCALE.format(path=str(second)), cache=cache))
     assert r2["compiled"] and r2["y"] == [3.0, 3.0, 3.0]
     assert manifest_of(cache, "toy_op", r2["key"])["shared"] == used
     assert pieces(cache) == before  # nothing of the shared pieces was built again
@@ -81,8 +82,8 @@ def test_second_op_reuses_the_precompiled_header(cache, tmp_path):
 def test_switches_turn_pch_and_ccache_off(cache, tmp_path):
     op_dir = copy_op("toy_op", tmp_path / "off")
     set_factor(op_dir, 5.0)
-    env = make_env(cache, JIT_LOADER_PCH="0", JIT_LOADER_CCACHE="0")
-    r = result_of(run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env))
+    env = private_env(cache, JIT_LOADER_PCH="0", JIT_LOADER_CCACHE="0")
+    r = json_result(run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env))
     assert r["compiled"] and r["y"] == [5.0, 5.0, 5.0]
     used = manifest_of(cache, "toy_op", r["key"])["shared"]
     assert used["pch"] is False and used["ccache"] is False
@@ -102,8 +103,8 @@ def test_compiler_cache_on_path_is_not_put_in_front_twice(cache, tmp_path):
     wrapper.chmod(0o755)
     op_dir = copy_op("toy_op", tmp_path / "wrapped")
     set_factor(op_dir, 4.0)
-    env = make_env(cache, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    r = result_of(run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env))
+    env = private_env(cache, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    r = json_result(run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env))
     assert r["compiled"] and r["y"] == [4.0, 4.0, 4.0]
     used = manifest_of(cache, "toy_op", r["key"])["shared"]
     assert used["pch"] == shared.is_gcc("c++"), used
@@ -118,9 +119,9 @@ def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path)
     cache: no precompiled header, the default linker), then builds the missing
     ones in the background; the next build with the same flags uses them."""
     cache = tmp_path / "cache"
-    env = make_env(cache, JIT_LOADER_SHARED_NOW="0", JIT_LOADER_SHARED_DIR=None)
+    env = private_env(cache, JIT_LOADER_SHARED_NOW="0", JIT_LOADER_SHARED_DIR=None)
     first = copy_op("toy_op", tmp_path / "a")
-    r1 = result_of(run_py(LOAD_AND_SCALE.format(path=str(first)), env))
+    r1 = json_result(run_python(LOAD_AND_SCALE.format(path=str(first)), env=env))
     assert r1["compiled"] and r1["y"] == [2.0, 2.0, 2.0]
     used = manifest_of(cache, "toy_op", r1["key"])["shared"]
     assert not used["pch"], used
@@ -144,7 +145,7 @@ def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path)
         time.sleep(1)
     second = copy_op("toy_op", tmp_path / "b")
     set_factor(second, 3.0)
-    r2 = result_of(run_py(LOAD_AND_SCALE.format(path=str(second)), env))
+    r2 = json_result(run_python(LOAD_AND_SCALE.format(path=str(second)), env=env))
     assert r2["compiled"] and r2["y"] == [3.0, 3.0, 3.0]
     used = manifest_of(cache, "toy_op", r2["key"])["shared"]
     assert used["pch"] == shared.is_gcc("c++") and "later" not in used, used
@@ -166,10 +167,10 @@ def test_a_flag_set_that_adds_macros_uses_the_header_set_built_without_them(tmp_
     read by <cassert>) makes GCC read the text, and the exact header follows in the
     background as for any new flag set."""
     cache = tmp_path / "cache"
-    env = make_env(cache, JIT_LOADER_SHARED_DIR=None)
+    env = private_env(cache, JIT_LOADER_SHARED_DIR=None)
     first = copy_op("stable_op", tmp_path / "a")
-    r0 = result_of(run_py(LOAD_STABLE_WITH.format(path=str(first), flags=[]),
-                             dict(env, JIT_LOADER_SHARED_NOW="1")))
+    r0 = json_result(run_python(LOAD_STABLE_WITH.format(path=str(first), flags=[]),
+                                env=dict(env, JIT_LOADER_SHARED_NOW="1")))
     base = manifest_of(cache, "stable_op", r0["key"])["shared"]
     assert base["pch"] is True, base
     headers = {p.parent.name for p in CacheStore(cache).shared_folder().glob("pch-*/*.gch")}
@@ -177,7 +178,7 @@ def test_a_flag_set_that_adds_macros_uses_the_header_set_built_without_them(tmp_
 
     env = dict(env, JIT_LOADER_SHARED_NOW="0")
     variant = copy_op("stable_op", tmp_path / "b")
-    r1 = result_of(run_py(LOAD_STABLE_WITH.format(path=str(variant), flags=["-DVARIANT_A"]), env))
+    r1 = json_result(run_python(LOAD_STABLE_WITH.format(path=str(variant), flags=["-DVARIANT_A"]), env=env))
     assert r1["compiled"] and r1["y"] == [2.0, 2.0, 2.0] and r1["key"] != r0["key"]
     used = manifest_of(cache, "stable_op", r1["key"])["shared"]
     assert used["pch"] is True and used["pch_sibling"] in headers, used
@@ -186,7 +187,7 @@ def test_a_flag_set_that_adds_macros_uses_the_header_set_built_without_them(tmp_
     assert "-DVARIANT_A" in build_ninja(cache, "stable_op", variant)
 
     conflict = copy_op("stable_op", tmp_path / "c")
-    r2 = result_of(run_py(LOAD_STABLE_WITH.format(path=str(conflict), flags=["-DNDEBUG"]), env))
+    r2 = json_result(run_python(LOAD_STABLE_WITH.format(path=str(conflict), flags=["-DNDEBUG"]), env=env))
     assert r2["compiled"] and r2["y"] == [2.0, 2.0, 2.0]
     used = manifest_of(cache, "stable_op", r2["key"])["shared"]
     assert used["pch_sibling"] in headers and used["pch_sibling_refused"] is True, used
@@ -250,10 +251,10 @@ REVERT_THEN_EDIT = """
 def test_revert_then_edit_another_unit_compiles_only_that_unit(cache, tmp_path):
     op_dir = copy_op("toy_op", tmp_path / "two")
     (op_dir / "helper.cpp").write_text("int toy_op_helper() { return 1; }\n")
-    env = make_env(cache)
+    env = private_env(cache)
     env["CCACHE_DIR"] = str(cache / "_ccache")
     code = REVERT_THEN_EDIT.format(path=str(op_dir), ccache=shared.ccache())
-    r = result_of(run_py(code, env))
+    r = json_result(run_python(code, env=env))
     assert r["reverted_compiled"] is False
     assert r["compiled"] and r["y"] == [7.0, 7.0]
     # toy_op.cpp is compiled; helper.cpp, whose object the revert made stale, comes
@@ -300,7 +301,7 @@ def test_nvcc_threads_follow_max_jobs(monkeypatch, jobs, threads):
 def test_linker_probe_and_switch(cache, tmp_path, monkeypatch):
     op_dir = copy_op("toy_op", tmp_path / "link")
     set_factor(op_dir, 4.0)
-    r = result_of(run_py(LOAD_AND_SCALE.format(path=str(op_dir)), make_env(cache)))
+    r = json_result(run_python(LOAD_AND_SCALE.format(path=str(op_dir)), cache=cache))
     assert r["y"] == [4.0, 4.0, 4.0]
     used = manifest_of(cache, "toy_op", r["key"])["shared"]
     probes = list(CacheStore(cache).shared_folder().glob("link-*"))

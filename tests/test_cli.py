@@ -13,8 +13,6 @@ import contextlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -23,19 +21,22 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from subproc import run_interpreter, run_python, start_python
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
-def run_cli(*args, cache: Path, env: dict | None = None, timeout: float = 300):
-    return run_python("-m", "jit_loader", *args, cache=cache, env=env, timeout=timeout)
-
-
-def run_python(*args, cache: Path, env: dict | None = None, timeout: float = 300):
+def cli_env(cache: Path, env: dict | None = None) -> dict:
+    """This process's environment with the cache at ``cache``, without JIT_LOADER_VERBOSE,
+    and ``env`` on top."""
     full_env = {k: v for k, v in os.environ.items() if k != "JIT_LOADER_VERBOSE"}
     full_env.update(JIT_LOADER_CACHE=str(cache), **(env or {}))
-    return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    return full_env
+
+
+def run_cli(*args, cache: Path, env: dict | None = None, timeout: float = 300):
+    return run_interpreter("-m", "jit_loader", *args, env=cli_env(cache, env), timeout=timeout)
 
 
 LOAD_AND_CALL = """
@@ -115,7 +116,7 @@ def test_build_shows_progress_then_is_quiet_when_cached(built):
 
 
 def test_cache_hit_in_a_new_process_prints_nothing(built):
-    out = run_python("-c", LOAD_AND_CALL, built.op_dir, cache=built.cache)
+    out = run_python(LOAD_AND_CALL, built.op_dir, env=cli_env(built.cache), timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "False [2.0, 2.0, 2.0]\n"  # not compiled, and it runs
     assert out.stderr == ""
@@ -149,7 +150,7 @@ def test_build_unknown_op_is_a_usage_error(built):
 @pytest.mark.parametrize("damage", ["truncated", "garbled"])
 def test_damaged_library_is_rebuilt_by_the_next_load(built, damage):
     with damaged_library(built, damage) as so:
-        out = run_python("-c", LOAD_AND_CALL, built.op_dir, cache=built.cache)
+        out = run_python(LOAD_AND_CALL, built.op_dir, env=cli_env(built.cache), timeout=300)
         assert out.returncode == 0, out.stderr
         assert out.stdout == "True [2.0, 2.0, 2.0]\n"  # compiled again, and it runs
         manifest = json.loads((so.parent / "manifest.json").read_text())
@@ -189,8 +190,7 @@ def test_clean_never_removes_a_build_a_live_process_holds(built, tmp_path):
     entry = build_folder(cache, built.key)
     holder_code = LOAD_AND_CALL + "sys.stdout.flush()\nimport time; time.sleep(120)\n"
     env = {**os.environ, "JIT_LOADER_CACHE": str(cache)}
-    holder = subprocess.Popen([sys.executable, "-c", holder_code, str(built.op_dir)], cwd=ROOT,
-                              env=env, stdout=subprocess.PIPE, text=True)
+    holder = start_python(holder_code, built.op_dir, env=env, stderr=None)
     try:
         assert holder.stdout.readline().startswith("False")  # loaded from the cache
         out = run_cli("clean", cache=cache)

@@ -10,7 +10,6 @@ runs in a fresh process against a private cache.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -22,20 +21,10 @@ import pytest
 import torch
 
 import jit_loader
+from subproc import json_result, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-
-
-def run_py(code: str, cache: Path, *args: str, cwd: Path = ROOT) -> dict:
-    """Run ``code`` in a new interpreter against ``cache``; returns the JSON it prints last."""
-    env = {k: v for k, v in os.environ.items() if k != "JIT_LOADER_VERBOSE"}
-    env.update(JIT_LOADER_CACHE=str(cache), PYTHONPATH=str(ROOT))
-    env.setdefault("JIT_LOADER_CUDA_ARCH", "9.0")
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"subprocess failed:\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 TORCH_VS_OURS = """
@@ -71,7 +60,7 @@ def test_lltm_tutorial_through_torch_and_ours_gives_the_same_results(tmp_path):
     shutil.copy2(FIXTURES / "lltm_tutorial" / "lltm.cpp", source)
     cache = tmp_path / "cache"
     (tmp_path / "torch_build").mkdir()  # torch's load expects its build_directory to exist
-    out = run_py(TORCH_VS_OURS, cache, str(source), str(tmp_path / "torch_build"))
+    out = json_result(run_python(TORCH_VS_OURS, source, tmp_path / "torch_build", cache=cache))
     assert out["module"] and out["file_in_cache"]
     assert out["forward_equal"] == [True] * 7
     assert out["backward_equal"] == [True] * 5
@@ -79,12 +68,12 @@ def test_lltm_tutorial_through_torch_and_ours_gives_the_same_results(tmp_path):
     assert out["compiled"] is True
 
     # A new process finds the build in the cache; sources given relative to its folder.
-    again = run_py("""
+    again = json_result(run_python("""
         import json, jit_loader
         m = jit_loader.load(name="lltm_cpp", sources=["lltm.cpp"], extra_cflags=["-O2"])
         (op,) = jit_loader.loaded_ops()
         print(json.dumps({"compiled": op.build.compiled, "has": hasattr(m, "backward")}))
-    """, cache, cwd=source.parent)
+    """, cache=cache, cwd=source.parent))
     assert again == {"compiled": False, "has": True}
 
 
@@ -112,7 +101,7 @@ INLINE_RELOAD = """
 
 
 def test_load_inline_functions_bind_like_torch_and_handles_follow_reloads(tmp_path):
-    out = run_py(INLINE_RELOAD, tmp_path / "cache")
+    out = json_result(run_python(INLINE_RELOAD, cache=tmp_path / "cache"))
     assert out["sin_add"] is True
     assert out["v1"] == 1
     # The function handle, the module taken first and the new one all run build 2.
@@ -146,7 +135,7 @@ def test_flags_make_another_build_on_the_command_line_too(tmp_path):
     assert f"key {key}" in built.stdout
     assert key != jit_loader.op_key(op_dir)[0]
 
-    out = run_py(FLAGS, cache, str(op_dir))
+    out = json_result(run_python(FLAGS, op_dir, cache=cache))
     assert out["flagged"] == {"compiled": False, "key": key}  # the command line's build
     # The same op without the flag in the same process: not the flagged build.
     assert out["plain"]["key"] != key and out["plain"]["compiled"] is True
@@ -196,7 +185,7 @@ INLINE_CUDA = '''
 
 @pytest.mark.cuda
 def test_load_inline_cuda_sources_like_torch(tmp_path):
-    assert run_py(INLINE_CUDA, tmp_path / "cache") == {"ok": True}
+    assert json_result(run_python(INLINE_CUDA, cache=tmp_path / "cache")) == {"ok": True}
 
 
 WITH_CUDA_NO_CU = """
@@ -222,7 +211,7 @@ def test_with_cuda_builds_host_code_without_a_cu_file_like_torch(tmp_path):
         }
         PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("runtime_version", &runtime_version); }
         """))
-    out = run_py(WITH_CUDA_NO_CU, tmp_path / "cache", str(source))
+    out = json_result(run_python(WITH_CUDA_NO_CU, source, cache=tmp_path / "cache"))
     major = int(torch.version.cuda.split(".")[0])
     assert out["with_cuda"] and out["version"] // 1000 == major, out
 
@@ -241,7 +230,7 @@ def test_list_names_the_load_call_of_a_source_list_build(tmp_path):
         (op,) = [o for o in jit_loader.loaded_ops() if o.name == "tiny_ext"]
         print(json.dumps({"key": op.build.key}))
     """
-    key = run_py(code, cache, str(source))["key"]
+    key = json_result(run_python(code, source, cache=cache))["key"]
     env = {k: v for k, v in os.environ.items() if k != "JIT_LOADER_VERBOSE"}
     env.update(JIT_LOADER_CACHE=str(cache), PYTHONPATH=str(ROOT), JIT_LOADER_CUDA_ARCH="9.0")
     out = subprocess.run([sys.executable, "-m", "jit_loader", "list"], cwd=ROOT, env=env,

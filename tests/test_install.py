@@ -15,11 +15,12 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from subproc import json_result, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -88,10 +89,7 @@ def test_wheel_installed_elsewhere_loads_bundled_and_user_ops(installed, tmp_pat
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "JIT_LOADER_VERBOSE")}
     env.update(PYTHONPATH=str(installed), JIT_LOADER_CACHE=str(tmp_path / "cache"),
                CUDA_HOME=str(tmp_path / "no_cuda"))
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(USE_FROM_ELSEWHERE)], cwd=scratch,
-                          env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json_result(run_python(USE_FROM_ELSEWHERE, env=env, cwd=scratch))
     assert Path(out["loader"]).parent == installed  # not the clone
     assert "sigmoid" in out["ops"]
     assert Path(out["bundled_path"]).is_relative_to(installed)

@@ -7,14 +7,10 @@ behind, what several at once do.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -22,6 +18,7 @@ import pytest
 
 import jit_loader
 from jit_tools.state import forget
+from subproc import json_result, private_env, run_python, start_python, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -32,25 +29,6 @@ def copy_op(name: str, dest: Path) -> Path:
     target = dest / name
     shutil.copytree(FIXTURES / name, target)
     return target
-
-
-def make_env(cache: Path, **extra) -> dict:
-    env = dict(os.environ, JIT_LOADER_CACHE=str(cache), PYTHONPATH=str(ROOT))
-    env.pop("JIT_LOADER_VERBOSE", None)
-    env.setdefault("JIT_LOADER_CUDA_ARCH", "9.0")
-    env.update(extra)
-    return {k: v for k, v in env.items() if v is not None}
-
-
-def run_py(code: str, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run ``code`` in a new interpreter; its last stdout line is JSON it prints."""
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def result_of(proc: subprocess.CompletedProcess) -> dict:
-    assert proc.returncode == 0, f"subprocess failed:\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 LOAD_AND_SCALE = """
@@ -81,18 +59,18 @@ def ninja_log(cache: Path, name: str) -> str:
 def test_new_process_hits_cache_without_compiler(tmp_path):
     op_dir = copy_op("toy_op", tmp_path)
     cache = tmp_path / "cache"
-    env = make_env(cache)
+    env = private_env(cache)
 
-    first = run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env)
-    r1 = result_of(first)
+    first = run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env)
+    r1 = json_result(first)
     assert r1["compiled"] is True
     assert r1["y"] == [2.0, 2.0, 2.0]
     assert "building toy_op" in first.stderr  # visible progress during a real build
 
     log_before = ninja_log(cache, "toy_op")
     started = time.time()
-    second = run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env)
-    r2 = result_of(second)
+    second = run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env)
+    r2 = json_result(second)
     assert r2 == {**r1, "compiled": False}
     assert ninja_log(cache, "toy_op") == log_before  # Ninja never ran
     assert second.stderr.strip() == ""  # quiet on a cache hit
@@ -168,7 +146,7 @@ IN_PROCESS_EDITS = """
 def test_edit_revert_error_and_recover_in_one_process(tmp_path):
     op_dir = copy_op("toy_op", tmp_path)
     cache = tmp_path / "cache"
-    out = result_of(run_py(IN_PROCESS_EDITS.format(path=str(op_dir)), make_env(cache)))
+    out = json_result(run_python(IN_PROCESS_EDITS.format(path=str(op_dir)), cache=cache))
 
     assert out["initial"] == [2.0, 2.0]
     # header edit picked up in the same process; the wrapper handed out earlier follows
@@ -198,14 +176,14 @@ def test_failed_build_is_not_remembered_as_done(tmp_path):
     op_dir = copy_op("toy_op", tmp_path)
     source = op_dir / "toy_op.cpp"
     source.write_text(source.read_text().replace("return x * kFactor;", "return x * ;"))
-    env = make_env(tmp_path / "cache")
+    env = private_env(tmp_path / "cache")
     for _ in range(2):  # the second process must try (and fail) again, not import junk
-        proc = run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env)
+        proc = run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env)
         assert proc.returncode != 0
         assert "BuildError" in proc.stderr
         assert f"{source}:" in proc.stderr
-    listing = result_of(run_py(
-        "import json, jit_loader; print(json.dumps(jit_loader.cached_builds('toy_op')))", env))
+    listing = json_result(run_python(
+        "import json, jit_loader; print(json.dumps(jit_loader.cached_builds('toy_op')))", env=env))
     assert listing == []
 
 
@@ -230,7 +208,7 @@ PYBIND_RELOAD = """
 
 def test_pybind_module_reloads_in_process(tmp_path):
     op_dir = copy_op("toy_pybind", tmp_path)
-    out = result_of(run_py(PYBIND_RELOAD.format(path=str(op_dir)), make_env(tmp_path / "cache")))
+    out = json_result(run_python(PYBIND_RELOAD.format(path=str(op_dir)), cache=tmp_path / "cache"))
     assert out == {"first": 42, "second": 43, "handle": 43, "twice": [2.0, 2.0]}
 
 
@@ -242,16 +220,10 @@ def test_pybind_module_reloads_in_process(tmp_path):
 def test_concurrent_processes_compile_once(tmp_path):
     op_dir = copy_op("toy_op", tmp_path)
     set_factor(op_dir, 7.0)
-    env = make_env(tmp_path / "cache")
-    code = textwrap.dedent(LOAD_AND_SCALE.format(path=str(op_dir)))
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(4)]
-    results = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=900)
-        assert p.returncode == 0, stderr
-        results.append(json.loads(stdout.strip().splitlines()[-1]))
+    env = private_env(tmp_path / "cache")
+    code = LOAD_AND_SCALE.format(path=str(op_dir))
+    procs = [start_python(code, env=env) for _ in range(4)]
+    results = [json_result(wait_for(p)) for p in procs]
     assert sum(r["compiled"] for r in results) == 1
     assert all(r["y"] == [7.0, 7.0, 7.0] for r in results)
     assert len({r["key"] for r in results}) == 1
@@ -266,10 +238,9 @@ def test_sigkill_during_build_then_next_load_succeeds(tmp_path):
     op_dir = copy_op("toy_op", tmp_path)
     set_factor(op_dir, 9.0)
     cache = tmp_path / "cache"
-    env = make_env(cache)
-    code = textwrap.dedent(LOAD_AND_SCALE.format(path=str(op_dir)))
-    victim = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = private_env(cache)
+    victim = start_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # Generous: on a busy 2-core machine importing torch alone can take a minute.
         deadline = time.time() + 300
@@ -285,7 +256,7 @@ def test_sigkill_during_build_then_next_load_succeeds(tmp_path):
         victim.wait()
 
     started = time.time()
-    out = result_of(run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env, timeout=300))
+    out = json_result(run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env, timeout=300))
     assert out["y"] == [9.0, 9.0, 9.0]
     assert time.time() - started < 240
     builds = list((cache / "toy_op" / "builds").iterdir())
@@ -326,10 +297,10 @@ CUDA_INCREMENTAL = """
 def test_cuda_compiles_without_gpu_and_edits_rebuild_one_unit(tmp_path):
     op_dir = copy_op("toy_cuda", tmp_path)
     # No GPU visible and no arch list given: the loader's default list, not IndexError.
-    env = make_env(tmp_path / "cache", CUDA_VISIBLE_DEVICES="", JIT_LOADER_CUDA_ARCH=None,
+    env = private_env(tmp_path / "cache", CUDA_VISIBLE_DEVICES="", JIT_LOADER_CUDA_ARCH=None,
                    TORCH_CUDA_ARCH_LIST=None)
     env.pop("JIT_LOADER_CUDA_ARCH", None)
-    out = result_of(run_py(CUDA_INCREMENTAL.format(path=str(op_dir)), env))
+    out = json_result(run_python(CUDA_INCREMENTAL.format(path=str(op_dir)), env=env))
     assert out["arch"] == jit_loader.DEFAULT_CUDA_ARCH
     assert "-gencode=arch=compute_80,code=sm_80" in out["ninja"]
     assert "-gencode=arch=compute_90,code=sm_90" in out["ninja"]
@@ -359,9 +330,9 @@ NO_NVCC = """
 
 def test_without_nvcc_builds_cpu_only_and_cuda_calls_explain(tmp_path):
     op_dir = copy_op("toy_cuda", tmp_path)
-    env = make_env(tmp_path / "cache", CUDA_HOME=str(tmp_path / "no_cuda_here"))
-    proc = run_py(NO_NVCC.format(path=str(op_dir)), env)
-    out = result_of(proc)
+    env = private_env(tmp_path / "cache", CUDA_HOME=str(tmp_path / "no_cuda_here"))
+    proc = run_python(NO_NVCC.format(path=str(op_dir)), env=env)
+    out = json_result(proc)
     assert out["cpu"] == [1.0, 1.0]
     assert out["with_cuda"] is False
     assert "CUDA_HOME" in out["reason"] and "no bin/nvcc" in out["reason"]
@@ -399,8 +370,8 @@ def test_unusable_cache_directory_is_named(tmp_path):
     op_dir = copy_op("toy_op", tmp_path)
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
-    env = make_env(blocker / "cache")
-    proc = run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env)
+    env = private_env(blocker / "cache")
+    proc = run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env)
     assert proc.returncode != 0
     assert "CacheError" in proc.stderr
     assert str(blocker / "cache") in proc.stderr

@@ -19,19 +19,19 @@ from pathlib import Path
 import pytest
 
 from jit_tools.builder import toolchain
-from test_jit_loader import (LOAD_AND_SCALE, ROOT, copy_op, make_env, ninja_log, result_of, run_py,
-                             set_factor)
+from subproc import json_result, private_env, run_python
+from test_jit_loader import LOAD_AND_SCALE, ROOT, copy_op, ninja_log, set_factor
 
 
 def load_scale(op_dir: Path, env: dict) -> dict:
-    return result_of(run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env))
+    return json_result(run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env))
 
 
 def test_file_restored_with_an_old_mtime_is_rebuilt(tmp_path):
     """cp -p / git stash put back a header older than the objects: Ninja alone would
     keep the object of the previous content and publish it under the new key."""
     op_dir = copy_op("toy_op", tmp_path)
-    env = make_env(tmp_path / "cache")
+    env = private_env(tmp_path / "cache")
     header = op_dir / "toy_op.h"
     old = os.stat(header)
     assert load_scale(op_dir, env)["y"] == [2.0] * 3
@@ -70,10 +70,10 @@ def test_edit_during_the_build_is_never_published_under_the_old_key(tmp_path):
     wrapper = tmp_path / "cxx-wrapper"
     wrapper.write_text(WRAPPER.format(mark=tmp_path / "edited", header=header))
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-    env = make_env(tmp_path / "cache", CXX=str(wrapper))
+    env = private_env(tmp_path / "cache", CXX=str(wrapper))
 
-    first = run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env)
-    r = result_of(first)
+    first = run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env)
+    r = json_result(first)
     # The loader noticed the edit, built the sources as they now are, and runs them.
     assert "kFactor = 3.0" in header.read_text()
     assert r["y"] == [3.0] * 3
@@ -102,7 +102,7 @@ def test_library_corrupted_in_place_is_detected_and_rebuilt(tmp_path):
     doctor and list --verify name the corrupt build."""
     op_dir = copy_op("toy_op", tmp_path)
     cache = tmp_path / "cache"
-    env = make_env(cache)
+    env = private_env(cache)
     assert load_scale(op_dir, env)["compiled"] is True
     assert load_scale(op_dir, env)["compiled"] is False  # verified once, then a stat
 
@@ -134,11 +134,8 @@ def test_relative_cache_path_and_paths_with_spaces(tmp_path):
     work = tmp_path / "my project"
     work.mkdir()
     op_dir = copy_op("toy_op", work)
-    env = make_env(Path("build cache"))  # relative, with a space
-    code = LOAD_AND_SCALE.format(path=str(op_dir))
-    proc = subprocess.run([sys.executable, "-c", __import__("textwrap").dedent(code)], cwd=work,
-                          env=env, capture_output=True, text=True, timeout=900)
-    r = result_of(proc)
+    env = private_env(Path("build cache"))  # relative, with a space
+    r = json_result(run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env, cwd=work))
     assert r["compiled"] is True and r["y"] == [2.0] * 3
     assert list((work / "build cache" / "toy_op" / "builds").glob("*/toy_op.so"))
 
@@ -162,9 +159,9 @@ def test_waiting_on_a_stopped_builder_says_who_and_times_out(tmp_path):
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        env = make_env(cache, JIT_LOADER_LOCK_TIMEOUT="3")
+        env = private_env(cache, JIT_LOADER_LOCK_TIMEOUT="3")
         started = time.time()
-        proc = run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env, timeout=300)
+        proc = run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env, timeout=300)
         assert proc.returncode != 0
         assert time.time() - started < 120
         assert f"waiting for process {holder.pid}" in proc.stderr
@@ -176,13 +173,15 @@ def test_waiting_on_a_stopped_builder_says_who_and_times_out(tmp_path):
         holder.kill()
         holder.wait()
 
-    bad = run_py(LOAD_AND_SCALE.format(path=str(op_dir)), make_env(cache, JIT_LOADER_LOCK_TIMEOUT="soon"))
+    bad = run_python(LOAD_AND_SCALE.format(path=str(op_dir)),
+                     env=private_env(cache, JIT_LOADER_LOCK_TIMEOUT="soon"))
     assert bad.returncode != 0 and "JIT_LOADER_LOCK_TIMEOUT='soon' is not a number" in bad.stderr
 
 
 def test_max_jobs_is_validated(tmp_path):
     op_dir = copy_op("toy_op", tmp_path)
-    proc = run_py(LOAD_AND_SCALE.format(path=str(op_dir)), make_env(tmp_path / "cache", MAX_JOBS="abc"))
+    proc = run_python(LOAD_AND_SCALE.format(path=str(op_dir)),
+                      env=private_env(tmp_path / "cache", MAX_JOBS="abc"))
     assert proc.returncode != 0
     assert "MAX_JOBS='abc' is not a positive whole number" in proc.stderr
 
@@ -243,8 +242,8 @@ def test_a_surface_that_fails_to_import_stays_broken_and_leaves_nothing(tmp_path
     (op_dir / "toy_op.py").write_text(SURFACE.format(version=1, grad_factor=2, tail=""))
     broken = SURFACE.format(version=2, grad_factor=100, tail="1 / 0")
     fixed = SURFACE.format(version=3, grad_factor=3, tail="")
-    r = result_of(run_py(FAILED_SURFACE.format(path=str(op_dir), broken=broken, fixed=fixed),
-                         make_env(tmp_path / "cache")))
+    r = json_result(run_python(FAILED_SURFACE.format(path=str(op_dir), broken=broken, fixed=fixed),
+                               cache=tmp_path / "cache"))
     assert r["v1"] == [1, [2.0, 2.0]]
     assert r["first"] == "raised" and r["second"] == "raised"
     assert r["while_broken"] == [1, [2.0, 2.0]]
@@ -274,14 +273,14 @@ def test_undefined_symbol_is_a_build_error_naming_it_and_not_retried(tmp_path):
         "at::Tensor helper(const at::Tensor& x, int times);  // declared, never defined\n\n"
         "at::Tensor scale_cpu(const at::Tensor& x) {\n  if (x.numel() < 0) return helper(x, 2);"))
     cache = tmp_path / "cache"
-    r = result_of(run_py(UNDEFINED.format(path=str(op_dir)), make_env(cache)))
+    r = json_result(run_python(UNDEFINED.format(path=str(op_dir)), cache=cache))
     first = r[0].splitlines()[0]
     assert first == "toy_op: undefined symbol helper(at::Tensor const&, int)", r[0]
     assert "toy_op.cpp" in r[0]
     assert r[1].splitlines()[0] == first
     # Neither the second attempt nor a new process compiles again while nothing changed.
     log = ninja_log(cache, "toy_op")
-    r2 = result_of(run_py(UNDEFINED.format(path=str(op_dir)), make_env(cache)))
+    r2 = json_result(run_python(UNDEFINED.format(path=str(op_dir)), cache=cache))
     assert r2[0].splitlines()[0] == first
     assert ninja_log(cache, "toy_op") == log
 
@@ -329,7 +328,7 @@ DISPATCHER_REFUSALS = """
 
 def test_dispatcher_refusals_are_explained_in_one_line(tmp_path):
     op_dir = copy_op("toy_op", tmp_path)
-    r = result_of(run_py(DISPATCHER_REFUSALS.format(path=str(op_dir)), make_env(tmp_path / "cache")))
+    r = json_result(run_python(DISPATCHER_REFUSALS.format(path=str(op_dir)), cache=tmp_path / "cache"))
     assert r["schema"] == "loaded"  # a schema change reloads live (test_reload_edges.py)
     assert r["new_build_runs"] == [2.0, 2.0]  # the new build, its f=1.0 default
     assert "toy_op::scael" in r["dangling"] and "no m.def declares" in r["dangling"], r["dangling"]
@@ -355,8 +354,8 @@ def test_failed_build_report_hint_and_progress_total(tmp_path):
     source = op_dir / "toy_op.cpp"
     source.write_text(source.read_text().replace("return x * kFactor;", "return x * kFactr;"))
     (op_dir / "toy.py").write_text("VERSION = 1\n")
-    proc = run_py(BROKEN_BUILD.format(path=str(op_dir)), make_env(tmp_path / "cache"))
-    message = result_of(proc)
+    proc = run_python(BROKEN_BUILD.format(path=str(op_dir)), cache=tmp_path / "cache")
+    message = json_result(proc)
     assert message.splitlines()[0].startswith(f"{source}:")
     assert "kFactr" in message.splitlines()[0]
     assert message.count(f"-c {source}") == 0, message
@@ -368,7 +367,7 @@ def test_failed_build_report_hint_and_progress_total(tmp_path):
 
 
 def test_doctor_gives_one_verdict_for_a_cuda_home_without_nvcc(tmp_path):
-    env = make_env(tmp_path / "cache", CUDA_HOME=str(tmp_path / "nowhere"))
+    env = private_env(tmp_path / "cache", CUDA_HOME=str(tmp_path / "nowhere"))
     proc = subprocess.run([sys.executable, "-m", "jit_loader", "doctor"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
@@ -392,7 +391,7 @@ def check_cases(device):
 
 def test_run_all_checks_out_of_tree_ops_and_fails_without_a_reference(tmp_path):
     op_dir = copy_op("toy_op", tmp_path)
-    env = make_env(tmp_path / "cache")
+    env = private_env(tmp_path / "cache")
     cmd = [sys.executable, "-m", "experiments.run_all", "--no-bench", "--ops", str(op_dir)]
     missing = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert missing.returncode == 1, missing.stdout + missing.stderr
@@ -420,10 +419,10 @@ def test_prebuilt_read_only_first_layer(tmp_path):
     op_dir = copy_op("toy_op", tmp_path)
     prebuilt, local = tmp_path / "prebuilt", tmp_path / "local"
     first = subprocess.run([sys.executable, "-m", "jit_loader", "build", str(op_dir)], cwd=ROOT,
-                           env=make_env(prebuilt), capture_output=True, text=True, timeout=900)
+                           env=private_env(prebuilt), capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stdout + first.stderr
     before = _tree(prebuilt)
-    env = make_env(Path(f"{prebuilt}{os.pathsep}{local}"))
+    env = private_env(Path(f"{prebuilt}{os.pathsep}{local}"))
 
     r = load_scale(op_dir, env)
     assert r["compiled"] is False and r["y"] == [2.0] * 3

@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
 
-from test_jit_loader import ROOT, copy_op, make_env, result_of, run_py
+from subproc import json_result, private_env, run_python, start_python, wait_for
+from test_jit_loader import ROOT, copy_op
 
 TIMEOUT = 600  # a hang fails the test instead of blocking the suite
 
@@ -102,9 +102,9 @@ SCHEMA_CHANGE = """
 
 
 def test_schema_change_reloads_live_with_the_surface(tmp_path):
-    env = make_env(tmp_path / "cache")
+    env = private_env(tmp_path / "cache")
     op_dir = scaffold(tmp_path, "sch_op", env)
-    r = result_of(run_py(SCHEMA_CHANGE.format(path=str(op_dir)), env, timeout=TIMEOUT))
+    r = json_result(run_python(SCHEMA_CHANGE.format(path=str(op_dir)), env=env, timeout=TIMEOUT))
     assert r["before"] and r["compiled_before"]
     assert r["schema"] == "sch_op::forward(Tensor x, float scale=1.) -> Tensor", r["schema"]
     assert r["new_call"] and r["handle_follows"] and r["gradcheck"]
@@ -151,9 +151,9 @@ FAILURES = """
 
 
 def test_failed_activation_and_interrupt_end_in_one_error(tmp_path):
-    env = make_env(tmp_path / "cache")
+    env = private_env(tmp_path / "cache")
     op_dir = scaffold(tmp_path, "fail_op", env)
-    r = result_of(run_py(FAILURES.format(path=str(op_dir)), env, timeout=TIMEOUT))
+    r = json_result(run_python(FAILURES.format(path=str(op_dir)), env=env, timeout=TIMEOUT))
     assert "fail_op::forwrd" in r["dangling"] and "no m.def declares" in r["dangling"], r["dangling"]
     assert r["still_runs"]
     assert r["interrupt"] == "interrupted"
@@ -206,8 +206,8 @@ HELD_ELSEWHERE = """
 
 def test_schema_change_refused_only_where_something_else_holds_the_op(tmp_path):
     op_dir = copy_op("toy_op", tmp_path)
-    r = result_of(run_py(HELD_ELSEWHERE.format(path=str(op_dir)), make_env(tmp_path / "cache"),
-                         timeout=TIMEOUT))
+    r = json_result(run_python(HELD_ELSEWHERE.format(path=str(op_dir)), cache=tmp_path / "cache",
+                               timeout=TIMEOUT))
     assert r["library"].startswith("op 'toy_op' changed a schema: toy_op::scale was "
                                    "`toy_op::scale(Tensor x) -> Tensor`"), r["library"]
     assert "Registrations made outside op 'toy_op'" in r["library"]
@@ -260,8 +260,8 @@ DELETED_SOURCE = """
 def test_deleted_source_withdraws_its_op_and_keeps_the_rest(tmp_path):
     op_dir = copy_op("toy_op", tmp_path)
     (op_dir / "extra.cpp").write_text(EXTRA_CPP)
-    r = result_of(run_py(DELETED_SOURCE.format(path=str(op_dir)), make_env(tmp_path / "cache"),
-                         timeout=TIMEOUT))
+    r = json_result(run_python(DELETED_SOURCE.format(path=str(op_dir)), cache=tmp_path / "cache",
+                               timeout=TIMEOUT))
     assert r["twice"] == [2.0, 2.0]
     assert r["scale"] == [2.0, 2.0]
     assert r["ops"] == ["scale"]
@@ -290,12 +290,11 @@ def test_clean_in_a_loop_never_removes_a_build_being_made_or_handed_over(tmp_pat
     wrapper = tmp_path / "slow-cxx"
     wrapper.write_text(SLOW_CXX)
     wrapper.chmod(0o755)
-    env = make_env(tmp_path / "cache", CXX=str(wrapper))
-    code = textwrap.dedent(BUILD.format(path=str(op_dir)))
+    env = private_env(tmp_path / "cache", CXX=str(wrapper))
+    code = BUILD.format(path=str(op_dir))
 
     def start():
-        return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return start_python(code, env=env)
 
     done = threading.Event()
     cleans = []
@@ -312,15 +311,13 @@ def test_clean_in_a_loop_never_removes_a_build_being_made_or_handed_over(tmp_pat
     cleaner = threading.Thread(target=clean_loop)
     cleaner.start()
     try:
-        outs = [p.communicate(timeout=TIMEOUT) for p in (builder, waiter)]
+        outs = [wait_for(p, timeout=TIMEOUT) for p in (builder, waiter)]
     finally:
         done.set()
         cleaner.join(timeout=300)
         for p in (builder, waiter):
             p.kill()
-    for p, (stdout, stderr) in zip((builder, waiter), outs):
-        assert p.returncode == 0, stdout + stderr
-    first, second = (result_of(subprocess.CompletedProcess([], 0, o[0], o[1])) for o in outs)
+    first, second = (json_result(out) for out in outs)
     assert first == {"compiled": True, "y": [2.0, 2.0]}
     assert second == {"compiled": False, "y": [2.0, 2.0]}  # the build it was handed was there
     assert cleans and all(c.returncode == 0 for c in cleans), [(c.returncode, c.stdout, c.stderr) for c in cleans if c.returncode]

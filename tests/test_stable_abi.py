@@ -19,7 +19,8 @@ import torch
 import jit_loader
 from jit_tools import key as keys, abi, prebuilt
 from jit_tools.builder import toolchain
-from test_jit_loader import copy_op, make_env, ninja_log, result_of, run_py
+from subproc import json_result, private_env, run_python
+from test_jit_loader import copy_op, ninja_log
 
 LOAD_AND_SCALE = """
     import json, torch, jit_loader
@@ -33,13 +34,13 @@ LOAD_AND_SCALE = """
 def test_stable_op_builds_then_a_new_process_loads_it_without_compiler(tmp_path):
     op_dir = copy_op("stable_op", tmp_path)
     cache = tmp_path / "cache"
-    env = make_env(cache)
-    first = result_of(run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env))
+    env = private_env(cache)
+    first = json_result(run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env))
     assert first["compiled"] is True and first["y"] == [2.0, 2.0, 2.0]
 
     log_before = ninja_log(cache, "stable_op")
-    second = run_py(LOAD_AND_SCALE.format(path=str(op_dir)), env)
-    assert result_of(second) == {**first, "compiled": False}
+    second = run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env)
+    assert json_result(second) == {**first, "compiled": False}
     assert ninja_log(cache, "stable_op") == log_before  # Ninja never ran
     assert second.stderr.strip() == ""
 
@@ -105,7 +106,7 @@ IN_PROCESS_EDITS = """
 
 def test_stable_op_reloads_in_a_live_process(tmp_path):
     op_dir = copy_op("stable_op", tmp_path)
-    out = result_of(run_py(IN_PROCESS_EDITS.format(path=str(op_dir)), make_env(tmp_path / "cache")))
+    out = json_result(run_python(IN_PROCESS_EDITS.format(path=str(op_dir)), cache=tmp_path / "cache"))
     assert out["initial"] == [2.0, 2.0]
     # the old registrations are withdrawn and replaced: no duplicate-registration error,
     # and the handle given out before the edit runs the new build
@@ -157,7 +158,7 @@ INLINE = """
 
 def test_load_inline_takes_stable_sources(tmp_path):
     source = copy_op("stable_op", tmp_path) / "stable_op.cpp"
-    out = result_of(run_py(INLINE.format(source=str(source)), make_env(tmp_path / "cache")))
+    out = json_result(run_python(INLINE.format(source=str(source)), cache=tmp_path / "cache"))
     assert out["y"] == [4.0, 4.0]
     assert out["extension_h"] is False  # no ATen header is prepended to stable text
     assert "functions=" in out["refused"] and "STABLE_TORCH_LIBRARY" in out["refused"]

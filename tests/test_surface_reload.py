@@ -9,12 +9,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import jit_loader
+from subproc import json_result, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,11 +73,7 @@ def test_functions_handles_and_modules_taken_before_a_reload_run_the_new_build(t
                JIT_LOADER_SHARED_DIR=str(Path(jit_loader.cache_dir()) / "_shared"),
                CUDA_HOME=str(tmp_path / "no_cuda"), JIT_LOADER_PREBUILT="0")
     env.pop("JIT_LOADER_VERBOSE", None)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(RELOAD), json.dumps(OPS),
-                           str(ops)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json_result(run_python(RELOAD, json.dumps(OPS), ops, env=env))
     for name in OPS:
         r = result[name]
         for what, shift in r["shift"].items():
