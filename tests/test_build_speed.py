@@ -204,9 +204,9 @@ def test_a_first_link_where_gold_fails_links_with_the_default_linker(tmp_path):
     (tools / "ld.gold").write_text("#!/bin/sh\necho 'gold: broken' >&2\nexit 1\n")
     (tools / "ld.gold").chmod(0o755)
     cache = tmp_path / "cache"
-    env = make_env(cache, JIT_LOADER_SHARED_NOW="0", JIT_LOADER_SHARED_DIR=None,
-                   COMPILER_PATH=str(tools))
-    r = result_of(run_py(LOAD_AND_SCALE.format(path=str(copy_op("toy_op", tmp_path / "a"))), env))
+    env = private_env(cache, JIT_LOADER_SHARED_NOW="0", JIT_LOADER_SHARED_DIR=None,
+                      COMPILER_PATH=str(tools))
+    r = json_result(run_python(LOAD_AND_SCALE.format(path=str(copy_op("toy_op", tmp_path / "a"))), env=env))
     assert r["compiled"] and r["y"] == [2.0, 2.0, 2.0]
     assert manifest_of(cache, "toy_op", r["key"])["shared"]["linker"] == "gold, else default"
     (library,) = (cache / "toy_op" / "builds" / r["key"]).glob("*.so")
