@@ -116,7 +116,7 @@ def test_compiler_cache_on_path_is_not_put_in_front_twice(cache, tmp_path):
 
 def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path):
     """By default a build compiles at once with the pieces that exist (none in a new
-    cache: no precompiled header, the default linker), then builds the missing
+    cache: no precompiled header, no linker probe, no ccache), then builds the missing
     ones in the background; the next build with the same flags uses them."""
     cache = tmp_path / "cache"
     env = private_env(cache, JIT_LOADER_SHARED_NOW="0", JIT_LOADER_SHARED_DIR=None)
@@ -124,7 +124,8 @@ def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path)
     r1 = json_result(run_python(LOAD_AND_SCALE.format(path=str(first)), env=env))
     assert r1["compiled"] and r1["y"] == [2.0, 2.0, 2.0]
     used = manifest_of(cache, "toy_op", r1["key"])["shared"]
-    assert not used["pch"], used
+    assert not used["pch"] and not used["ccache"], used
+    assert "ccache" not in build_ninja(cache, "toy_op", first)
     # No probe yet: the link tries gold and falls back to the default linker.
     assert used["linker"] == ("gold, else default" if shared.is_gcc("c++") else "default"), used
     if shared.is_gcc("c++") and shutil.which("ld.gold"):
@@ -149,6 +150,7 @@ def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path)
     assert r2["compiled"] and r2["y"] == [3.0, 3.0, 3.0]
     used = manifest_of(cache, "toy_op", r2["key"])["shared"]
     assert used["pch"] == shared.is_gcc("c++") and "later" not in used, used
+    assert used["ccache"] == (shared.ccache() is not None), used
 
 
 LOAD_STABLE_WITH = """

@@ -14,8 +14,9 @@ before.
 
 A piece pays from the second build of its toolchain and flags on; building it first
 would put it on the critical path of the first (the precompiled header alone takes
-longer than a tiny op). So a build uses the pieces that exist, and once it has
-succeeded starts the missing pieces
+longer than a tiny op). So a build uses the pieces that exist (and ccache only where none
+is missing: a flag set's first build is all cache misses), and once it has succeeded
+starts the missing pieces
 in a background process (``build_later``) at low priority: the next build with those
 flags finds them. ``JIT_LOADER_SHARED_NOW=1`` builds them first instead (the test suite,
 which builds many ops with one toolchain, does).
@@ -492,20 +493,26 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
             text = re.sub(rf"^{var} = .*$", lambda m: f"{var} = {unwrap(v[var])}", text,
                           count=1, flags=re.M)
     flags = common_flags(v.get("cflags", ""), name, private_dirs)
-    launch = ccache()
-    used = {"ccache": launch is not None, "pch": False, "linker": "default"}
+    used = {"ccache": False, "pch": False, "linker": "default"}
     env: dict = {}
-    if launch:
-        env = ccache_env(root)
-        CacheStore(root).ccache_folder().mkdir(parents=True, exist_ok=True)
     pch_header, pch_text = pieces_for(text)
     ldflags = v.get("ldflags", "")
     later = {"root": str(root), "cxx": cxx, "flags": flags, "post": post, "ldflags": ldflags,
              "pch_header": pch_header, "pch_text": pch_text}
+    missing: list[str] = []
     if build_now():
         pch, linker = _pieces_now(later)
     else:
         pch, linker, missing = _pieces_built(later)
+    # ccache joins from a flag set's second build, as the other pieces do: the first
+    # build of a flag set (often a one-off) is all misses, on each of which ccache hashes
+    # every header the unit read and stores the object.
+    launch = ccache() if not missing else None
+    if launch:
+        env.update(ccache_env(root))
+        CacheStore(root).ccache_folder().mkdir(parents=True, exist_ok=True)
+        used["ccache"] = True
+    if missing:
         if pch is None and (sibling := sibling_header(root, cxx, flags, post, pch_header, pch_text)):
             # The exact header is built only if GCC turns the sibling down.
             pch, used["pch_sibling"] = sibling, sibling.parent.name
@@ -516,10 +523,10 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
         if missing:
             used["later"] = missing
             env["later"] = later
-        if any(m.startswith("link-") for m in missing):
-            text, tried = _gold_else_default(text, cxx)
-            if tried:
-                used["linker"] = "gold, else default"
+    if any(m.startswith("link-") for m in missing):
+        text, tried = _gold_else_default(text, cxx)
+        if tried:
+            used["linker"] = "gold, else default"
     if linker:
         text = re.sub(r"^ldflags = ", lambda m: f"ldflags = {shlex.join(linker)} ", text, count=1, flags=re.M)
         used["linker"] = "gold"
