@@ -160,6 +160,8 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                     with store.build_lock(state.name) as lock_fd:
                         manifest = store.manifest(state.name, key)  # another process built it
                         if manifest is None:
+                            if surface_file(state) is not None:
+                                surface.warm_source_lookup()
                             manifest, log_path = builder.build(
                                 store, state.name, state.op_dir, state.options, key, config,
                                 compiled_sources, toolchain.verbose(verbose), lock_fd,

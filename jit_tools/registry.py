@@ -122,20 +122,24 @@ def is_schema_change(message: str) -> bool:
 
 def current_schemas(namespaces: Iterable[str]) -> dict[str, list[str]]:
     """``ns::op`` -> schemas of the ops a build registered, while it is live."""
+    all_names = _torch_private.dispatcher_op_names()
     return {f"{ns}::{op}": _torch_private.schemas(f"{ns}::{op}")
-            for ns in namespaces for op in ops_in(ns)}
+            for ns in namespaces for op in ops_in(ns, all_names)}
 
 
 def unregister(lib) -> None:
     lib.jit_loader_unregister()
 
 
-def ops_in(namespace: str) -> list[str]:
+def ops_in(namespace: str, all_names: Iterable[str] | None = None) -> list[str]:
     """Names (``op`` or ``op.overload``) of the operators declared in ``namespace``.
     An entry the dispatcher keeps only for kernels (no schema: an op whose declaration
-    was withdrawn) is not an operator anyone can call, so it is left out."""
+    was withdrawn) is not an operator anyone can call, so it is left out. ``all_names``:
+    the dispatcher's op names, where the caller has them already."""
     prefix = namespace + "::"
-    return sorted(n[len(prefix):] for n in _torch_private.dispatcher_op_names()
+    if all_names is None:
+        all_names = _torch_private.dispatcher_op_names()
+    return sorted(n[len(prefix):] for n in all_names
                   if n.startswith(prefix) and _torch_private.has_schema(n))
 
 
@@ -144,9 +148,10 @@ def keepalive(namespaces: Iterable[str]) -> None:
     entry between withdrawing an old build and registering the new one: Python code
     may hold ``torch.ops.ns.op.default`` objects that point at it. One library per op,
     so that an op a new build no longer declares can be let go alone."""
+    all_names = _torch_private.dispatcher_op_names()
     for ns in namespaces:
         held = KEEPALIVE.setdefault(ns, {})
-        for op in ops_in(ns):
+        for op in ops_in(ns, all_names):
             if op in held:
                 continue
             lib = torch.library.Library(ns, "FRAGMENT")
@@ -166,13 +171,14 @@ def release(namespaces: Iterable[str], ops: Iterable[str] | None = None) -> list
     torch.compile recompiles. Returns the ``ns::op`` names whose entries are gone."""
     namespaces = list(namespaces)
     wanted = None if ops is None else set(ops)
+    let_go = [(ns, op) for ns in namespaces for op in KEEPALIVE.get(ns, {})
+              if wanted is None or f"{ns}::{op}" in wanted]
+    if not let_go:
+        return []
     before = {n for n in _torch_private.dispatcher_op_names()
               if n.split("::", 1)[0] in namespaces}
-    for ns in namespaces:
-        held = KEEPALIVE.get(ns, {})
-        for op in list(held):
-            if wanted is None or f"{ns}::{op}" in wanted:
-                _torch_private.destroy_library(held.pop(op))
+    for ns, op in let_go:
+        _torch_private.destroy_library(KEEPALIVE[ns].pop(op))
     gone = sorted(before - set(_torch_private.dispatcher_op_names()))
     if gone:
         _torch_private.retire_op_objects(
@@ -218,9 +224,10 @@ def missing_cuda_kernels(namespaces: Iterable[str], why: str) -> list:
     a generic 'could not run ... with arguments from the CUDA backend'. Returns the
     libraries holding those kernels (destroy them to withdraw)."""
     libs = []
+    all_names = _torch_private.dispatcher_op_names()
     for ns in namespaces:
         lib = torch.library.Library(ns, "FRAGMENT")
-        for op in ops_in(ns):
+        for op in ops_in(ns, all_names):
             full = f"{ns}::{op}"
             if _torch_private.has_kernel(full, "CUDA") or not _torch_private.has_kernel(full, "CPU"):
                 continue

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
+import inspect
 import sys
+import threading
 from pathlib import Path
 
 from jit_tools import registry, sources
@@ -20,6 +23,17 @@ def module_name(op_dir: Path, name: str) -> str:
     if op_dir.parent == sources.OPS_DIR.resolve() and (sources.OPS_DIR / "__init__.py").is_file():
         return f"ops.{name}.{name}"
     return f"_jit_ops_{name}_{hashlib.sha256(str(op_dir).encode()).hexdigest()[:8]}.{name}"
+
+
+def warm_source_lookup() -> None:
+    """Map the loaded modules to their files now, in a thread, while an op's compilers run.
+    A surface's ``torch.library.register_fake`` records where it was called from through
+    ``inspect``, whose first lookup in a process maps every loaded module (about 0.05 s
+    with torch imported); done here, the surface's import after the build skips it."""
+    def warm():
+        with contextlib.suppress(Exception):
+            inspect.getmodule(sys._getframe())
+    threading.Thread(target=warm, name="jit_loader-warm", daemon=True).start()
 
 
 def _private_package(name: str, op_dir: Path) -> None:
