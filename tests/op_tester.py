@@ -29,8 +29,9 @@ class OpTester:
             metafunc.parametrize("case", list(self.reference().check_cases("cpu")), ids=str)
 
     @pytest.fixture(scope="class")
-    def op(self):
-        return jit_loader.load(self.op_name)
+    @classmethod
+    def op(cls):
+        return jit_loader.load(cls.op_name)
 
     def test_check(self, op, device, case):
         result = check_case(op, self.reference(), case, device, verbose=False)
