@@ -8,7 +8,6 @@ private cache, with a timeout: none of them may hang.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
