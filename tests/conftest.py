@@ -18,6 +18,15 @@ os.environ.setdefault("JIT_LOADER_SHARED_DIR", str(store.cache_dir() / "_shared"
 # one-off flag set must not wait for them; test_build_speed tests that default).
 os.environ.setdefault("JIT_LOADER_SHARED_NOW", "1")
 
+# Under pytest-xdist each worker gets its share of the cores for torch's CPU threads (and
+# passes it to the processes it starts): N workers with a thread per core each make OpenMP
+# spin against itself, and a CPU gradcheck that takes 12 s alone took 370 s so.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _THREADS = max(1, (os.cpu_count() or 1) // _WORKERS)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 HAS_CUDA = torch.cuda.is_available()
 
 # Every device test runs on CPU everywhere and on CUDA where a GPU is present
