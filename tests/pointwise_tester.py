@@ -12,16 +12,14 @@ Values are compared with the op's float64 reference within the dtype's tolerance
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
 import pytest
 import torch
 
-import jit_loader
 from op_tester import OpTester
+from subproc import run_python
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 SIZES = [0, 1, 3, 1023, 2**20 + 7]
@@ -199,4 +197,5 @@ class PointwiseTester(OpTester):
         name = spec.name
         code = (f"import sys, ops.{name}, ops.{name}.reference; "
                 f"assert 'jit_loader' not in sys.modules and 'ops.{name}.{name}' not in sys.modules")
-        subprocess.run([sys.executable, "-c", code], check=True, cwd=jit_loader.REPO_ROOT)
+        result = run_python(code)
+        assert result.returncode == 0, result.stderr

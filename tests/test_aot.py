@@ -17,10 +17,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import torch
 
 import jit_loader
 from jit_tools import abi, prebuilt
+from subproc import run_python
 
 ROOT = Path(jit_loader.REPO_ROOT)
 OP = "sigmoid"
@@ -92,8 +92,7 @@ def test_import_loads_prebuilt_library_without_compiling(site, tmp_path, mode):
         "x = torch.randn(64, dtype=torch.float64)\n"
         f"torch.testing.assert_close({OP}(x), torch.sigmoid(x))\n"
         f"torch.testing.assert_close(op.ops.forward(x), torch.sigmoid(x))\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=site, capture_output=True, text=True,
-                            env=_env(JIT_LOADER_CACHE=str(cache), **{prebuilt.ENV: mode}))
+    result = run_python(code, cwd=site, env=_env(JIT_LOADER_CACHE=str(cache), **{prebuilt.ENV: mode}))
     assert result.returncode == 0, result.stderr
     kind, library = result.stdout.split()
     assert kind == "PrebuiltOp" and Path(library).parent == site / "ops" / OP

@@ -106,7 +106,7 @@ def write_broken_op(parent: Path, name: str) -> Path:
 
 
 def test_build_shows_progress_then_is_quiet_when_cached(built):
-    assert f"ok      toy_op  built in" in built.first.stdout
+    assert "ok      toy_op  built in" in built.first.stdout
     assert "building toy_op" in built.first.stderr  # the progress bar
 
     again = run_cli("build", built.op_dir, cache=built.cache)

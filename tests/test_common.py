@@ -13,14 +13,13 @@ reference checks in a new process per capability this CPU has, forced through
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import jit_loader
+from subproc import private_env, run_python
 
 PROBE = Path(__file__).parent / "fixtures" / "common_probe"
 FORMATS = {"half": torch.float16, "bfloat16": torch.bfloat16}
@@ -104,11 +103,8 @@ def test_device_conversions_of_gpus_before_sm80(tmp_path):
     take the code paths of GPUs without bfloat16 instructions; they agree all the same."""
     cases = {fmt: rounding_cases(dtype) for fmt, dtype in FORMATS.items()}
     torch.save(cases, tmp_path / "cases.pt")
-    env = dict(os.environ, JIT_LOADER_CUDA_ARCH="7.5+PTX", JIT_LOADER_CACHE=str(tmp_path / "cache"),
-               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    proc = subprocess.run([sys.executable, "-c", BEFORE_SM80, str(PROBE), str(tmp_path / "cases.pt"),
-                           str(tmp_path / "out.pt")], env=env, capture_output=True, text=True,
-                          timeout=900)
+    env = private_env(tmp_path / "cache", JIT_LOADER_CUDA_ARCH="7.5+PTX")
+    proc = run_python(BEFORE_SM80, PROBE, tmp_path / "cases.pt", tmp_path / "out.pt", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = torch.load(tmp_path / "out.pt")
     for fmt, dtype in FORMATS.items():
@@ -196,8 +192,6 @@ def test_ops_under_each_cpu_capability(probe, capability):
     if capability not in capabilities_here():
         pytest.skip(f"this CPU's best capability is {torch.backends.cpu.get_cpu_capability()}")
     env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
-    result = subprocess.run([sys.executable, "-c", CHECK_UNDER_CAPABILITY, capability, str(PROBE)],
-                            env=env, cwd=jit_loader.REPO_ROOT, capture_output=True, text=True,
-                            timeout=900)
+    result = run_python(CHECK_UNDER_CAPABILITY, capability, PROBE, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"ok {capability}" in result.stdout

@@ -20,6 +20,7 @@ import torch
 
 import jit_loader
 from jit_tools import prebuilt
+from subproc import run_interpreter
 
 ROOT = Path(jit_loader.REPO_ROOT)
 OPS = ("gelu", "lltm", "sigmoid")
@@ -106,8 +107,8 @@ def test_aoti_package_matches_python_in_python(exported, tmp_path):
     process of its own, so that a crash of the package loader fails this test only."""
     out = tmp_path / "python_out.pt"
     # -X faulthandler: a crash prints the Python stack where it happened.
-    result = subprocess.run([sys.executable, "-X", "faulthandler", "-c", AOTI_IN_PYTHON, exported["pt2"], exported["inputs"],
-                             str(out), *OPS], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = run_interpreter("-X", "faulthandler", "-c", AOTI_IN_PYTHON, exported["pt2"], exported["inputs"],
+                             out, *OPS, timeout=600)
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stderr[-3000:]}"
     _assert_matches(exported["expected"], out)
 

@@ -10,11 +10,7 @@ NVRTC error names the .cu's line while the old kernels keep running.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import subprocess
-import sys
 import threading
 import types
 
@@ -26,6 +22,7 @@ from jit_tools import key as keys, pipeline
 from jit_tools.errors import BuildError
 from jit_tools.swap import hotswap, kernels
 from jit_tools.tools import scaffold
+from subproc import json_result, run_python
 
 CAN_BUILD_CUDA = jit_loader.why_no_cuda() is None
 FORWARD_BODY = "y[i] = ops_common::from_acc<T>(forward(ops_common::to_acc(x[i])));"
@@ -270,9 +267,7 @@ def test_a_kernel_edit_runs_at_the_next_call_and_a_new_process_loads_its_build(g
     assert builds == [False]  # the new key's full build, in the background
     probe = (f"import json, jit_loader; op = jit_loader.load({str(op_dir)!r}); "
              "print(json.dumps([op.build.key, op.build.compiled]))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True, env=dict(os.environ)).stdout
-    assert json.loads(out.splitlines()[-1]) == [new_key, False]  # published, cached
+    assert json_result(run_python(probe)) == [new_key, False]  # published, cached
     torch.testing.assert_close(forward(x), before + 1)  # still the swapped kernel here
 
 

@@ -13,7 +13,6 @@ import re
 import shutil
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 

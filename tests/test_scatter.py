@@ -10,8 +10,7 @@ import torch
 
 import jit_loader
 from op_tester import OpTester
-from ops.scatter.reference import (TOLERANCES, broadcast_index, example_inputs, scatter_loop,
-                                   scatter_torch)
+from ops.scatter.reference import TOLERANCES, example_inputs, scatter_loop, scatter_torch
 
 REDUCES = ["sum", "mean", "max", "min"]
 FLOATS = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
@@ -81,7 +80,6 @@ LAYOUTS = {
 def test_layouts_match_loop_reference(op, device, reduce, layout):
     src_shape, index_shape, dim = LAYOUTS[layout]
     src = _src(src_shape, torch.float64, device)
-    d = dim % len(src_shape)
     index = torch.randint(0, 6, index_shape, device=device)
     _check_against_loop(op, src, index, dim, 7, reduce)  # node 6 stays empty
     _check_against_loop(op, src, index, dim, None, reduce)
