@@ -70,7 +70,7 @@ echo "== (a) the wheel passes the stable ops' tests with this torch"
 site="$DIR/site"; rm -rf "$site" "$DIR/a-cache"
 "$PY" -m pip install -q --no-deps --no-index --target "$site" "$DIR"/dist/*.whl || exit 1
 mkdir -p "$site/tests"
-for f in conftest.py op_tester.py pointwise_tester.py $TESTS; do cp "tests/$f" "$site/tests/"; done
+for f in conftest.py op_tester.py pointwise_tester.py subproc.py $TESTS; do cp "tests/$f" "$site/tests/"; done
 cp pyproject.toml "$site/"
 ( cd "$site" && env -u PYTHONPATH JIT_LOADER_PREBUILT=1 JIT_LOADER_CACHE="$DIR/a-cache" \
     "$PY" -m pytest -q -n "${WORKERS:-4}" -p no:cacheprovider $(printf 'tests/%s ' $TESTS) ) \

@@ -54,7 +54,7 @@ def site(wheel, tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                     "--target", str(target), str(wheel)], check=True)
     (target / "tests").mkdir()
-    for name in ("conftest.py", "op_tester.py", "pointwise_tester.py", f"test_{OP}.py"):
+    for name in ("conftest.py", "op_tester.py", "pointwise_tester.py", "subproc.py", f"test_{OP}.py"):
         shutil.copy(ROOT / "tests" / name, target / "tests" / name)
     shutil.copy(ROOT / "pyproject.toml", target / "pyproject.toml")  # markers, options
     return target
