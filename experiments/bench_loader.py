@@ -481,7 +481,7 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
 EDIT_LOOP = r"""
 import json, os, sys, time, torch, jit_loader
 from pathlib import Path
-from jit_tools.swap import hotswap, kernels
+from jit_tools.swap import kernels
 op_dir, rounds = Path(sys.argv[1]), int(sys.argv[2])
 name = op_dir.name
 torch.manual_seed(0)
@@ -494,7 +494,7 @@ else:
 op = jit_loader.load(op_dir)
 expected = call(op)
 torch.cuda.synchronize()
-hotswap.wait_for_warm(op._state)  # JIT_LOADER_NVRTC_WARM=1, as in a notebook: a user's first edit comes later
+op.wait_for_background()  # JIT_LOADER_NVRTC_WARM=1, as in a notebook: a user's first edit comes later
 (cu,) = sorted(op_dir.glob("*.cu"))
 original = cu.read_text()
 out = {"seconds": [], "swapped": [], "compiled": [], "reload": []}
@@ -512,7 +512,7 @@ for i in range(rounds):
     out["swapped"].append(op.build.swapped_over is not None)
     out["compiled"].append(op.build.compiled)
     torch.testing.assert_close(y, expected)
-    hotswap.wait_for_background(op._state)
+    op.wait_for_background()
 print(json.dumps(out))
 """
 

@@ -106,6 +106,15 @@ class Op:
         """Rebuild and reload if any source, header or the Python surface changed."""
         return pipeline.reload(self._state, verbose)
 
+    def wait_for_background(self, timeout: float | None = None) -> None:
+        """Wait for what a load or reload left running in this process: the NVRTC
+        precompiled header of the op's ``.cu`` (``JIT_LOADER_NVRTC_WARM=1``) and the Ninja
+        build that follows a kernel swap. ``timeout`` in seconds for each."""
+        from jit_tools.swap import hotswap
+
+        hotswap.wait_for_warm(self._state, timeout)
+        hotswap.wait_for_background(self._state, timeout)
+
     def __getattr__(self, attr: str):
         # Python calls this only after the normal lookup failed, which costs an exception
         # per access (more than the surface function itself: experiments/profile_call.py
