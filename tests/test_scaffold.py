@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,6 +22,7 @@ import torch
 
 import jit_loader
 from jit_tools.tools import cli, scaffold
+from subproc import run_interpreter
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
@@ -37,8 +37,7 @@ def _env() -> dict:
 
 
 def _run(args, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return run_interpreter(*args, env=_env(), cwd=cwd, timeout=timeout)
 
 
 def _count(word: str, summary: str) -> int:
@@ -298,9 +297,8 @@ def test_refusal_exits_non_zero_from_the_command_line(tmp_path):
     (tmp_path / "my_op").mkdir()
     root = Path(__file__).resolve().parents[1]
     for args in (["my_op", "--dir", str(tmp_path)], ["9lives", "--dir", str(tmp_path)]):
-        out = subprocess.run([sys.executable, "-m", "jit_loader", "new", *args], cwd=root,
-                             capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "PYTHONPATH": str(root)})
+        out = run_interpreter("-m", "jit_loader", "new", *args, cwd=root, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(root)})
         assert out.returncode == 2, out.stdout + out.stderr
         assert out.stderr.startswith("new: ") and not out.stdout
     assert [p.name for p in tmp_path.iterdir()] == ["my_op"]

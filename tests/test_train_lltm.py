@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from experiments import train_lltm
+from subproc import private_env, run_interpreter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,29 +33,26 @@ TINY = ["--backend", "cpp", "--vocab", "16", "--seq-len", "8", "--embed", "8", "
 
 
 def make_env(cache: Path) -> dict:
-    env = dict(os.environ, JIT_LOADER_CACHE=str(cache), PYTHONPATH=str(ROOT))
-    env.pop("JIT_LOADER_VERBOSE", None)
     # A CPU-only build: the op's CUDA sources are compiled by its own tests; here only the
     # number of compiles matters, and nvcc would triple the cost of the one build.
-    env["CUDA_HOME"] = str(cache / "no-cuda-toolkit")
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    return env
+    return private_env(cache, CUDA_HOME=str(cache / "no-cuda-toolkit"), CUDA_VISIBLE_DEVICES="")
 
 
-def run(cmd: list[str], env: dict, expect_ok: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+def run(argv: list[str], env: dict, expect_ok: bool = True) -> subprocess.CompletedProcess:
+    """``python *argv`` with this interpreter; asserts success unless told otherwise."""
+    proc = run_interpreter(*argv, env=env)
     if expect_ok:
-        assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
+        assert proc.returncode == 0, f"{' '.join(argv)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc
 
 
 def torchrun(nproc: int, args: list[str], env: dict, expect_ok: bool = True):
-    return run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc-per-node={nproc}", "-m", "experiments.train_lltm", *args], env, expect_ok)
+    return run(["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                "-m", "experiments.train_lltm", *args], env, expect_ok)
 
 
 def single_process(args: list[str], env: dict):
-    return run([sys.executable, "-m", "experiments.train_lltm", *args], env)
+    return run(["-m", "experiments.train_lltm", *args], env)
 
 
 def summary(path: Path) -> dict:
