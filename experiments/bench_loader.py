@@ -268,11 +268,26 @@ print(json.dumps({"seconds": time.perf_counter() - t, "cpu": cpu() - c}))
 
 
 def _wait_for_pieces(shared_dir: Path, names: list[str], timeout: float = 1800) -> None:
-    """Until the background process has built (or failed) every piece in ``names``."""
+    """Until the background process has built (or failed) every piece in ``names`` and
+    exited (it holds ``background.lock`` while it runs), so that none of its work runs
+    beside the next measurement."""
+    import fcntl
     import time
     deadline = time.monotonic() + timeout
-    while not all((shared_dir / n / "ok").exists() or (shared_dir / n / "FAILED").exists()
-                  for n in names):
+
+    def background_done() -> bool:
+        lock = shared_dir / "background.lock"
+        if not lock.exists():
+            return True
+        with open(lock) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            return True
+
+    while not (all((shared_dir / n / "ok").exists() or (shared_dir / n / "FAILED").exists()
+                   for n in names) and background_done()):
         if time.monotonic() > deadline:
             raise RuntimeError(f"shared pieces {names} not built after {timeout} s")
         time.sleep(1)

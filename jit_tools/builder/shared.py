@@ -243,8 +243,11 @@ def precompiled_header(root: Path, cxx: str, flags: list[str], post: str,
         (tmp / header).write_text(text)
         (tmp / "flags.json").write_text(json.dumps(
             {"family": _pch_family(cxx, flags, post, text), "flags": flags}))
-        return _run([cxx, *flags, "-x", "c++-header", header, "-o", header + ".gch",
-                     *shlex.split(post)], tmp)
+        ok, log = _run([cxx, *flags, "-x", "c++-header", header, "-o", header + ".gch",
+                        *shlex.split(post)], tmp)
+        if ok:  # the piece is whole when it is marked built
+            pch_checksum(tmp / (header + ".gch"))
+        return ok, log
 
     built = _build_piece(folder, make, now)
     if built is None:
