@@ -14,8 +14,9 @@ output pixel maps to input coordinates, per axis:
 
 ``scale`` is in / out, or 1 / scale_factor when a scale factor is given (as F.interpolate).
 Registered through ``LIB`` so that the loader can withdraw these registrations when it
-reloads the op; ops are looked up at call time, so handles given out earlier call the
-newest build.
+reloads the op. The dispatcher ops are resolved once per build (the loader runs this file
+again for every build); functions handed out earlier still call the newest build, as an
+``OpOverload`` outlives a reload (the loader keeps its operator entry).
 """
 
 from __future__ import annotations
@@ -88,6 +89,11 @@ jit_loader.register_autograd_op(
     ["grad", "grad_output.shape[2:]", "coordinate_mode", "scale_factors"], lib=LIB)
 
 
+# Resolved once per build: through the packet, each call would look up two attributes and
+# resolve the overload in Python (experiments/profile_call.py times those layers).
+_FORWARD = torch.ops.resize.forward.default
+
+
 def resolve_coordinate_mode(coordinate_mode: Optional[str] = None, convention: Optional[str] = None,
                             align_corners: Optional[bool] = None) -> str:
     """The coordinate mode named directly, or by a framework's spelling: ``convention``
@@ -156,12 +162,20 @@ def resize_bilinear(input: torch.Tensor, size: Union[int, Sequence[int], None] =
     ``coordinate_mode`` one of half_pixel (default), align_corners, asymmetric, or else
     ``convention`` ("pytorch" | "tensorflow1") with ``align_corners``. The output has the
     input's memory format (contiguous or channels_last)."""
+    # The usual call, resize_bilinear(x, (h, w)) in PyTorch's convention, in a few
+    # comparisons: the general argument handling below costs more than the op's own
+    # dispatch on a small image (experiments/RESULTS.md, call-overhead).
+    if (type(size) is tuple or type(size) is list) and len(size) == 2 and scale_factor is None \
+            and coordinate_mode is None and convention is None and align_corners is None \
+            and recompute_scale_factor is None and type(size[0]) is int and type(size[1]) is int \
+            and size[0] > 0 and size[1] > 0 and isinstance(input, torch.Tensor) and input.dim() == 4:
+        return _FORWARD(input, size, "half_pixel", None)
     if not isinstance(input, torch.Tensor) or input.dim() != 4:
         shape = list(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__
         raise ValueError(f"resize_bilinear: input must be a 4-D tensor (N, C, H, W), got {shape}")
     mode = resolve_coordinate_mode(coordinate_mode, convention, align_corners)
     output_size, scale_factors = output_geometry(input.shape[2:], size, scale_factor, recompute_scale_factor)
-    return torch.ops.resize.forward(input, output_size, mode, scale_factors)
+    return _FORWARD(input, output_size, mode, scale_factors)
 
 
 class ResizeBilinearFunction(torch.autograd.Function):

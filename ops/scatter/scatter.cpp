@@ -106,7 +106,8 @@ Prepared prepare(const at::Tensor& src, const at::Tensor& index, int64_t dim,
   };
   settle(0, dim);
   settle(dim + 1, src.dim());
-  u = u.expand(target).contiguous();
+  if (u.sizes() != at::IntArrayRef(target)) u = u.expand(target);  // an expand is a dispatcher call
+  u = u.contiguous();
 
   int64_t B = 1, K = 1, Bc = 1, Kc = 1;
   for (int64_t i = 0; i < dim; ++i) {
@@ -148,8 +149,28 @@ struct IndexSummary {
   bool sorted;
 };
 
+// A small index on the CPU (below ATen's grain size, where its own reductions run on one
+// thread as well) in one pass over its data ([Bc, Ei, Kc], contiguous): the route below is
+// six dispatcher calls, more host time than a whole scatter of a small graph.
+IndexSummary summarise_small_cpu(const at::Tensor& idx, bool want_sorted) {
+  const int64_t* v = idx.const_data_ptr<int64_t>();
+  const int64_t n = idx.numel(), Ei = idx.size(1), Kc = idx.size(2);
+  int64_t mn = v[0], mx = v[0];
+  for (int64_t i = 1; i < n; ++i) {
+    mn = v[i] < mn ? v[i] : mn;
+    mx = v[i] > mx ? v[i] : mx;
+  }
+  bool sorted = want_sorted;
+  for (int64_t i = Kc; sorted && i < n; ++i) {
+    // i - Kc is the previous position along dim, unless i starts a new row of Ei x Kc.
+    sorted = (i % (Ei * Kc)) < Kc || v[i] >= v[i - Kc];
+  }
+  return {mn, mx, sorted};
+}
+
 IndexSummary summarise(const Problem& p, bool want_sorted) {
   const at::Tensor& idx = p.index;
+  if (idx.is_cpu() && idx.numel() < at::internal::GRAIN_SIZE) return summarise_small_cpu(idx, want_sorted);
   auto [mn, mx] = at::aminmax(idx);
   std::vector<at::Tensor> parts{mn.view({1}), mx.view({1})};
   if (want_sorted) {

@@ -126,13 +126,21 @@ def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = N
                     check_bounds, False)[0]
 
 
+# Resolved once per build (the loader runs this file again for every build): through the
+# packet, each call would resolve the overload from its nine arguments in Python, which
+# costs more than the op itself on a small graph (experiments/RESULTS.md, call-overhead).
+# An OpOverload outlives a reload, so functions handed out earlier call the newest build.
+_REDUCE = torch.ops.scatter.reduce.default
+_REDUCE_INTO = torch.ops.scatter.reduce_.default
+
+
 def _scatter(src, index, dim, out, dim_size, reduce, index_sorted, deterministic, check_bounds,
              compute_arg=True) -> Tuple[Tensor, Tensor]:
     if out is None:
-        return torch.ops.scatter.reduce(src, index, dim, dim_size, reduce, index_sorted,
-                                        deterministic, check_bounds, compute_arg)
-    aux = torch.ops.scatter.reduce_(out, src, index, dim, reduce, index_sorted, deterministic,
-                                    check_bounds, compute_arg)
+        return _REDUCE(src, index, dim, dim_size, reduce, index_sorted, deterministic,
+                       check_bounds, compute_arg)
+    aux = _REDUCE_INTO(out, src, index, dim, reduce, index_sorted, deterministic, check_bounds,
+                       compute_arg)
     return out, aux
 
 
