@@ -617,7 +617,8 @@ def render_overhead(rows: list[dict], h: str = "#", cpu_clock: str = "wall-clock
              f"{rows[0]['runs']} runs of back-to-back calls (one sync at the end of a run on "
              f"CUDA; CPU rows by {cpu_clock} time); ratio is ours / native (< 1: ours cheaper); "
              "limits: forward 1.25x, forward+backward 1.5x. CUDA graph rows: replay time per "
-             f"op, the floor.{served}", "",
+             "op, the floor. Rows aten via torch.ops: the native op entered as every custom op is, "
+             f"the floor of a Python call.{served}", "",
              "| op | pass | mode | device | shape | ours | native | calls | ours us | "
              "native us | ratio | limit | within |",
              "|" + "---|" * 13]

@@ -16,7 +16,9 @@ The section is part of the suite (``experiments/bench.py``, section ``overhead``
 
 CPU rows always; CUDA rows and the CUDA graph rows where a GPU is visible (and the suite's
 device is CUDA). Limits (the overhead issue): our call at most 1.25x the native twin's host
-time in forward, 1.5x in forward+backward.
+time in forward, 1.5x in forward+backward. Rows of mode "aten via torch.ops" (no limit) time
+the native twin's own aten op entered through ``torch.ops``, as every custom op is: the
+floor of a custom op's Python call.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ class OverheadCase:
 
     @property
     def label(self) -> str:
-        where = self.device if self.mode == "eager" else "cuda graph"
+        where = self.device if self.mode == "eager" else "cuda graph" if self.mode == "cuda graph" \
+            else f"{self.mode} {self.device}"
         return f"overhead {self.op} {self.pass_} {self.shape} {where}"
 
 
@@ -222,6 +225,36 @@ def _lltm(device, pass_):
                         "lltm_reference(input, W, b, h, c) (eager)", build)
 
 
+# The floor: the native twin's own aten op entered the way a custom op's Python function
+# enters its op, through torch.ops (OpOverload.__call__, then the C++ entry that parses the
+# arguments by the schema and makes a boxed call), against the twin's generated binding.
+FLOOR_MODE = "aten via torch.ops"
+
+
+def _floor_sigmoid(device):
+    def build():
+        x = torch.randn(64, device=device)
+        entry = torch.ops.aten.sigmoid.default
+        ours, native = (lambda: entry(x)), (lambda: torch.sigmoid(x))
+        _check(ours, native, [], "forward")
+        return ours, native
+    return OverheadCase("sigmoid", "forward", "64", device, "torch.ops.aten.sigmoid.default(x)",
+                        "torch.sigmoid(x)", build, mode=FLOOR_MODE)
+
+
+def _floor_resize(device):
+    def build():
+        x = torch.randn(1, 1, 4, 4, device=device)
+        entry = torch.ops.aten.upsample_bilinear2d.vec
+        ours = lambda: entry(x, [8, 8], False, None)
+        native = lambda: F.interpolate(x, size=(8, 8), mode="bilinear", align_corners=False)
+        _check(ours, native, [], "forward")
+        return ours, native
+    return OverheadCase("resize", "forward", "1x1x4x4->8x8", device,
+                        "torch.ops.aten.upsample_bilinear2d.vec(x, [8, 8], False, None)",
+                        "F.interpolate(x, size=(8, 8), mode='bilinear')", build, mode=FLOOR_MODE)
+
+
 def _graph_case(case: OverheadCase) -> OverheadCase:
     """The forward case ``case`` inside a CUDA graph: replay time per op."""
     def build():
@@ -255,9 +288,10 @@ def overhead_cases(device: str) -> list[OverheadCase | Skipped]:
             cases.append(Skipped("nms", f"overhead forward {dev}", "torchvision is not importable"))
         else:
             cases.append(_nms(dev))
+        cases += [_floor_sigmoid(dev), _floor_resize(dev)]
     if "cuda" in devices:
         cases += [_graph_case(c) for c in cases if isinstance(c, OverheadCase)
-                  and c.device == "cuda" and c.pass_ == "forward"
+                  and c.device == "cuda" and c.pass_ == "forward" and c.mode == "eager"
                   and c.op in ("sigmoid", "gelu", "resize")]
     return cases
 

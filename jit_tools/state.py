@@ -66,6 +66,18 @@ class OpState:
     background: Any = None
     # The thread making the op's NVRTC precompiled header ahead of a first kernel edit.
     warming: Any = None
+    # The class of this op's handles (jit_tools/handle.py) and the surface names it holds
+    # as class attributes: set_module drops them, so handles read the new surface.
+    handle_class: Any = None
+    surface_names: set = dataclasses.field(default_factory=set)
+
+    def set_module(self, module: types.ModuleType | None) -> None:
+        """Make ``module`` the op's current Python surface."""
+        self.module = module
+        for name in self.surface_names:
+            if self.handle_class is not None and name in vars(self.handle_class):
+                delattr(self.handle_class, name)
+        self.surface_names.clear()
 
 
 # One re-entrant lock serialises loads in this process: an op's Python surface calls

@@ -53,7 +53,7 @@ def import_surface(state: OpState) -> None:
     its previous version made; on an exception the previous module stays current."""
     path = None if state.sources is not None else sources.surface_path(state.op_dir, state.name)
     if path is None:
-        state.module = None
+        state.set_module(None)
         return
     registry.destroy_module_libraries(state.module)
     name = module_name(state.op_dir, state.name)
@@ -61,7 +61,7 @@ def import_surface(state: OpState) -> None:
     _private_package(name, state.op_dir)
     existing = sys.modules.get(name)
     if existing is not None and state.module is None:
-        state.module = existing  # imported directly before load(); it is current
+        state.set_module(existing)  # imported directly before load(); it is current
         state.surface_text = path.read_text()
         return
     previous = state.module
@@ -80,12 +80,13 @@ def import_surface(state: OpState) -> None:
         sys.modules.pop(name, None)
         if previous is not None and state.surface_text is not None:
             try:
-                state.module = _execute(name, path, state.surface_text)
+                state.set_module(_execute(name, path, state.surface_text))
             except Exception as again:  # the error the caller sees is the first one
                 logger.warning("the previous Python surface of %r did not import again either: %s",
                                state.name, again)
         raise
-    state.module, state.surface_text, state.surface_error = module, text, None
+    state.set_module(module)
+    state.surface_text, state.surface_error = text, None
 
 
 def _execute(name: str, path: Path, text: str):

@@ -12,7 +12,7 @@ namespace ops_common {
 template <typename Op>
 Tensor pointwise_forward_cuda(const Tensor& x) {
   check_pointwise_input(Op::kName, "x", x);
-  const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
+  const ops_common::DeviceGuard guard(x.get_device_index());
   const Tensor xc = ops_common::contiguous(x);
   Tensor y = ops_common::empty_contiguous_like(xc);
   OPS_DISPATCH_FLOATING(xc.scalar_type(), Op::kName, [&] {
@@ -25,7 +25,7 @@ Tensor pointwise_forward_cuda(const Tensor& x) {
 template <typename Op>
 Tensor pointwise_backward_cuda(const Tensor& grad, const Tensor& saved) {
   check_pointwise_grad(Op::kName, grad, Op::kSavedName, saved);
-  const torch::stable::accelerator::DeviceGuard guard(saved.get_device_index());
+  const ops_common::DeviceGuard guard(saved.get_device_index());
   const Tensor gc = ops_common::contiguous(grad);
   const Tensor sc = ops_common::contiguous(saved);
   Tensor dx = ops_common::empty_contiguous_like(sc);

@@ -42,6 +42,29 @@ inline const cuda_t<scalar_t>* cuda_ptr(const torch::stable::Tensor& t) {
   return reinterpret_cast<const cuda_t<scalar_t>*>(t.const_data_ptr<scalar_t>());
 }
 
+// torch::stable::accelerator::DeviceGuard, made only where the device is not current
+// already. The stable guard is a heap object made through a shim call that first asks
+// which accelerator torch has, a visible part of a small call's host time; most calls find
+// their tensor's device current, and a guard there would switch nothing. The same shim
+// calls as the stable guard's, where one is needed.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int32_t device_index) {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device_index) {
+      TORCH_ERROR_CODE_CHECK(aoti_torch_create_device_guard(device_index, &guard_));
+    }
+  }
+  ~DeviceGuard() {
+    if (guard_ != nullptr) aoti_torch_delete_device_guard(guard_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  DeviceGuardHandle guard_ = nullptr;
+};
+
 // torch's current stream on the tensor's device (the one a device guard made current).
 inline cudaStream_t current_stream(const torch::stable::Tensor& t) {
   void* stream = nullptr;

@@ -22,7 +22,7 @@ using torch::stable::Tensor;
 Tensor nms_cuda_impl(const char* op, const Tensor& boxes, const Tensor& scores, const Tensor* idxs,
                      double iou_threshold) {
   detection::check_nms_args(op, boxes, scores, idxs);
-  const torch::stable::accelerator::DeviceGuard guard(boxes.get_device_index());
+  const ops_common::DeviceGuard guard(boxes.get_device_index());
   const int64_t n = boxes.size(0);
   if (n == 0) return torch::stable::new_empty(boxes, std::vector<int64_t>{0}, ScalarType::Long);
   // Stable, as torchvision sorts: tied scores keep their index order.
@@ -69,7 +69,7 @@ Tensor roi_align_cuda(const Tensor& input, const Tensor& rois, double spatial_sc
                       int64_t pooled_height, int64_t pooled_width, int64_t sampling_ratio, bool aligned) {
   constexpr const char* op = "detection.roi_align";
   detection::check_roi_align_args(op, input, rois, spatial_scale, pooled_height, pooled_width);
-  const torch::stable::accelerator::DeviceGuard guard(input.get_device_index());
+  const ops_common::DeviceGuard guard(input.get_device_index());
   const Tensor x = ops_common::contiguous(input);
   Tensor output = torch::stable::new_empty(x, std::vector<int64_t>{rois.size(0), input.size(1), pooled_height, pooled_width});
   if (output.numel() == 0) return output;
@@ -93,7 +93,7 @@ Tensor roi_align_backward_cuda(const Tensor& grad, const Tensor& rois, double sp
   constexpr const char* op = "detection.roi_align_backward";
   detection::check_roi_align_backward_args(op, grad, rois, spatial_scale, pooled_height, pooled_width,
                                            batch, channels, height, width);
-  const torch::stable::accelerator::DeviceGuard guard(grad.get_device_index());
+  const ops_common::DeviceGuard guard(grad.get_device_index());
   const Tensor g = ops_common::contiguous(grad);
   // Every element is written by the gather kernel: no zero fill needed.
   Tensor grad_input = torch::stable::new_empty(g, std::vector<int64_t>{batch, channels, height, width});

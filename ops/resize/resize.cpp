@@ -1,12 +1,8 @@
 // resize: schema and CPU host side (plans and checks of resize_host.h, dtype dispatch) of
 // the bilinear resize with a selectable coordinate mode, on the stable ABI (its autograd is
 // in resize.py). The CPU kernels are compiled in resize_cpu.cpp.
-// Host glue only (checks, dtype dispatch, registration): GCC's -O1 compiles it in about
-// three quarters of -O3's time, on the critical path of every edit of this file, and a call
-// costs the same (experiments/RESULTS.md, cpp-edit). Clang does not know the pragma.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("O1")
-#endif
+#include "common/host_glue.h"  // first: the unit compiles at -O1 (see there)
+
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 

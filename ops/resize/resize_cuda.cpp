@@ -1,5 +1,7 @@
 // resize: CUDA host side. Checks and plans are shared with the CPU backend
 // (resize_host.h); the kernels are the torch-free launchers of resize_cuda.cu.
+#include "common/host_glue.h"  // first: the unit compiles at -O1 (see there)
+
 #include <torch/csrc/stable/library.h>
 
 #include <string>
@@ -16,7 +18,7 @@ using namespace resize_op;
 Tensor resize_forward_cuda(const Tensor& input, std::vector<int64_t> output_size,
                            std::string coordinate_mode, std::optional<std::vector<double>> scale_factors) {
   const Plan plan = forward_plan("resize.forward", input, output_size, coordinate_mode, scale_factors);
-  const torch::stable::accelerator::DeviceGuard guard(input.get_device_index());
+  const ops_common::DeviceGuard guard(input.get_device_index());
   Tensor out = empty_result(plan, {plan.n, plan.c, output_size[0], output_size[1]}, input);
   if (out.numel() == 0) return out;
   const Tensor in = torch::stable::contiguous(input, plan.format);
@@ -33,7 +35,7 @@ Tensor resize_backward_cuda(const Tensor& grad_output, std::vector<int64_t> inpu
                             std::string coordinate_mode, std::optional<std::vector<double>> scale_factors) {
   const Plan plan = backward_plan("resize.backward", grad_output, input_size, coordinate_mode,
                                   scale_factors);
-  const torch::stable::accelerator::DeviceGuard guard(grad_output.get_device_index());
+  const ops_common::DeviceGuard guard(grad_output.get_device_index());
   Tensor grad_in = empty_result(plan, input_size, grad_output);
   if (grad_in.numel() == 0) return grad_in;
   const Tensor g = torch::stable::contiguous(grad_output, plan.format);

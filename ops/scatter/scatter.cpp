@@ -522,21 +522,30 @@ using ReduceFn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at:
 using ReduceIntoFn = at::Tensor(at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
                                 c10::string_view, std::optional<bool>, bool, bool, bool);
 
+// scatter::reduce at the backend's kernel, below autograd.
+std::tuple<at::Tensor, at::Tensor> reduce_below_autograd(
+    const at::Tensor& src, const at::Tensor& index, int64_t dim, std::optional<int64_t> dim_size,
+    c10::string_view reduce, std::optional<bool> index_sorted, bool deterministic,
+    bool check_bounds, bool compute_arg) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("scatter::reduce", "")
+                             .typed<ReduceFn>();
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(src, index, dim, dim_size, reduce, index_sorted, deterministic, check_bounds,
+                 compute_arg);
+}
+
 class ScatterFunction : public torch::autograd::Function<ScatterFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& src, const at::Tensor& index,
                                int64_t dim, std::optional<int64_t> dim_size, std::string reduce,
                                std::optional<bool> index_sorted, bool deterministic,
                                bool check_bounds, bool compute_arg) {
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("scatter::reduce", "")
-                               .typed<ReduceFn>();
     // Backward of max/min needs arg even where the caller does not. (Grad mode is off
     // inside forward; requires_grad says whether backward can run.)
     const bool need_arg = compute_arg || src.requires_grad();
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [out, aux] = op.call(src, index, dim, dim_size, reduce, index_sorted, deterministic,
-                              check_bounds, need_arg);
+    auto [out, aux] = reduce_below_autograd(src, index, dim, dim_size, reduce, index_sorted,
+                                            deterministic, check_bounds, need_arg);
     save_state(ctx, src, index, aux, dim, parse_reduce(reduce));
     ctx->mark_non_differentiable({aux});
     ctx->set_materialize_grads(false);
@@ -596,6 +605,12 @@ std::tuple<at::Tensor, at::Tensor> reduce_autograd(const at::Tensor& src, const 
                                                    std::optional<bool> index_sorted,
                                                    bool deterministic, bool check_bounds,
                                                    bool compute_arg) {
+  if (!at::GradMode::is_enabled() || !src.requires_grad()) {
+    // Nothing to record: straight to the kernel, without the Function's bookkeeping (most
+    // of the host time of a call on a small graph).
+    return reduce_below_autograd(src, index, dim, dim_size, reduce, index_sorted, deterministic,
+                                 check_bounds, compute_arg);
+  }
   auto r = ScatterFunction::apply(src, index, dim, dim_size, std::string(reduce), index_sorted,
                                   deterministic, check_bounds, compute_arg);
   return {r[0], r[1]};

@@ -1,5 +1,7 @@
 // sigmoid: CUDA host side (checks, device guard, stream, dtype dispatch) around the
 // launchers compiled in sigmoid_cuda.cu.
+#include "common/host_glue.h"  // first: the unit compiles at -O1 (see there)
+
 #include <torch/csrc/stable/library.h>
 
 #include "common/pointwise_cuda.h"
