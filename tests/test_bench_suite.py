@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments import bench, benchutil
+from experiments import bench, bench_overhead, benchutil
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -160,7 +160,7 @@ def test_suite_lists_the_issue_targets_of_resize_scatter_and_detection():
 
 
 def test_detection_without_torchvision_is_skipped_with_the_reason(monkeypatch):
-    from experiments import bench_detection, bench_overhead
+    from experiments import bench_detection
 
     monkeypatch.setattr(bench_detection, "torchvision", None)
     monkeypatch.setattr(bench_overhead, "torchvision", None)
@@ -178,14 +178,22 @@ def test_overhead_section_rows(suite):
     """The call-overhead section of the CPU run: a row per op and pass with the documented
     fields, ratios that agree with the times, the CUDA rows listed as skipped."""
     _, _, doc = suite
-    rows = doc["overhead"]
-    for r in rows:
+    all_rows = doc["overhead"]
+    for r in all_rows:
         benchutil.validate_overhead_row(r)
-        assert r["device"] == doc["environment"]["device"] and r["mode"] == "eager"
+        assert r["device"] == doc["environment"]["device"]
         assert r["calls"] == bench.OVERHEAD_CALLS["tiny"] and r["runs"] == bench.OVERHEAD_RUNS
         assert r["ours_us"] > 0 and r["native_us"] > 0
         assert r["ours_median_us"] >= r["ours_us"] and r["native_median_us"] >= r["native_us"]
         assert r["ratio"] == pytest.approx(r["ours_us"] / r["native_us"])
+    # The floor rows: the native twin's aten op through torch.ops, without a limit.
+    floor = [r for r in all_rows if r["mode"] == bench_overhead.FLOOR_MODE]
+    assert {(r["op"], r["pass"]) for r in floor} == {("sigmoid", "forward"), ("resize", "forward")}
+    for r in floor:
+        assert r["ours"].startswith("torch.ops.aten.") and r["limit"] is None and r["within"] is None
+    rows = [r for r in all_rows if r["mode"] == "eager"]
+    assert len(rows) + len(floor) == len(all_rows)
+    for r in rows:
         assert r["limit"] == {"forward": 1.25, "forward+backward": 1.5}[r["pass"]]
     ops = {"sigmoid", "gelu", "resize", "scatter", "lltm"}
     if _has_torchvision():
@@ -201,7 +209,7 @@ def test_overhead_section_rows(suite):
     limited = [r for r in rows if r["limit"] is not None]
     assert f"Call overhead: {sum(r['within'] for r in limited)} of {len(limited)} within" in text
     table = text.split("# Call overhead", 1)[1].split("# Targets", 1)[0]
-    assert sum(line.startswith("| ") for line in table.splitlines()) == len(rows) + 1
+    assert sum(line.startswith("| ") for line in table.splitlines()) == len(all_rows) + 1
 
 
 def test_only_the_overhead_section(tmp_path):
@@ -209,8 +217,9 @@ def test_only_the_overhead_section(tmp_path):
                           cpu_time=True)
     assert doc["errors"] == [] and doc["records"] == [] and doc["copy_ceiling"] is None
     assert doc["overhead_cpu_clock"] == "thread CPU"
-    assert [(r["op"], r["pass"]) for r in doc["overhead"]] == [("sigmoid", "forward"),
-                                                               ("sigmoid", "forward+backward")]
+    assert [(r["op"], r["pass"], r["mode"]) for r in doc["overhead"]] == [
+        ("sigmoid", "forward", "eager"), ("sigmoid", "forward+backward", "eager"),
+        ("sigmoid", "forward", bench_overhead.FLOOR_MODE)]
     paths = bench.write_outputs(doc, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "summary.md"]
     text = paths["summary"].read_text()
