@@ -91,7 +91,7 @@ def cases(op_name: str, device: str):
         x = torch.randn(1, 1, 4, 4, device=device)
         native = lambda: F.interpolate(x, size=(8, 8), mode="bilinear", align_corners=False)
         return x, (x, [8, 8], "half_pixel", None), native, "forward", "resize_bilinear", ((8, 8),)
-    raise SystemExit(f"profile_call: no case for op {op_name!r} (sigmoid, resize)")
+    raise SystemExit(f"profile_call: no case for op {op_name!r} (sigmoid, resize, lltm)")
 
 
 def rungs(op_name: str, device: str, pass_: str, batch: int):
@@ -144,8 +144,92 @@ def rungs(op_name: str, device: str, pass_: str, batch: int):
     return out
 
 
+# The LLTM's rungs follow the kernel suite's protocol (experiments/bench_lltm.py) at the
+# tutorial's size: parameters need grad, input and state do not; forward+backward is
+# ``torch.autograd.grad`` of both outputs into the parameters for fixed cotangents.
+LLTM_SIZE = (16, 32, 128)
+LLTM_TOP = "+ nn.Module: cell(x, (h, c)) (the suite's call)"
+
+
+def lltm_rungs(device: str, pass_: str, batch: int):
+    """``{rung: fn}`` of the LLTM cell, each fn ``batch`` calls; the top rung is the suite's."""
+    from ops.lltm.reference import LLTMReference
+
+    op = jit_loader.load("lltm")
+    size = LLTM_SIZE
+    torch.manual_seed(0)
+    reference = LLTMReference(size[1], size[2]).to(device)
+    cell = op.LLTM(size[1], size[2]).to(device)
+    cell.load_state_dict(reference.state_dict())
+    x = torch.randn(size[0], size[1], device=device)
+    h, c = (torch.randn(size[0], size[2], device=device) for _ in range(2))
+    params = (cell.weights, cell.bias)
+    args = (x, cell.weights, cell.bias, h, c)
+    cotangents = tuple(torch.randn(size[0], size[2], device=device) for _ in range(2))
+    overload = torch.ops.lltm.forward.default
+    surface = op.module.lltm
+
+    def loop(call, params=params):
+        if pass_ == "forward":
+            def fn():
+                for _ in range(batch):
+                    call()
+        else:
+            def fn():
+                for _ in range(batch):
+                    torch.autograd.grad(call()[:2], params, cotangents)
+        return fn
+
+    out = {}
+    if pass_ == "forward":
+        def below_fn():
+            with torch._C._AutoDispatchBelowAutograd():
+                for _ in range(batch):
+                    overload._op(*args)
+        out["dispatcher + kernel: OpOverload._op, below autograd (C++ entry)"] = below_fn
+    else:
+        new_h, new_cell, gates, hx = (t.detach() for t in overload(*args))
+        mask = [False, True, True, False, False]
+        backward = torch.ops.lltm.backward.default
+
+        def backward_alone():
+            with torch.no_grad():
+                for _ in range(batch):
+                    backward(*cotangents, new_cell, gates, hx, cell.weights, mask)
+        d_gates = torch.randn_like(gates)
+
+        def mm_alone():
+            for _ in range(batch):
+                torch.mm(d_gates.t(), hx)
+        weights, ones = cell.weights, torch.ones_like(cell.weights)
+
+        def engine_floor():
+            for _ in range(batch):
+                torch.autograd.grad(weights.clone(), weights, ones)
+        out["the backward op alone, no engine: torch.ops.lltm.backward.default"] = backward_alone
+        out["its weight GEMM alone: torch.mm(d_gates.t(), hx)"] = mm_alone
+        out["engine floor: autograd.grad(W.clone(), W, g)"] = engine_floor
+    out["+ autograd kernel: OpOverload(*args)"] = loop(lambda: overload(*args))
+    out["+ packet overload resolution: torch.ops.lltm.forward(*args)"] = loop(
+        lambda: torch.ops.lltm.forward(*args))
+    out["+ surface: module.lltm(...)"] = loop(lambda: surface(*args))
+    out["+ handle: op.lltm(...)"] = loop(lambda: op.lltm(*args))
+    out[LLTM_TOP] = loop(lambda: cell(x, (h, c)))
+    out["native twin: reference eager cell(x, (h, c))"] = loop(
+        lambda: reference(x, (h, c)), (reference.weights, reference.bias))
+    return out
+
+
+def top_rung(op_name: str, device: str, pass_: str):
+    """The fn of one call at the top rung (what a user writes)."""
+    if op_name == "lltm":
+        return lltm_rungs(device, pass_, 1)[LLTM_TOP]
+    return rungs(op_name, device, pass_, 1)[f"+ handle: op.{cases(op_name, device)[4]}(...)"]
+
+
 def ladder(op_name, device, pass_, calls, batch, clock=time.perf_counter):
-    fns = rungs(op_name, device, pass_, batch)
+    fns = lltm_rungs(device, pass_, batch) if op_name == "lltm" else \
+        rungs(op_name, device, pass_, batch)
     timing = benchutil.host_time(fns, device, calls=max(1, calls // batch), runs=5, warmup=3,
                                  ops_per_call=batch, clock=clock)
     rows, below = [], None
@@ -155,14 +239,17 @@ def ladder(op_name, device, pass_, calls, batch, clock=time.perf_counter):
         rows.append({"op": op_name, "pass": pass_, "entered at": name, "us per call": us,
                      "median run us": t.median * 1e6,
                      "layer adds us": (us - below) if layered and below is not None else None})
-        if not name.startswith(("native", "allocation")):
+        if name.startswith("+ "):
+            below = us
+        elif not name.startswith(("native", "allocation", "the backward op", "its weight",
+                                  "engine floor")):
             below = us
     return rows
 
 
 def cprofile_layers(op_name, device, pass_, calls):
     """Seconds per call of the top rung by layer (tottime: each function's own time)."""
-    fn = rungs(op_name, device, pass_, 1)[f"+ handle: op.{cases(op_name, device)[4]}(...)"]
+    fn = top_rung(op_name, device, pass_)
     for _ in range(50):
         fn()
     profiler = cProfile.Profile()
@@ -192,7 +279,7 @@ def torch_profile(op_name, device, pass_, calls):
     """Self CPU time per call of the dispatcher-level events of the top rung."""
     from torch.profiler import ProfilerActivity, profile
 
-    fn = rungs(op_name, device, pass_, 1)[f"+ handle: op.{cases(op_name, device)[4]}(...)"]
+    fn = top_rung(op_name, device, pass_)
     for _ in range(50):
         fn()
     with profile(activities=[ProfilerActivity.CPU]) as prof:

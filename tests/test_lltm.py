@@ -155,6 +155,34 @@ def test_gradients_only_for_parameters(op, device):
         torch.testing.assert_close(g, w, **TOL[torch.float32])
 
 
+# Masks of the backward op: each gradient alone, the tutorial's (parameters only) and none.
+# On CUDA a small cell's backward allocates and writes only the gradients asked for, and its
+# d_gates only for the input and old_h GEMMs.
+MASKS = [[i == k for i in range(5)] for k in range(5)] + [[False, True, True, False, False],
+                                                          [False] * 5]
+
+
+@pytest.mark.parametrize("shape", [(16, 32, 128), (3, 2, 5), (0, 3, 4), (300, 4, 8),
+                                   (48, 64, 160)], ids=lambda s: "x".join(map(str, s)))
+def test_backward_op_output_masks(op, device, shape):
+    """Every output mask of lltm.backward, on small cells, a batch past the small
+    backward's rows, and a cell past its multiply-adds: what the mask asks for matches the
+    float64 reference, and nothing else is returned."""
+    torch.manual_seed(sum(shape))
+    inputs = [t.detach() for t in example_inputs(device, torch.float32, *shape)]
+    new_h, new_cell, gates, hx = torch.ops.lltm.forward(*inputs)
+    grad_outputs = _grad_outputs(new_h)
+    _, want = _reference(inputs, grad_outputs)
+    for mask in MASKS:
+        got = torch.ops.lltm.backward(*grad_outputs, new_cell, gates, hx, inputs[1], mask)
+        for name, needed, g, w in zip(NAMES, mask, got, want):
+            if not needed:
+                assert g is None, (mask, name)
+                continue
+            torch.testing.assert_close(g.double(), w, **TOL[torch.float32],
+                                       msg=lambda m: f"mask {mask}, grad of {name}: {m}")
+
+
 # --- the three Python entry points ---------------------------------------------------------
 
 

@@ -70,10 +70,9 @@ ForwardResult compose_forward(
   return {new_h, new_cell, gates, hx};
 }
 
-BackwardResult backward(
-    BackwardPointwise pointwise, const at::Tensor& grad_h, const at::Tensor& grad_cell,
-    const at::Tensor& new_cell, const at::Tensor& gates, const at::Tensor& hx,
-    const at::Tensor& weights, std::array<bool, 5> output_mask) {
+BackwardShape check_backward(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                             const at::Tensor& new_cell, const at::Tensor& gates,
+                             const at::Tensor& hx, const at::Tensor& weights) {
   constexpr const char* op = "lltm.backward";
   OP_CHECK_FLOATING(op, "new_cell", new_cell);
   OP_CHECK_DIM(op, "new_cell", new_cell, 2);
@@ -97,7 +96,14 @@ BackwardResult backward(
               " columns, got shape ", hx.sizes());
   OP_CHECK_SIZE(op, "weights", weights, 0, 3 * state);
   OP_CHECK_SIZE(op, "weights", weights, 1, state + features);
+  return {batch, features, state};
+}
 
+BackwardResult compose_backward(
+    BackwardPointwise pointwise, const BackwardShape& shape, const at::Tensor& grad_h,
+    const at::Tensor& grad_cell, const at::Tensor& new_cell, const at::Tensor& gates,
+    const at::Tensor& hx, const at::Tensor& weights, std::array<bool, 5> output_mask) {
+  const auto [batch, features, state] = shape;
   const auto [need_input, need_weights, need_bias, need_old_h, need_old_cell] = output_mask;
   auto d_gates = at::empty({batch, 3 * state}, new_cell.options());
   auto d_old_cell = at::empty({batch, state}, new_cell.options());
@@ -327,8 +333,9 @@ BackwardResult backward_cpu(
     const at::Tensor& grad_h, const at::Tensor& grad_cell, const at::Tensor& new_cell,
     const at::Tensor& gates, const at::Tensor& hx, const at::Tensor& weights,
     std::array<bool, 5> output_mask) {
-  return backward(&backward_cpu_pointwise, grad_h, grad_cell, new_cell, gates, hx, weights,
-                  output_mask);
+  const BackwardShape shape = check_backward(grad_h, grad_cell, new_cell, gates, hx, weights);
+  return compose_backward(&backward_cpu_pointwise, shape, grad_h, grad_cell, new_cell, gates, hx,
+                          weights, output_mask);
 }
 
 class LLTMAutograd : public torch::autograd::Function<LLTMAutograd> {

@@ -26,6 +26,7 @@ using BackwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor
 struct ForwardShape {
   int64_t batch, features, state;
 };
+using BackwardShape = ForwardShape;
 
 // Checks forward's arguments (each error names the argument and shows its value).
 ForwardShape check_forward(const at::Tensor& input, const at::Tensor& weights,
@@ -39,11 +40,17 @@ ForwardResult compose_forward(
     const at::Tensor& weights, const at::Tensor& bias, const at::Tensor& old_h,
     const at::Tensor& old_cell);
 
-// d_input, d_weights, d_bias, d_old_h, d_old_cell; those off in output_mask are undefined
-// and their GEMMs are skipped.
-BackwardResult backward(
-    BackwardPointwise pointwise, const at::Tensor& grad_h, const at::Tensor& grad_cell,
-    const at::Tensor& new_cell, const at::Tensor& gates, const at::Tensor& hx,
-    const at::Tensor& weights, std::array<bool, 5> output_mask);
+// Checks backward's arguments, as check_forward does forward's.
+BackwardShape check_backward(const at::Tensor& grad_h, const at::Tensor& grad_cell,
+                             const at::Tensor& new_cell, const at::Tensor& gates,
+                             const at::Tensor& hx, const at::Tensor& weights);
+
+// On checked arguments: the pointwise stage, then one GEMM per input gradient needed.
+// Returns d_input, d_weights, d_bias, d_old_h, d_old_cell; those off in output_mask are
+// undefined and their GEMMs are skipped.
+BackwardResult compose_backward(
+    BackwardPointwise pointwise, const BackwardShape& shape, const at::Tensor& grad_h,
+    const at::Tensor& grad_cell, const at::Tensor& new_cell, const at::Tensor& gates,
+    const at::Tensor& hx, const at::Tensor& weights, std::array<bool, 5> output_mask);
 
 }  // namespace lltm

@@ -1,7 +1,8 @@
 // LLTM: CUDA host side. Argument checks, device guard, stream, dtype dispatch and
-// allocation around the torch-free launchers of lltm_cuda.cu; the GEMMs of large
-// forwards and of every backward are at::mm (cuBLAS) in the shared host composition
-// (lltm.cpp). Small forwards are the single launch of forward_small.
+// allocation around the torch-free launchers of lltm_cuda.cu; the GEMMs of large cells
+// are at::mm (cuBLAS) in the shared host composition (lltm.cpp). Small cells skip cuBLAS: the forward is the single launch of
+// forward_small, the backward that of backward_small (plus the input and old_h GEMMs where
+// those gradients are asked for).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -102,12 +103,57 @@ ForwardResult forward_cuda(const at::Tensor& input, const at::Tensor& weights,
   return compose_forward(&forward_cuda_pointwise, shape, input, weights, bias, old_h, old_cell);
 }
 
+// The whole backward of a small cell in one launch (backward_small), plus a GEMM for each
+// of d_input and d_old_h where asked. Only the gradients asked for are allocated.
+BackwardResult backward_small_cuda(const BackwardShape& shape, const at::Tensor& grad_h,
+                                   const at::Tensor& grad_cell, const at::Tensor& new_cell,
+                                   const at::Tensor& gates, const at::Tensor& hx,
+                                   const at::Tensor& weights, std::array<bool, 5> output_mask) {
+  const c10::cuda::CUDAGuard device_guard(new_cell.device());
+  const auto [batch, features, state] = shape;
+  const auto [need_input, need_weights, need_bias, need_old_h, need_old_cell] = output_mask;
+  const auto options = new_cell.options().memory_format(at::MemoryFormat::Contiguous);
+  const auto maybe_empty = [&](bool needed, at::IntArrayRef sizes) {
+    return needed ? at::empty(sizes, options) : at::Tensor();
+  };
+  at::Tensor d_gates = maybe_empty(need_input || need_old_h, {batch, 3 * state});
+  at::Tensor d_old_cell = maybe_empty(need_old_cell, {batch, state});
+  at::Tensor d_bias = maybe_empty(need_bias, {3 * state});
+  at::Tensor d_weights = maybe_empty(need_weights, {3 * state, state + features});
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, new_cell.scalar_type(),
+                                  "lltm_backward_small_cuda", [&] {
+    using T = cuda_t<scalar_t>;
+    const auto out = [](const at::Tensor& t) {
+      return t.defined() ? matrix<scalar_t>(t) : Matrix<T>{nullptr, 0, 0};
+    };
+    OPS_CHECK_LAUNCH(backward_small(
+        ops_common::current_stream(), batch, features, state, const_matrix<scalar_t>(grad_h),
+        const_matrix<scalar_t>(grad_cell), const_matrix<scalar_t>(new_cell),
+        const_matrix<scalar_t>(gates), const_matrix<scalar_t>(hx), out(d_gates),
+        out(d_old_cell), d_bias.defined() ? ops_common::cuda_ptr<scalar_t>(d_bias) : nullptr,
+        out(d_weights)));
+  });
+  if (batch * state == 0) {  // no launch ran: the sums over no rows are zero
+    d_weights = need_weights ? d_weights.zero_() : d_weights;
+    d_bias = need_bias ? d_bias.zero_() : d_bias;
+  }
+  return {need_input ? at::mm(d_gates, weights.narrow(1, state, features)) : at::Tensor(),
+          d_weights, d_bias,
+          need_old_h ? at::mm(d_gates, weights.narrow(1, 0, state)) : at::Tensor(), d_old_cell};
+}
+
 BackwardResult backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_cell,
                              const at::Tensor& new_cell, const at::Tensor& gates,
                              const at::Tensor& hx, const at::Tensor& weights,
                              std::array<bool, 5> output_mask) {
-  return backward(&backward_cuda_pointwise, grad_h, grad_cell, new_cell, gates, hx, weights,
-                  output_mask);
+  const BackwardShape shape = check_backward(grad_h, grad_cell, new_cell, gates, hx, weights);
+  const int64_t macs = shape.batch * 3 * shape.state * (shape.state + shape.features);
+  if (shape.batch <= kSmallBackwardBatch && macs <= kSmallForwardMacs) {
+    return backward_small_cuda(shape, grad_h, grad_cell, new_cell, gates, hx, weights,
+                               output_mask);
+  }
+  return compose_backward(&backward_cuda_pointwise, shape, grad_h, grad_cell, new_cell, gates, hx,
+                          weights, output_mask);
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 // CUDA kernels of the LLTM cell, torch-free; the GEMMs go to cuBLAS through the host
 // composition (lltm_cuda.cpp, lltm.cpp). At the tutorial's size the cell is
 // launch-bound, so each direction fuses all its elementwise work into one kernel: forward
-// is cat + GEMM + 1 kernel, backward 1 kernel + one GEMM per gradient needed. Small
-// forwards (up to kSmallForwardMacs multiply-adds, the tutorial's size among them) are
-// one launch in all: forward_small_kernel computes the gates as dot products and runs the
-// cell in the same kernel. Blocks are 32 features x 8 rows, so a warp reads 32
+// is cat + GEMM + 1 kernel, backward 1 kernel + one GEMM per gradient needed. Small cells
+// (up to kSmallForwardMacs multiply-adds, the tutorial's size among them) skip cuBLAS:
+// forward_small_kernel computes the gates as dot products and runs the cell in the same
+// kernel, and backward_small_kernel computes the weight and bias gradients with the
+// pointwise stage (a cuBLAS call costs more host time than the whole cell at that size;
+// the input and old_h gradients, where asked, stay GEMMs on its d_gates). Blocks are 32 features x 8 rows, so a warp reads 32
 // consecutive features of a row (coalesced for any row stride). Backward also reduces the
 // bias gradient over its rows in shared memory; past kOneBlockRowBatch rows a second
 // kernel adds up the per-block-row partial sums in a fixed order (deterministic, no
@@ -188,6 +190,76 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Backward of a small cell (batch up to kSmallBackwardBatch, multiply-adds up to
+// kSmallForwardMacs) in one launch: the pointwise stage, the bias gradient and the weight
+// gradient. Block per feature j: its threads compute the three gate gradients of every row
+// into shared memory (and d_gates / d_old_cell where asked), warp g sums gate g's column
+// for d_bias, then each thread forms d_weights(g state + j, k) = sum over rows of
+// d_gates(b, g state + j) hx(b, k) for its columns k (hx rows read coalesced, the shared
+// gradients broadcast). Every sum runs over the rows in one fixed order: deterministic.
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads)
+    backward_small_kernel(int64_t batch, int64_t features, int64_t state,
+                          Matrix<const scalar_t> grad_h, Matrix<const scalar_t> grad_cell,
+                          Matrix<const scalar_t> new_cell, Matrix<const scalar_t> gates,
+                          Matrix<const scalar_t> hx, Matrix<scalar_t> d_gates,
+                          Matrix<scalar_t> d_old_cell, scalar_t* __restrict__ d_bias,
+                          Matrix<scalar_t> d_weights) {
+  using opmath_t = acc_t<scalar_t>;
+  __shared__ opmath_t dz[3][kSmallBackwardBatch];
+  const int64_t columns = state + features;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  for (int64_t j = blockIdx.x; j < state; j += gridDim.x) {
+    for (int64_t b = threadIdx.x; b < batch; b += blockDim.x) {
+      const auto r = cell_backward(
+          to_acc(ld(gates(b, j))), to_acc(ld(gates(b, state + j))),
+          to_acc(ld(gates(b, 2 * state + j))), to_acc(ld(new_cell(b, j))),
+          to_acc(ld(grad_h(b, j))), to_acc(ld(grad_cell(b, j))));
+      dz[0][b] = r.d_input;
+      dz[1][b] = r.d_output;
+      dz[2][b] = r.d_candidate;
+      if (d_gates.data != nullptr) {
+        d_gates(b, j) = from_acc<scalar_t>(r.d_input);
+        d_gates(b, state + j) = from_acc<scalar_t>(r.d_output);
+        d_gates(b, 2 * state + j) = from_acc<scalar_t>(r.d_candidate);
+      }
+      if (d_old_cell.data != nullptr) {
+        d_old_cell(b, j) = from_acc<scalar_t>(r.d_old_cell);
+      }
+    }
+    __syncthreads();
+    if (d_bias != nullptr && warp < 3) {  // whole warps: the loop bound is the warp's
+      opmath_t total = 0;
+      for (int64_t b = lane; b < batch; b += 32) {
+        total += dz[warp][b];
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) {
+        total += __shfl_xor_sync(0xffffffff, total, offset);
+      }
+      if (lane == 0) {
+        d_bias[warp * state + j] = from_acc<scalar_t>(total);
+      }
+    }
+    if (d_weights.data != nullptr) {
+      for (int64_t k = threadIdx.x; k < columns; k += blockDim.x) {
+        opmath_t wi = 0, wo = 0, wc = 0;
+        for (int64_t b = 0; b < batch; ++b) {
+          const opmath_t x = to_acc(ld(hx(b, k)));
+          wi += dz[0][b] * x;
+          wo += dz[1][b] * x;
+          wc += dz[2][b] * x;
+        }
+        d_weights(j, k) = from_acc<scalar_t>(wi);
+        d_weights(state + j, k) = from_acc<scalar_t>(wo);
+        d_weights(2 * state + j, k) = from_acc<scalar_t>(wc);
+      }
+    }
+    __syncthreads();  // dz is rewritten for the next feature
+  }
+}
+
 template <typename scalar_t>
 __global__ void sum_partials_kernel(const acc_t<scalar_t>* __restrict__ partial, int64_t rows,
                                     int64_t cols, scalar_t* __restrict__ out) {
@@ -274,6 +346,19 @@ cudaError_t backward_pointwise(cudaStream_t stream, int64_t batch, int64_t state
                             int64_t(grid.y), 3 * state, d_bias);
 }
 
+template <typename T>
+cudaError_t backward_small(cudaStream_t stream, int64_t batch, int64_t features, int64_t state,
+                           Matrix<const T> grad_h, Matrix<const T> grad_cell,
+                           Matrix<const T> new_cell, Matrix<const T> gates, Matrix<const T> hx,
+                           Matrix<T> d_gates, Matrix<T> d_old_cell, T* d_bias,
+                           Matrix<T> d_weights) {
+  if (batch * state == 0) return cudaSuccess;
+  const auto blocks = static_cast<unsigned>(ops_common::min_of(state, resident_blocks()));
+  return ops_common::launch(backward_small_kernel<T>, blocks, kThreads, 0, stream, batch,
+                            features, state, grad_h, grad_cell, new_cell, gates, hx, d_gates,
+                            d_old_cell, d_bias, d_weights);
+}
+
 #define LLTM_INSTANTIATE(T)                                                                    \
   template cudaError_t forward_pointwise<T>(cudaStream_t, int64_t, int64_t, Matrix<T>,         \
                                             Vector<const T>, Matrix<const T>, Matrix<T>,       \
@@ -284,7 +369,11 @@ cudaError_t backward_pointwise(cudaStream_t stream, int64_t batch, int64_t state
                                         Matrix<T>, Matrix<T>);                                 \
   template cudaError_t backward_pointwise<T>(cudaStream_t, int64_t, int64_t, Matrix<const T>,  \
                                              Matrix<const T>, Matrix<const T>, Matrix<const T>, \
-                                             Matrix<T>, Matrix<T>, T*, acc_t<T>*);
+                                             Matrix<T>, Matrix<T>, T*, acc_t<T>*);         \
+  template cudaError_t backward_small<T>(cudaStream_t, int64_t, int64_t, int64_t,              \
+                                         Matrix<const T>, Matrix<const T>, Matrix<const T>,    \
+                                         Matrix<const T>, Matrix<const T>, Matrix<T>,          \
+                                         Matrix<T>, T*, Matrix<T>);
 LLTM_INSTANTIATE(float)
 LLTM_INSTANTIATE(double)
 LLTM_INSTANTIATE(ops_common::half_t)

@@ -30,8 +30,10 @@ struct Vector {
 };
 
 // Forwards up to this many multiply-adds (batch * 3 state * (state + features)) run as
-// one launch (forward_small): the tutorial's size is launch-bound.
+// one launch (forward_small): the tutorial's size is launch-bound. So do backwards of at
+// most kSmallBackwardBatch rows (backward_small; its gradients of a row sit in shared memory).
 constexpr int64_t kSmallForwardMacs = int64_t(1) << 22;
+constexpr int64_t kSmallBackwardBatch = 256;
 
 // gates (batch x 3 state) holds hx @ W^T without bias on entry, the activated gates on exit.
 template <typename T>
@@ -56,5 +58,15 @@ cudaError_t backward_pointwise(cudaStream_t stream, int64_t batch, int64_t state
                                Matrix<const T> new_cell, Matrix<const T> gates,
                                Matrix<T> d_gates, Matrix<T> d_old_cell, T* d_bias,
                                ops_common::acc_t<T>* workspace);
+
+// The backward of a small cell in one launch: d_weights (3 state x (state + features)),
+// d_bias, and where their data is not null d_gates (for the input and old_h GEMMs) and
+// d_old_cell; a null d_weights or d_bias is skipped. batch <= kSmallBackwardBatch.
+template <typename T>
+cudaError_t backward_small(cudaStream_t stream, int64_t batch, int64_t features, int64_t state,
+                           Matrix<const T> grad_h, Matrix<const T> grad_cell,
+                           Matrix<const T> new_cell, Matrix<const T> gates, Matrix<const T> hx,
+                           Matrix<T> d_gates, Matrix<T> d_old_cell, T* d_bias,
+                           Matrix<T> d_weights);
 
 }  // namespace lltm
