@@ -259,6 +259,30 @@ def test_opcheck(op, device, reduce):
                           (out, src.detach(), index, 0, reduce))
 
 
+def test_sum_op_is_reduce_sum(op, device):
+    """scatter::sum, the op behind scatter(reduce="sum") with the default options: reduce's
+    values on every index layout and with dim_size inferred, its gradient, and opcheck."""
+    torch.manual_seed(12)
+    src = torch.randn(30, 4, device=device, requires_grad=True)
+    for index, dim, dim_size in [(torch.randint(0, 7, (30,)), 0, 9),
+                                 (torch.randint(0, 7, (30,)), 0, None),
+                                 (torch.randint(0, 5, (30, 4)), 0, 5),
+                                 (torch.randint(0, 3, (30, 1)), 0, 3),
+                                 (torch.randint(0, 6, (30, 4)), 1, 6),
+                                 (torch.randint(0, 6, (30, 4)), -1, None)]:
+        index = index.to(device)
+        got = torch.ops.scatter.sum(src, index, dim, dim_size)
+        want = torch.ops.scatter.reduce(src, index, dim, dim_size, "sum")[0]
+        assert torch.equal(got, want), (tuple(index.shape), dim, dim_size)
+        (g,) = torch.autograd.grad(got, src, torch.ones_like(got))
+        (w,) = torch.autograd.grad(want, src, torch.ones_like(want))
+        assert torch.equal(g, w)
+    assert op.scatter(src, index, -1, None, None).grad_fn.name().endswith("ScatterSumFunction>")
+    torch.library.opcheck(torch.ops.scatter.sum.default, (src, index, 0, 9))
+    with pytest.raises(RuntimeError, match="index out of range: found -1"):
+        torch.ops.scatter.sum(src, torch.full((30,), -1, device=device), 0, None)
+
+
 @pytest.mark.parametrize("reduce", REDUCES)
 def test_torch_compile_fullgraph(op, reduce):
     torch._dynamo.reset()
@@ -287,6 +311,13 @@ def test_compile_traces_fake_and_autograd_kernels(op, device):
     fn = lambda x: op.scatter(x, index, 0, None, nodes, "mean").sin()
     got = torch.compile(fn, backend="aot_eager", fullgraph=True)(src)
     torch.testing.assert_close(got, fn(src))
+    torch._dynamo.reset()  # scatter::sum (reduce="sum"), dim_size inferred
+    fn = lambda x: op.scatter(x, index, 0).sin()
+    got = torch.compile(fn, backend="aot_eager", fullgraph=True)(src)
+    torch.testing.assert_close(got, fn(src))
+    (g,) = torch.autograd.grad(got.sum(), src)
+    (w,) = torch.autograd.grad(fn(src).sum(), src)
+    torch.testing.assert_close(g, w)
 
 
 def test_module(op, device):

@@ -97,12 +97,35 @@ inline torch::stable::Tensor contiguous(const torch::stable::Tensor& t) {
   return t.is_contiguous() ? t : torch::stable::contiguous(t);
 }
 
-// An uninitialised contiguous tensor of t's shape, dtype and device, allocated through the
-// shim directly (torch::stable::empty_like is a boxed aten::empty_like through the
-// dispatcher: the larger part of a small elementwise call's host time).
-inline torch::stable::Tensor empty_contiguous_like(const torch::stable::Tensor& t) {
-  const int64_t ndim = t.dim();
-  const auto sizes = t.sizes();
+// Whether a 4-D t is dense in channels-last order (strides of size-1 dimensions are free),
+// as ATen's is_contiguous(ChannelsLast) decides it.
+inline bool is_channels_last_dense(const torch::stable::Tensor& t) {
+  if (t.dim() != 4) return false;
+  int64_t expected = 1;
+  for (const int64_t d : {1, 3, 2, 0}) {
+    const int64_t size = t.size(d);
+    if (size == 1) continue;
+    if (size == 0) return true;
+    if (t.stride(d) != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
+// t itself where it is dense in format, else a copy that is (torch::stable::contiguous with
+// a format, a boxed call through the dispatcher, only for the copy).
+inline torch::stable::Tensor contiguous(const torch::stable::Tensor& t, MemoryFormat format) {
+  const bool dense = format == MemoryFormat::ChannelsLast ? is_channels_last_dense(t)
+                                                          : t.is_contiguous();
+  return dense ? t : torch::stable::contiguous(t, format);
+}
+
+// An uninitialised tensor of the given sizes, dense in format (Contiguous, or ChannelsLast
+// for 4-D sizes), with like's dtype and device, allocated through the shim directly
+// (torch::stable::empty and empty_like are boxed aten calls through the dispatcher: the
+// larger part of a small op's host time).
+inline torch::stable::Tensor empty_dense(const int64_t* sizes, int64_t ndim, MemoryFormat format,
+                                         const torch::stable::Tensor& like) {
   std::array<int64_t, 16> small{};
   std::unique_ptr<int64_t[]> large;
   int64_t* strides = small.data();
@@ -110,21 +133,34 @@ inline torch::stable::Tensor empty_contiguous_like(const torch::stable::Tensor& 
     large = std::make_unique<int64_t[]>(ndim);
     strides = large.get();
   }
+  const auto extent = [&](int64_t d) { return sizes[d] > 1 ? sizes[d] : int64_t(1); };
   int64_t step = 1;
-  for (int64_t d = ndim - 1; d >= 0; --d) {
-    strides[d] = step;
-    step *= sizes[d] > 1 ? sizes[d] : 1;
+  if (format == MemoryFormat::ChannelsLast && ndim == 4) {
+    for (const int64_t d : {1, 3, 2, 0}) {
+      strides[d] = step;
+      step *= extent(d);
+    }
+  } else {
+    for (int64_t d = ndim - 1; d >= 0; --d) {
+      strides[d] = step;
+      step *= extent(d);
+    }
   }
   int32_t dtype = 0, device_type = 0, device_index = 0;
-  STD_TORCH_CHECK(aoti_torch_get_dtype(t.get(), &dtype) == AOTI_TORCH_SUCCESS &&
-                      aoti_torch_get_device_type(t.get(), &device_type) == AOTI_TORCH_SUCCESS &&
-                      aoti_torch_get_device_index(t.get(), &device_index) == AOTI_TORCH_SUCCESS,
+  STD_TORCH_CHECK(aoti_torch_get_dtype(like.get(), &dtype) == AOTI_TORCH_SUCCESS &&
+                      aoti_torch_get_device_type(like.get(), &device_type) == AOTI_TORCH_SUCCESS &&
+                      aoti_torch_get_device_index(like.get(), &device_index) == AOTI_TORCH_SUCCESS,
                   "reading a tensor's dtype and device failed");
   AtenTensorHandle out = nullptr;
-  STD_TORCH_CHECK(aoti_torch_empty_strided(ndim, sizes.data(), strides, dtype, device_type,
-                                           device_index, &out) == AOTI_TORCH_SUCCESS,
+  STD_TORCH_CHECK(aoti_torch_empty_strided(ndim, sizes, strides, dtype, device_type, device_index,
+                                           &out) == AOTI_TORCH_SUCCESS,
                   "allocating a tensor of ", ndim, " dimensions failed");
   return torch::stable::Tensor(out);
+}
+
+// An uninitialised contiguous tensor of t's shape, dtype and device (empty_dense).
+inline torch::stable::Tensor empty_contiguous_like(const torch::stable::Tensor& t) {
+  return empty_dense(t.sizes().data(), t.dim(), MemoryFormat::Contiguous, t);
 }
 
 // A copy of t in dtype (a no-op when t has it already).

@@ -21,7 +21,7 @@ Tensor resize_forward_cpu(const Tensor& input, std::vector<int64_t> output_size,
   const Plan plan = forward_plan("resize.forward", input, output_size, coordinate_mode, scale_factors);
   Tensor out = empty_result(plan, {plan.n, plan.c, output_size[0], output_size[1]}, input);
   if (out.numel() == 0) return out;
-  const Tensor in = torch::stable::contiguous(input, plan.format);
+  const Tensor in = ops_common::contiguous(input, plan.format);
   OPS_DISPATCH_FLOATING(in.scalar_type(), "resize_forward_cpu", [&] {
     forward_cpu_kernel(in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), plan);
   });
@@ -34,7 +34,7 @@ Tensor resize_backward_cpu(const Tensor& grad_output, std::vector<int64_t> input
                                   scale_factors);
   Tensor grad_in = empty_result(plan, input_size, grad_output);
   if (grad_in.numel() == 0) return grad_in;
-  const Tensor g = torch::stable::contiguous(grad_output, plan.format);
+  const Tensor g = ops_common::contiguous(grad_output, plan.format);
   OPS_DISPATCH_FLOATING(g.scalar_type(), "resize_backward_cpu", [&] {
     backward_cpu_kernel(g.const_data_ptr<scalar_t>(), grad_in.mutable_data_ptr<scalar_t>(), plan);
   });

@@ -21,7 +21,7 @@ Tensor resize_forward_cuda(const Tensor& input, std::vector<int64_t> output_size
   const ops_common::DeviceGuard guard(input.get_device_index());
   Tensor out = empty_result(plan, {plan.n, plan.c, output_size[0], output_size[1]}, input);
   if (out.numel() == 0) return out;
-  const Tensor in = torch::stable::contiguous(input, plan.format);
+  const Tensor in = ops_common::contiguous(input, plan.format);
   OPS_DISPATCH_FLOATING(in.scalar_type(), "resize_forward_cuda", [&] {
     using acc = ops_common::opmath_t<scalar_t>;
     OPS_CHECK_LAUNCH(launch_forward(ops_common::cuda_ptr<scalar_t>(in), ops_common::cuda_ptr<scalar_t>(out),
@@ -38,7 +38,7 @@ Tensor resize_backward_cuda(const Tensor& grad_output, std::vector<int64_t> inpu
   const ops_common::DeviceGuard guard(grad_output.get_device_index());
   Tensor grad_in = empty_result(plan, input_size, grad_output);
   if (grad_in.numel() == 0) return grad_in;
-  const Tensor g = torch::stable::contiguous(grad_output, plan.format);
+  const Tensor g = ops_common::contiguous(grad_output, plan.format);
   OPS_DISPATCH_FLOATING(g.scalar_type(), "resize_backward_cuda", [&] {
     using acc = ops_common::opmath_t<scalar_t>;
     OPS_CHECK_LAUNCH(launch_backward(ops_common::cuda_ptr<scalar_t>(g), ops_common::cuda_ptr<scalar_t>(grad_in),

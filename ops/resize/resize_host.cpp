@@ -80,8 +80,8 @@ Plan backward_plan(const char* op, const Tensor& grad_output,
 // The output of either pass: the given sizes in the plan's memory format (the suggested
 // format of the tensor the pass reads, as the fake kernels compute it).
 Tensor empty_result(const Plan& plan, const std::vector<int64_t>& sizes, const Tensor& like) {
-  return torch::stable::empty(sizes, like.scalar_type(), std::nullopt, like.device(), std::nullopt,
-                              plan.format);
+  return ops_common::empty_dense(sizes.data(), static_cast<int64_t>(sizes.size()), plan.format,
+                                 like);
 }
 
 }  // namespace resize_op

@@ -13,6 +13,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -123,9 +124,12 @@ Prepared prepare(const at::Tensor& src, const at::Tensor& index, int64_t dim,
   // Bc is 1 or B (and Kc 1 or K), except where B (K) is 1 anyway.
   p.count_b = Bc == B ? B : 1;
   p.count_k = Kc == K ? K : 1;
-  p.index = u.view({Bc, Ei, Kc});
+  // No views of [Bc, Ei, Kc] and [B, E, K]: the kernels read the contiguous data by the
+  // sizes and strides below, and a view is a dispatcher call (index_3d makes one on demand).
+  p.index = u;
+  p.index_e = Ei;
   p.strides = {Bc == 1 ? 0 : Ei * Kc, Ei == 1 ? 0 : Kc, Kc == 1 ? 0 : 1};
-  p.src = src.contiguous().view({B, E, K});
+  p.src = src.contiguous();
   p.shape = {B, E, K, dim_size.value_or(-1)};
   p.has_out = has_out;
   p.deterministic = deterministic || at::globalContext().deterministicAlgorithms();
@@ -152,9 +156,9 @@ struct IndexSummary {
 // A small index on the CPU (below ATen's grain size, where its own reductions run on one
 // thread as well) in one pass over its data ([Bc, Ei, Kc], contiguous): the route below is
 // six dispatcher calls, more host time than a whole scatter of a small graph.
-IndexSummary summarise_small_cpu(const at::Tensor& idx, bool want_sorted) {
-  const int64_t* v = idx.const_data_ptr<int64_t>();
-  const int64_t n = idx.numel(), Ei = idx.size(1), Kc = idx.size(2);
+IndexSummary summarise_small_cpu(const Problem& p, bool want_sorted) {
+  const int64_t* v = p.index.const_data_ptr<int64_t>();
+  const int64_t n = p.index.numel(), Ei = p.index_e, Kc = p.count_k;
   int64_t mn = v[0], mx = v[0];
   for (int64_t i = 1; i < n; ++i) {
     mn = v[i] < mn ? v[i] : mn;
@@ -169,8 +173,10 @@ IndexSummary summarise_small_cpu(const at::Tensor& idx, bool want_sorted) {
 }
 
 IndexSummary summarise(const Problem& p, bool want_sorted) {
-  const at::Tensor& idx = p.index;
-  if (idx.is_cpu() && idx.numel() < at::internal::GRAIN_SIZE) return summarise_small_cpu(idx, want_sorted);
+  if (p.index.is_cpu() && p.index.numel() < at::internal::GRAIN_SIZE) {
+    return summarise_small_cpu(p, want_sorted);
+  }
+  const at::Tensor idx = index_3d(p);
   auto [mn, mx] = at::aminmax(idx);
   std::vector<at::Tensor> parts{mn.view({1}), mx.view({1})};
   if (want_sorted) {
@@ -222,21 +228,25 @@ at::ScalarType work_dtype(at::ScalarType t) {
 }
 
 // Runs the backend on a prepared problem: work starts as `initial` (out's values) or
-// uninitialised; returns (work [B, N, K], aux).
+// uninitialised; returns (work, aux). Without `initial`, work and arg are allocated with
+// out_sizes (the result's shape: no view afterwards), else as [B, N, K].
 std::tuple<at::Tensor, at::Tensor> run_problem(const Backend& backend, Problem& p,
-                                               const at::Tensor& initial) {
+                                               const at::Tensor& initial,
+                                               at::IntArrayRef out_sizes) {
   const auto [B, E, K, N] = p.shape;
   const auto opts = p.src.options();
+  const std::array<int64_t, 3> bnk{B, N, K};
+  const at::IntArrayRef sizes = p.has_out ? at::IntArrayRef(bnk) : out_sizes;
   at::Tensor work;
   if (p.has_out) {
     // In place where out is contiguous in the accumulation dtype, else a converted copy.
-    work = initial.reshape({B, N, K}).to(work_dtype(initial.scalar_type())).contiguous();
+    work = initial.reshape(sizes).to(work_dtype(initial.scalar_type())).contiguous();
   } else {
-    work = at::empty({B, N, K}, opts.dtype(work_dtype(p.src.scalar_type())));
+    work = at::empty(sizes, opts.dtype(work_dtype(p.src.scalar_type())));
   }
   at::Tensor arg, count;
   if (p.reduce == Reduce::kMax || p.reduce == Reduce::kMin) {
-    arg = at::empty({B, N, K}, opts.dtype(at::kLong));
+    arg = at::empty(sizes, opts.dtype(at::kLong));
   } else if (p.reduce == Reduce::kMean) {
     count = at::empty({p.count_b, N, p.count_k}, opts.dtype(at::kLong));
   }
@@ -253,20 +263,19 @@ std::tuple<at::Tensor, at::Tensor> run_problem(const Backend& backend, Problem& 
     mean_done = backend.run(p, work, arg, count);
   }
   if (p.reduce == Reduce::kMean && !mean_done) {
+    // count is [Bc, N, Kc]: it broadcasts against work as [B, N, K].
     const at::Tensor divisor = count.clamp_min(1).to(work.scalar_type());
     if (at::isIntegralType(work.scalar_type(), false)) {
-      work = at::div(work, divisor, "floor");
+      work = at::div(work.view(bnk), divisor, "floor").view(sizes);
     } else {
-      work.div_(divisor);
+      work.view(bnk).div_(divisor);
     }
   }
-  at::Tensor aux = arg.defined() ? arg : count.defined() ? count : at::empty({0}, opts.dtype(at::kLong));
-  return {work, aux};
+  return {work, arg.defined() ? arg : count};  // undefined for sum
 }
 
-}  // namespace
-
-std::tuple<at::Tensor, at::Tensor> reduce_with(const Backend& backend, const at::Tensor& src,
+// scatter::reduce's values, and its aux where the reduction makes one (undefined for sum).
+std::tuple<at::Tensor, at::Tensor> reduce_core(const Backend& backend, const at::Tensor& src,
                                                const at::Tensor& index, int64_t dim,
                                                std::optional<int64_t> dim_size,
                                                std::string_view reduce,
@@ -283,12 +292,33 @@ std::tuple<at::Tensor, at::Tensor> reduce_with(const Backend& backend, const at:
     infer_dim_size(backend, p, check_bounds);
   }
   out_sizes[p.dim] = p.shape.N;
-  auto [work, aux] = run_problem(backend, p, at::Tensor());
+  auto [work, aux] = run_problem(backend, p, at::Tensor(), out_sizes);
   at::Tensor out = work.scalar_type() == src.scalar_type() ? work : work.to(src.scalar_type());
-  if (p.reduce == Reduce::kMax || p.reduce == Reduce::kMin) {
-    aux = compute_arg ? aux.view(out_sizes) : at::empty({0}, aux.options());
+  return {out, aux};
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> reduce_with(const Backend& backend, const at::Tensor& src,
+                                               const at::Tensor& index, int64_t dim,
+                                               std::optional<int64_t> dim_size,
+                                               std::string_view reduce,
+                                               std::optional<bool> index_sorted,
+                                               bool deterministic, bool check_bounds,
+                                               bool compute_arg) {
+  auto [out, aux] = reduce_core(backend, src, index, dim, dim_size, reduce, index_sorted,
+                                deterministic, check_bounds, compute_arg);
+  const Reduce r = parse_reduce(reduce);
+  if (!aux.defined() || ((r == Reduce::kMax || r == Reduce::kMin) && !compute_arg)) {
+    aux = at::empty({0}, src.options().dtype(at::kLong));
   }
-  return {out.view(out_sizes), aux};
+  return {out, aux};
+}
+
+at::Tensor sum_with(const Backend& backend, const at::Tensor& src, const at::Tensor& index,
+                    int64_t dim, std::optional<int64_t> dim_size) {
+  return std::get<0>(
+      reduce_core(backend, src, index, dim, dim_size, "sum", std::nullopt, false, true, false));
 }
 
 at::Tensor reduce_into_with(const Backend& backend, at::Tensor& out, const at::Tensor& src,
@@ -308,12 +338,12 @@ at::Tensor reduce_into_with(const Backend& backend, at::Tensor& out, const at::T
   }
   p.shape.N = out.size(p.dim);
   if (check_bounds) backend.check_index(p);
-  auto [work, aux] = run_problem(backend, p, out);
+  auto [work, aux] = run_problem(backend, p, out, out.sizes());
   out.copy_(work.view(out.sizes()));
-  if (p.reduce == Reduce::kMax || p.reduce == Reduce::kMin) {
-    aux = compute_arg ? aux.view(out.sizes()) : at::empty({0}, aux.options());
+  if (!aux.defined() || ((p.reduce == Reduce::kMax || p.reduce == Reduce::kMin) && !compute_arg)) {
+    return at::empty({0}, src.options().dtype(at::kLong));
   }
-  return aux;
+  return p.reduce == Reduce::kMax || p.reduce == Reduce::kMin ? aux.view(out.sizes()) : aux;
 }
 
 namespace {
@@ -408,11 +438,24 @@ void count_cpu(const Problem& p, at::Tensor& count) {
   });
 }
 
+// t (contiguous, CPU) filled with value: in place by the host itself below ATen's grain
+// size, where fill_'s trip through the dispatcher costs more than the fill.
+template <typename T>
+void fill_cpu(at::Tensor& t, T value) {
+  if (t.numel() >= at::internal::GRAIN_SIZE) {
+    t.fill_(value);
+  } else if (value == T(0)) {
+    std::memset(t.data_ptr(), 0, t.nbytes());
+  } else {
+    std::fill_n(t.mutable_data_ptr<T>(), t.numel(), value);
+  }
+}
+
 bool run_cpu(const Problem& p, at::Tensor& work, at::Tensor& arg, at::Tensor& count) {
-  if (!p.has_out) work.zero_();
-  if (arg.defined()) arg.fill_(p.shape.E);
+  if (!p.has_out) fill_cpu(work, 0);  // zero bits are zero in every dtype of work
+  if (arg.defined()) fill_cpu<int64_t>(arg, p.shape.E);
   if (count.defined()) {
-    count.zero_();
+    fill_cpu<int64_t>(count, 0);
     count_cpu(p, count);
   }
   AT_DISPATCH_V2(p.src.scalar_type(), "scatter_cpu", AT_WRAP([&] {
@@ -440,6 +483,11 @@ at::Tensor reduce_into_cpu(at::Tensor& out, const at::Tensor& src, const at::Ten
                            bool deterministic, bool check_bounds, bool compute_arg) {
   return reduce_into_with(kCpuBackend, out, src, index, dim, reduce, index_sorted, deterministic,
                           check_bounds, compute_arg);
+}
+
+at::Tensor sum_cpu(const at::Tensor& src, const at::Tensor& index, int64_t dim,
+                   std::optional<int64_t> dim_size) {
+  return sum_with(kCpuBackend, src, index, dim, dim_size);
 }
 
 void check_errors_cpu(const at::Tensor&) {}
@@ -599,6 +647,44 @@ class ScatterIntoFunction : public torch::autograd::Function<ScatterIntoFunction
   }
 };
 
+// scatter::sum at the backend's kernel, below autograd.
+at::Tensor sum_below_autograd(const at::Tensor& src, const at::Tensor& index, int64_t dim,
+                              std::optional<int64_t> dim_size) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("scatter::sum", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, std::optional<int64_t>)>();
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(src, index, dim, dim_size);
+}
+
+class ScatterSumFunction : public torch::autograd::Function<ScatterSumFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& src, const at::Tensor& index,
+                               int64_t dim, std::optional<int64_t> dim_size) {
+    at::Tensor out = sum_below_autograd(src, index, dim, dim_size);
+    save_state(ctx, src, index, at::Tensor(), dim, Reduce::kSum);
+    ctx->set_materialize_grads(false);
+    return {out};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor grad_src;
+    if (grads[0].defined()) {
+      grad_src = scatter_backward(ctx, grads[0], ctx->needs_input_grad(0), false).src;
+    }
+    return {grad_src, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor sum_autograd(const at::Tensor& src, const at::Tensor& index, int64_t dim,
+                        std::optional<int64_t> dim_size) {
+  if (!at::GradMode::is_enabled() || !src.requires_grad()) {
+    return sum_below_autograd(src, index, dim, dim_size);
+  }
+  return ScatterSumFunction::apply(src, index, dim, dim_size)[0];
+}
+
 std::tuple<at::Tensor, at::Tensor> reduce_autograd(const at::Tensor& src, const at::Tensor& index,
                                                    int64_t dim, std::optional<int64_t> dim_size,
                                                    c10::string_view reduce,
@@ -636,16 +722,22 @@ TORCH_LIBRARY(scatter, m) {
       "reduce_(Tensor(a!) out, Tensor src, Tensor index, int dim=-1, str reduce=\"sum\", "
       "bool? index_sorted=None, bool deterministic=False, bool check_bounds=True, "
       "bool compute_arg=True) -> Tensor aux");
+  // The common call, torch_scatter's scatter_sum with the default options, as its own op:
+  // four arguments to parse and one result to wrap, against reduce's nine and two, most of
+  // the host time of a scatter over a small graph.
+  m.def("sum(Tensor src, Tensor index, int dim=-1, int? dim_size=None) -> Tensor");
   m.def("check_errors(Tensor device_of) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(scatter, CPU, m) {
   m.impl("reduce", &scatter::reduce_cpu);
+  m.impl("sum", &scatter::sum_cpu);
   m.impl("reduce_", &scatter::reduce_into_cpu);
   m.impl("check_errors", &scatter::check_errors_cpu);
 }
 
 TORCH_LIBRARY_IMPL(scatter, Autograd, m) {
   m.impl("reduce", &scatter::reduce_autograd);
+  m.impl("sum", &scatter::sum_autograd);
   m.impl("reduce_", &scatter::reduce_into_autograd);
 }

@@ -5,6 +5,7 @@ functions of PyTorch Geometric's torch_scatter, same arguments and results), and
     torch.ops.scatter.reduce(src, index, dim, dim_size, reduce, index_sorted, deterministic,
                              check_bounds, compute_arg) -> (out, aux)
     torch.ops.scatter.reduce_(out, src, index, dim, reduce, ...) -> aux   (into out, in place)
+    torch.ops.scatter.sum(src, index, dim, dim_size) -> out   (reduce's sum, default options)
     torch.ops.scatter.check_errors(device_of) -> ()
 
 ``aux`` is the arg position for max/min (out's shape, int64; empty unless ``compute_arg`` or
@@ -100,6 +101,11 @@ def _reduce_fake(src, index, dim=-1, dim_size=None, reduce="sum", index_sorted=N
                                           compute_arg)
 
 
+@torch.library.register_fake("scatter::sum", lib=LIB)
+def _sum_fake(src, index, dim=-1, dim_size=None):
+    return _reduce_fake(src, index, dim, dim_size, "sum")[0]
+
+
 @torch.library.register_fake("scatter::reduce_", lib=LIB)
 def _reduce_into_fake(out, src, index, dim=-1, reduce="sum", index_sorted=None,
                       deterministic=False, check_bounds=True, compute_arg=True):
@@ -122,6 +128,9 @@ def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = N
 
     The twin of ``torch_scatter.scatter``: returns the values only, for every ``reduce``
     (use :func:`scatter_max` / :func:`scatter_min` for the arg positions too)."""
+    if (reduce == "sum" and out is None and index_sorted is None and not deterministic
+            and check_bounds):
+        return _SUM(src, index, dim, dim_size)  # the common call: four arguments, one result
     return _scatter(src, index, dim, out, dim_size, reduce, index_sorted, deterministic,
                     check_bounds, False)[0]
 
@@ -132,6 +141,7 @@ def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = N
 # An OpOverload outlives a reload, so functions handed out earlier call the newest build.
 _REDUCE = torch.ops.scatter.reduce.default
 _REDUCE_INTO = torch.ops.scatter.reduce_.default
+_SUM = torch.ops.scatter.sum.default
 
 
 def _scatter(src, index, dim, out, dim_size, reduce, index_sorted, deterministic, check_bounds,

@@ -21,7 +21,9 @@
 //
 // Bounds check with a given dim_size: the segment route checks on the way (entries out of
 // range fall outside every segment; a broken sortedness promise shows as a misplaced
-// entry), the other routes run a check kernel first. Either records the first bad index
+// entry), and so do the atomic kernels (an entry out of range is skipped and recorded),
+// so a small sum is two launches (zero fill, scatter) as torch's scatter_add_ is; only the
+// routes that sort the index first run a check kernel before. Either records a bad index
 // into host-mapped memory; the host reads it without a sync at the start of the next
 // scatter call on that device (or in scatter::check_errors, which syncs) and raises there.
 // Every kernel skips out-of-range entries, so a bad index never writes out of bounds.
@@ -136,9 +138,10 @@ bool run_typed(const Problem& p, at::Tensor& work, at::Tensor& arg, at::Tensor& 
     return true;
   };
   if (sorted) return segment(index, nullptr);
-  if (error) launch_check(p, error);
+  // The atomic routes check bounds on the way (error passed in); the sorting routes first.
   if (extreme && !packable(p)) {
-    auto [keys, perm] = at::sort(p.index, std::optional<bool>(true), /*dim=*/1, /*descending=*/false);
+    if (error) launch_check(p, error);
+    auto [keys, perm] = at::sort(index_3d(p), std::optional<bool>(true), /*dim=*/1, /*descending=*/false);
     return segment(keys.const_data_ptr<int64_t>(), perm.const_data_ptr<int64_t>());
   }
   if (extreme) {
@@ -155,17 +158,18 @@ bool run_typed(const Problem& p, at::Tensor& work, at::Tensor& arg, at::Tensor& 
           values_only ? nullptr : arg_ptr,
           values_only ? nullptr
                       : reinterpret_cast<unsigned long long*>(keys.mutable_data_ptr<int64_t>()),
-          vectorize, stream));
+          vectorize, error, stream));
     }
     return true;
   }
   if (p.deterministic) {
-    auto [keys, perm] = at::sort(p.index, std::optional<bool>(true), /*dim=*/1, /*descending=*/false);
+    if (error) launch_check(p, error);
+    auto [keys, perm] = at::sort(index_3d(p), std::optional<bool>(true), /*dim=*/1, /*descending=*/false);
     return segment(keys.const_data_ptr<int64_t>(), perm.const_data_ptr<int64_t>());
   }
   if (!p.has_out) work.zero_();
   OPS_CHECK_LAUNCH(atomic_sum<T>(src, index, p.strides, p.shape, work.data_ptr(), vectorize,
-                                 stream));
+                                 error, stream));
   if (count_ptr) {
     count.zero_();
     OPS_CHECK_LAUNCH(atomic_count(index, p.strides, p.shape, p.count_b, p.count_k, count_ptr,
@@ -197,6 +201,14 @@ std::tuple<at::Tensor, at::Tensor> reduce_cuda(const at::Tensor& src, const at::
                      check_bounds, compute_arg);
 }
 
+at::Tensor sum_cuda(const at::Tensor& src, const at::Tensor& index, int64_t dim,
+                    std::optional<int64_t> dim_size) {
+  OP_CHECK_SAME_DEVICE("scatter", "index", index, "src", src);
+  const c10::cuda::CUDAGuard guard(src.device());
+  raise_pending_error(src.device().index());
+  return sum_with(kCudaBackend, src, index, dim, dim_size);
+}
+
 at::Tensor reduce_into_cuda(at::Tensor& out, const at::Tensor& src, const at::Tensor& index,
                             int64_t dim, c10::string_view reduce,
                             std::optional<bool> index_sorted, bool deterministic,
@@ -221,6 +233,7 @@ void check_errors_cuda(const at::Tensor& device_of) {
 
 TORCH_LIBRARY_IMPL(scatter, CUDA, m) {
   m.impl("reduce", &scatter::reduce_cuda);
+  m.impl("sum", &scatter::sum_cuda);
   m.impl("reduce_", &scatter::reduce_into_cuda);
   m.impl("check_errors", &scatter::check_errors_cuda);
 }

@@ -338,11 +338,14 @@ __global__ void __launch_bounds__(kThreads)
 // Calls f(e, out, v) for every VEC features v of src whose index is in range, out being
 // their offset in the [B, N, K] output; grid-stride. One thread per (b, e) row of VEC
 // features where the index is broadcast over K (one index load, one 16-byte src load),
-// else per element.
+// else per element. An index out of range is skipped and, where error is not null,
+// recorded with its flat position in the index's own extent [Bc, E, Kc], as check_kernel
+// records it: the bounds check rides along instead of a launch of its own.
 template <typename T, int VEC, typename F>
 __device__ __forceinline__ void for_each_in_range(const T* __restrict__ src,
                                                   const int64_t* __restrict__ index,
-                                                  const IndexStrides& s, const Shape& sh, F&& f) {
+                                                  const IndexStrides& s, const Shape& sh,
+                                                  IndexError* error, F&& f) {
   const int64_t kv_count = sh.K / VEC;
   const int64_t total = sh.B * sh.E * kv_count;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -352,7 +355,14 @@ __device__ __forceinline__ void for_each_in_range(const T* __restrict__ src,
     k0 *= VEC;
     divmod(be, sh.E, b, e);
     const int64_t n = index_at(index, s, b, e, k0);
-    if (n < 0 || n >= sh.N) continue;
+    if (n < 0 || n >= sh.N) {
+      if (error != nullptr) {
+        const int64_t count_k = s.k == 0 ? 1 : sh.K;
+        const int64_t position = ((s.b == 0 ? 0 : b) * sh.E + e) * count_k + (s.k == 0 ? 0 : k0);
+        record(error, IndexErrorKind::kOutOfRange, n, position, sh.N);
+      }
+      continue;
+    }
     T v[VEC];
     load_row<false>(src + be * sh.K + k0, v);
     f(e, (b * sh.N + n) * sh.K + k0, v);
@@ -389,10 +399,10 @@ __device__ __forceinline__ void atomic_add_vec(A* dst, const A (&v)[VEC]) {
 template <typename T, bool VECTOR>
 __global__ void __launch_bounds__(kThreads)
     atomic_sum_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
-                      IndexStrides s, Shape sh, acc_t<T>* __restrict__ work) {
+                      IndexStrides s, Shape sh, acc_t<T>* __restrict__ work, IndexError* error) {
   using A = acc_t<T>;
   constexpr int VEC = vec_width<T, VECTOR>();
-  for_each_in_range<T, VEC>(src, index, s, sh, [&](int64_t, int64_t out, const T(&v)[VEC]) {
+  for_each_in_range<T, VEC>(src, index, s, sh, error, [&](int64_t, int64_t out, const T(&v)[VEC]) {
     A x[VEC];
 #pragma unroll
     for (int j = 0; j < VEC; ++j) x[j] = to_acc(v[j]);
@@ -482,9 +492,9 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, Reduce R, bool VECTOR, typename Key>
 __global__ void __launch_bounds__(kThreads)
     extreme_atomic_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
-                          IndexStrides s, Shape sh, Key* __restrict__ keys) {
+                          IndexStrides s, Shape sh, Key* __restrict__ keys, IndexError* error) {
   constexpr int VEC = vec_width<T, VECTOR>();
-  for_each_in_range<T, VEC>(src, index, s, sh, [&](int64_t e, int64_t out, const T(&v)[VEC]) {
+  for_each_in_range<T, VEC>(src, index, s, sh, error, [&](int64_t e, int64_t out, const T(&v)[VEC]) {
     Key* dst = keys + out;
     // A plain read first: once a group's extreme is in place most candidates lose, and a
     // read is cheaper than an atomic. A stale value only lets a candidate through.
@@ -590,7 +600,7 @@ cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
 
 template <typename T>
 cudaError_t atomic_sum(const T* src, const int64_t* index, IndexStrides strides, Shape shape,
-                       void* work, bool vectorize, cudaStream_t stream) {
+                       void* work, bool vectorize, IndexError* error, cudaStream_t stream) {
   using A = acc_t<T>;
   cudaError_t err = cudaSuccess;
   with_vector(vectorize, [&](auto vector) {
@@ -598,7 +608,7 @@ cudaError_t atomic_sum(const T* src, const int64_t* index, IndexStrides strides,
     err = ops_common::launch(atomic_sum_kernel<T, VECTOR>,
                              blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>()),
                              kThreads, 0, stream, src, index, strides, shape,
-                             static_cast<A*>(work));
+                             static_cast<A*>(work), error);
   });
   return err;
 }
@@ -613,7 +623,7 @@ template <typename T>
 cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, Shape shape, void* work, bool has_init,
                            int64_t* arg, unsigned long long* keys, bool vectorize,
-                           cudaStream_t stream) {
+                           IndexError* error, cudaStream_t stream) {
   using A = acc_t<T>;
   const int64_t outputs = shape.B * shape.N * shape.K;
   // init, atomic pass, final; each launched only when the one before it launched.
@@ -627,7 +637,7 @@ cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
     if (err != cudaSuccess) return err;
     err = ops_common::launch(extreme_atomic_kernel<T, R, VECTOR, Key>,
                              blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>()),
-                             kThreads, 0, stream, src, index, strides, shape, key_ptr);
+                             kThreads, 0, stream, src, index, strides, shape, key_ptr, error);
     if (err != cudaSuccess) return err;
     return ops_common::launch(extreme_final_kernel<A, R, Key>, blocks(outputs), kThreads, 0,
                               stream, outputs, shape.E, key_ptr, has_init, w, arg);
@@ -665,7 +675,7 @@ cudaError_t check_index(const int64_t* index, IndexStrides strides, Shape shape,
                                          int64_t*, int64_t, int64_t, bool, IndexError*,       \
                                          int64_t*, cudaStream_t);                              \
   template cudaError_t atomic_sum<T>(const T*, const int64_t*, IndexStrides, Shape, void*,     \
-                                     bool, cudaStream_t);
+                                     bool, IndexError*, cudaStream_t);
 SCATTER_INSTANTIATE(float)
 SCATTER_INSTANTIATE(double)
 SCATTER_INSTANTIATE(ops_common::half_t)
@@ -677,7 +687,7 @@ SCATTER_INSTANTIATE(int64_t)
 #define SCATTER_INSTANTIATE_PACKED(T)                                                          \
   template cudaError_t packed_extreme<T>(Reduce, const T*, const int64_t*, IndexStrides,       \
                                          Shape, void*, bool, int64_t*, unsigned long long*,    \
-                                         bool, cudaStream_t);
+                                         bool, IndexError*, cudaStream_t);
 SCATTER_INSTANTIATE_PACKED(float)
 SCATTER_INSTANTIATE_PACKED(ops_common::half_t)
 SCATTER_INSTANTIATE_PACKED(ops_common::bfloat16_t)
