@@ -1,4 +1,4 @@
-"""Where the host time of one op call goes, layer by layer, for sigmoid and resize.
+"""Where the host time of one op call goes, layer by layer, for sigmoid, resize and the LLTM.
 
 A call ``op.sigmoid(x)`` passes through: the handle's attribute lookup (``jit_tools/handle.py``:
 handles follow reloads), the surface function (``ops/sigmoid/sigmoid.py``), the
@@ -20,7 +20,13 @@ views:
 3. **torch.profiler**: the dispatcher-level events of the top rung (ops, allocation,
    autograd nodes), self CPU time per call.
 
-    python -m experiments.profile_call [--device cuda] [--ops sigmoid,resize] [--calls 2000]
+The LLTM's ladder follows the kernel suite's protocol at the tutorial's size (16x32x128;
+parameters need grad, input and state do not; forward+backward is ``torch.autograd.grad``
+into the parameters), from the C++ entry up to the ``nn.Module`` call, with three reference
+rungs for forward+backward: the backward op alone (no engine), its weight GEMM alone, and the
+autograd engine's floor (``autograd.grad`` of one clone).
+
+    python -m experiments.profile_call [--device cuda] [--ops sigmoid,resize,lltm] [--calls 2000]
 
 On CUDA each run ends with one sync (the rate a Python loop of enqueues sustains).
 """
@@ -299,7 +305,7 @@ def torch_profile(op_name, device, pass_, calls):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    parser.add_argument("--ops", default="sigmoid,resize")
+    parser.add_argument("--ops", default="sigmoid,resize,lltm")
     parser.add_argument("--calls", type=int, default=4000, help="calls per timed run")
     parser.add_argument("--batch", type=int, default=100, help="calls per timed loop")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")

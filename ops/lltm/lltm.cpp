@@ -3,14 +3,16 @@
 // parallel loop (the vectorised math of lltm.h, in place on float rows, else over tiles:
 // strided loads, math, stores) instead of a chain of temporaries; backward splits by
 // feature so each task reduces its own share of the bias gradient, in order. Autograd is
-// C++ because at the tutorial's size the cell is overhead-bound: a Python autograd kernel
-// costs more than the fused forward itself.
+// C++ (a backward node of its own, LLTMBackward) because at the tutorial's size the cell is
+// overhead-bound: a Python autograd kernel costs more than the fused forward itself.
 // ATen, not the stable ABI: the stable ABI has no autograd, and the C++ autograd is the point.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
-#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -338,58 +340,94 @@ BackwardResult backward_cpu(
                           weights, output_mask);
 }
 
-class LLTMAutograd : public torch::autograd::Function<LLTMAutograd> {
- public:
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
-                                                const at::Tensor& input,
-                                                const at::Tensor& weights,
-                                                const at::Tensor& bias, const at::Tensor& old_h,
-                                                const at::Tensor& old_cell) {
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("lltm::forward", "")
-                               .typed<ForwardResult(const at::Tensor&, const at::Tensor&,
-                                                    const at::Tensor&, const at::Tensor&,
-                                                    const at::Tensor&)>();
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [new_h, new_cell, gates, hx] = op.call(input, weights, bias, old_h, old_cell);
-    ctx->save_for_backward({new_cell, gates, hx, weights});
-    ctx->mark_non_differentiable({gates, hx});
-    // An unused output gets no zero-filled gradient buffer; backward broadcasts a scalar.
-    ctx->set_materialize_grads(false);
-    return {new_h, new_cell, gates, hx};
+// The op's backward node, written as ATen's generated nodes are rather than as a
+// torch::autograd::Function: the Function's generic bookkeeping (per-input metadata,
+// output wrapping, the context's saved-data map) costs a third of a small cell's host
+// time. Its outputs new_h and new_cell are differentiable; gates and hx are not.
+struct LLTMBackward : public torch::autograd::Node {
+  torch::autograd::SavedVariable new_cell_, gates_, hx_, weights_;
+
+  std::string name() const override { return "LLTMBackward"; }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    new_cell_.reset_data();
+    gates_.reset_data();
+    hx_.reset_data();
+    weights_.reset_data();
   }
 
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("lltm::backward", "")
                                .typed<BackwardResult(const at::Tensor&, const at::Tensor&,
                                                      const at::Tensor&, const at::Tensor&,
                                                      const at::Tensor&, const at::Tensor&,
                                                      std::array<bool, 5>)>();
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Grads are not materialised: an output left out of the loss has none.
     if (!grads[0].defined() && !grads[1].defined()) {
-      return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+      return torch::autograd::variable_list(5);
     }
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor& new_cell = saved[0];
+    const at::Tensor new_cell = new_cell_.unpack(getptr());
     const auto zero = [&] { return at::zeros({}, new_cell.options()).expand_as(new_cell); };
     const at::Tensor grad_h = grads[0].defined() ? grads[0] : zero();
     const at::Tensor grad_cell = grads[1].defined() ? grads[1] : zero();
     std::array<bool, 5> output_mask;
     for (size_t i = 0; i < output_mask.size(); ++i) {
-      output_mask[i] = ctx->needs_input_grad(i);
+      output_mask[i] = task_should_compute_output(i);
     }
     auto [d_input, d_weights, d_bias, d_old_h, d_old_cell] =
-        op.call(grad_h, grad_cell, new_cell, saved[1], saved[2], saved[3], output_mask);
+        op.call(grad_h, grad_cell, new_cell, gates_.unpack(), hx_.unpack(), weights_.unpack(),
+                output_mask);
     return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
   }
 };
 
+// A new node of type T, owned as this torch's autograd owns nodes: a shared_ptr deleted by
+// deleteNode (iteratively: a long chain of LLTM steps would overflow the stack) up to torch
+// 2.11, an intrusive_ptr in later versions (Node::getptr() returns the owner's type).
+using NodePtr = decltype(std::declval<torch::autograd::Node&>().getptr());
+
+template <typename T, typename Base = torch::autograd::Node>
+NodePtr make_node() {
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<Base>>) {
+    // Unqualified and dependent on Base: found (by argument-dependent lookup) only in the
+    // versions that take this branch.
+    return std::shared_ptr<T>(new T(), [](Base* node) { deleteNode(node); });
+  } else {
+    return c10::make_intrusive<T>();
+  }
+}
+
 ForwardResult forward_autograd(const at::Tensor& input, const at::Tensor& weights,
                                const at::Tensor& bias, const at::Tensor& old_h,
                                const at::Tensor& old_cell) {
-  auto outputs = LLTMAutograd::apply(input, weights, bias, old_h, old_cell);
-  return {outputs[0], outputs[1], outputs[2], outputs[3]};
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("lltm::forward", "")
+                             .typed<ForwardResult(const at::Tensor&, const at::Tensor&,
+                                                  const at::Tensor&, const at::Tensor&,
+                                                  const at::Tensor&)>();
+  ForwardResult result = [&] {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op.call(input, weights, bias, old_h, old_cell);
+  }();
+  if (!torch::autograd::compute_requires_grad(input, weights, bias, old_h, old_cell)) {
+    return result;
+  }
+  const auto& [new_h, new_cell, gates, hx] = result;
+  const NodePtr node = make_node<LLTMBackward>();
+  auto& backward = static_cast<LLTMBackward&>(*node);
+  backward.set_next_edges(
+      torch::autograd::collect_next_edges(input, weights, bias, old_h, old_cell));
+  torch::autograd::set_history(new_h, node);
+  torch::autograd::set_history(new_cell, node);
+  // After set_history: new_cell is then this node's output, saved without a reference cycle.
+  backward.new_cell_ = torch::autograd::SavedVariable(new_cell, /*is_output=*/true);
+  backward.gates_ = torch::autograd::SavedVariable(gates, /*is_output=*/false);
+  backward.hx_ = torch::autograd::SavedVariable(hx, /*is_output=*/false);
+  backward.weights_ = torch::autograd::SavedVariable(weights, /*is_output=*/false);
+  return result;
 }
 
 }  // namespace
