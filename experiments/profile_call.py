@@ -233,22 +233,38 @@ def top_rung(op_name: str, device: str, pass_: str):
     return rungs(op_name, device, pass_, 1)[f"+ handle: op.{cases(op_name, device)[4]}(...)"]
 
 
-def ladder(op_name, device, pass_, calls, batch, clock=time.perf_counter):
+TIMER_RUNG = "nothing: the timer's own cost"
+
+
+def ladder(op_name, device, pass_, calls, batch, clock=time.perf_counter, cold=False):
+    """Rows of the ladder. ``cold``: each rung's single calls interleaved with the other
+    rungs' and timed one by one (``benchutil.measure``, CUDA events on a GPU), as the kernel
+    suite times host-bound cases, so each call finds the caches holding the other rungs'
+    code; the median call, and a rung that calls nothing gives the timer's own share."""
+    batch = 1 if cold else batch
     fns = lltm_rungs(device, pass_, batch) if op_name == "lltm" else \
         rungs(op_name, device, pass_, batch)
-    timing = benchutil.host_time(fns, device, calls=max(1, calls // batch), runs=5, warmup=3,
-                                 ops_per_call=batch, clock=clock)
+    if cold:
+        fns = {TIMER_RUNG: lambda: None, **fns}
+        measured = benchutil.measure(fns, device, reps=max(20, min(calls, 2000) // len(fns)),
+                                     warmup=20, clock=clock)
+        timing = {name: (t.median, t.q3) for name, t in measured.items()}
+    else:
+        host = benchutil.host_time(fns, device, calls=max(1, calls // batch), runs=5, warmup=3,
+                                   ops_per_call=batch, clock=clock)
+        timing = {name: (t.best, t.median) for name, t in host.items()}
     rows, below = [], None
-    for name, t in timing.items():
-        us = t.best * 1e6
+    for name, (best, spread) in timing.items():
+        us = best * 1e6
         layered = name.startswith("+ ")
-        rows.append({"op": op_name, "pass": pass_, "entered at": name, "us per call": us,
-                     "median run us": t.median * 1e6,
+        rows.append({"op": op_name, "pass": pass_, "entered at": name,
+                     ("median call us" if cold else "us per call"): us,
+                     ("third quartile us" if cold else "median run us"): spread * 1e6,
                      "layer adds us": (us - below) if layered and below is not None else None})
         if name.startswith("+ "):
             below = us
         elif not name.startswith(("native", "allocation", "the backward op", "its weight",
-                                  "engine floor")):
+                                  "engine floor", "nothing")):
             below = us
     return rows
 
@@ -312,6 +328,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cpu-time", action="store_true",
                         help="time the ladder by this thread's CPU time (a loaded CPU machine; "
                              "not with --device cuda, whose waits it would miss)")
+    parser.add_argument("--cold", action="store_true",
+                        help="the ladder only, each rung's calls timed one by one interleaved with "
+                             "the other rungs' (as the kernel suite times host-bound cases)")
     parser.add_argument("--json", metavar="PATH", help="also write the tables as JSON")
     args = parser.parse_args(argv)
     clock = time.thread_time if args.cpu_time else time.perf_counter
@@ -323,9 +342,12 @@ def main(argv=None) -> int:
     for op_name in args.ops.split(","):
         for pass_ in ("forward", "forward+backward"):
             calls = args.calls if pass_ == "forward" else max(args.batch, args.calls // 10)
-            tables["ladder"] += ladder(op_name, args.device, pass_, calls, args.batch, clock)
-            tables["cprofile"] += cprofile_layers(op_name, args.device, pass_, min(calls, 2000))
-            tables["torch.profiler"] += torch_profile(op_name, args.device, pass_, min(calls, 500))
+            tables["ladder"] += ladder(op_name, args.device, pass_, calls, args.batch, clock,
+                                       args.cold)
+            if not args.cold:
+                tables["cprofile"] += cprofile_layers(op_name, args.device, pass_, min(calls, 2000))
+                tables["torch.profiler"] += torch_profile(op_name, args.device, pass_,
+                                                          min(calls, 500))
     env = benchutil.environment(args.device)
     print(f"{env['device']}, torch {env['torch']}, {env['date']}, {torch.get_num_threads()} "
           f"thread(s), load average {env['load_average']}, ladder clock "
@@ -334,6 +356,8 @@ def main(argv=None) -> int:
     if warning:
         print(f"warning: {warning}")
     for title, rows in tables.items():
+        if not rows:
+            continue
         print(f"\n## {title}\n")
         print(benchutil.format_table(rows))
     if args.json:

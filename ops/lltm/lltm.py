@@ -50,6 +50,14 @@ def _backward_fake(grad_h, grad_cell, new_cell, gates, hx, weights, output_mask)
                  for shape, needed in zip(shapes, output_mask))
 
 
+# Resolved once per build (the loader runs this file again for every build), not through
+# the packet per call; an OpOverload outlives a reload, so functions handed out earlier call
+# the newest build. lltm and LLTM.forward keep the packet: TorchScript compiles them, and it
+# knows torch.ops.<namespace>.<op>, not a module's global.
+_FORWARD = torch.ops.lltm.forward.default
+_BACKWARD = torch.ops.lltm.backward.default
+
+
 def lltm(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
          old_cell: Tensor) -> Tuple[Tensor, Tensor]:
     """One LLTM step, differentiable; returns ``(new_h, new_cell)``."""
@@ -63,7 +71,7 @@ class LLTMFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, weights, bias, old_h, old_cell):
-        new_h, new_cell, gates, hx = torch.ops.lltm.forward(input, weights, bias, old_h, old_cell)
+        new_h, new_cell, gates, hx = _FORWARD(input, weights, bias, old_h, old_cell)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(new_cell, gates, hx, weights)
         return new_h, new_cell
@@ -78,8 +86,7 @@ class LLTMFunction(torch.autograd.Function):
             zero = new_cell.new_zeros(()).expand_as(new_cell)
             grad_h = zero if grad_h is None else grad_h
             grad_cell = zero if grad_cell is None else grad_cell
-        return torch.ops.lltm.backward(grad_h, grad_cell, new_cell, gates, hx, weights,
-                                       list(ctx.needs_input_grad))
+        return _BACKWARD(grad_h, grad_cell, new_cell, gates, hx, weights, list(ctx.needs_input_grad))
 
 
 class LLTM(LLTMReference):

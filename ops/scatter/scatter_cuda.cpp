@@ -21,9 +21,9 @@
 //
 // Bounds check with a given dim_size: the segment route checks on the way (entries out of
 // range fall outside every segment; a broken sortedness promise shows as a misplaced
-// entry), and so do the atomic kernels (an entry out of range is skipped and recorded),
-// so a small sum is two launches (zero fill, scatter) as torch's scatter_add_ is; only the
-// routes that sort the index first run a check kernel before. Either records a bad index
+// entry), and so does the atomic sum of a small problem (an entry out of range is skipped
+// and recorded), which is then two launches (zero fill, scatter) as torch's scatter_add_ is;
+// the other routes run a check kernel first. Either records a bad index
 // into host-mapped memory; the host reads it without a sync at the start of the next
 // scatter call on that device (or in scatter::check_errors, which syncs) and raises there.
 // Every kernel skips out-of-range entries, so a bad index never writes out of bounds.
@@ -138,13 +138,14 @@ bool run_typed(const Problem& p, at::Tensor& work, at::Tensor& arg, at::Tensor& 
     return true;
   };
   if (sorted) return segment(index, nullptr);
-  // The atomic routes check bounds on the way (error passed in); the sorting routes first.
+  // The atomic sum checks bounds itself (error passed in); the other routes first.
   if (extreme && !packable(p)) {
     if (error) launch_check(p, error);
     auto [keys, perm] = at::sort(index_3d(p), std::optional<bool>(true), /*dim=*/1, /*descending=*/false);
     return segment(keys.const_data_ptr<int64_t>(), perm.const_data_ptr<int64_t>());
   }
   if (extreme) {
+    if (error) launch_check(p, error);
     if constexpr (std::is_same_v<scalar_t, double> || std::is_same_v<scalar_t, int64_t>) {
       TORCH_INTERNAL_ASSERT(false, "scatter: packed route for a 64-bit dtype");
     } else {
@@ -158,7 +159,7 @@ bool run_typed(const Problem& p, at::Tensor& work, at::Tensor& arg, at::Tensor& 
           values_only ? nullptr : arg_ptr,
           values_only ? nullptr
                       : reinterpret_cast<unsigned long long*>(keys.mutable_data_ptr<int64_t>()),
-          vectorize, error, stream));
+          vectorize, stream));
     }
     return true;
   }

@@ -34,6 +34,9 @@ using ops_common::to_acc;
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = int64_t(1) << 20;
+// Atomic sums of up to this many src elements check bounds inside the scatter kernel (one
+// launch fewer: a small graph's scatter is host-bound); larger ones run check_kernel first.
+constexpr int64_t kFusedCheckElements = int64_t(1) << 16;
 
 // Integer storage accumulates in itself (cuda_convert.cuh covers the floating types).
 __device__ __forceinline__ int to_acc(int v) { return v; }
@@ -338,10 +341,12 @@ __global__ void __launch_bounds__(kThreads)
 // Calls f(e, out, v) for every VEC features v of src whose index is in range, out being
 // their offset in the [B, N, K] output; grid-stride. One thread per (b, e) row of VEC
 // features where the index is broadcast over K (one index load, one 16-byte src load),
-// else per element. An index out of range is skipped and, where error is not null,
-// recorded with its flat position in the index's own extent [Bc, E, Kc], as check_kernel
-// records it: the bounds check rides along instead of a launch of its own.
-template <typename T, int VEC, typename F>
+// else per element. An index out of range is skipped; with CHECK it is also recorded in
+// *error with its flat position in the index's own extent [Bc, E, Kc], as check_kernel
+// records it (the bounds check of a small problem rides along instead of a launch of its
+// own). Without CHECK the loop is the plain one: the recording slowed the atomic routes of
+// large problems by 10-20% (H100), so those keep check_kernel.
+template <typename T, int VEC, bool CHECK, typename F>
 __device__ __forceinline__ void for_each_in_range(const T* __restrict__ src,
                                                   const int64_t* __restrict__ index,
                                                   const IndexStrides& s, const Shape& sh,
@@ -356,7 +361,7 @@ __device__ __forceinline__ void for_each_in_range(const T* __restrict__ src,
     divmod(be, sh.E, b, e);
     const int64_t n = index_at(index, s, b, e, k0);
     if (n < 0 || n >= sh.N) {
-      if (error != nullptr) {
+      if constexpr (CHECK) {
         const int64_t count_k = s.k == 0 ? 1 : sh.K;
         const int64_t position = ((s.b == 0 ? 0 : b) * sh.E + e) * count_k + (s.k == 0 ? 0 : k0);
         record(error, IndexErrorKind::kOutOfRange, n, position, sh.N);
@@ -396,13 +401,13 @@ __device__ __forceinline__ void atomic_add_vec(A* dst, const A (&v)[VEC]) {
   }
 }
 
-template <typename T, bool VECTOR>
+template <typename T, bool VECTOR, bool CHECK>
 __global__ void __launch_bounds__(kThreads)
     atomic_sum_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
                       IndexStrides s, Shape sh, acc_t<T>* __restrict__ work, IndexError* error) {
   using A = acc_t<T>;
   constexpr int VEC = vec_width<T, VECTOR>();
-  for_each_in_range<T, VEC>(src, index, s, sh, error, [&](int64_t, int64_t out, const T(&v)[VEC]) {
+  for_each_in_range<T, VEC, CHECK>(src, index, s, sh, error, [&](int64_t, int64_t out, const T(&v)[VEC]) {
     A x[VEC];
 #pragma unroll
     for (int j = 0; j < VEC; ++j) x[j] = to_acc(v[j]);
@@ -492,9 +497,9 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, Reduce R, bool VECTOR, typename Key>
 __global__ void __launch_bounds__(kThreads)
     extreme_atomic_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
-                          IndexStrides s, Shape sh, Key* __restrict__ keys, IndexError* error) {
+                          IndexStrides s, Shape sh, Key* __restrict__ keys) {
   constexpr int VEC = vec_width<T, VECTOR>();
-  for_each_in_range<T, VEC>(src, index, s, sh, error, [&](int64_t e, int64_t out, const T(&v)[VEC]) {
+  for_each_in_range<T, VEC, false>(src, index, s, sh, nullptr, [&](int64_t e, int64_t out, const T(&v)[VEC]) {
     Key* dst = keys + out;
     // A plain read first: once a group's extreme is in place most candidates lose, and a
     // read is cheaper than an atomic. A stale value only lets a candidate through.
@@ -602,13 +607,21 @@ template <typename T>
 cudaError_t atomic_sum(const T* src, const int64_t* index, IndexStrides strides, Shape shape,
                        void* work, bool vectorize, IndexError* error, cudaStream_t stream) {
   using A = acc_t<T>;
+  const bool fused = error != nullptr && shape.B * shape.E * shape.K <= kFusedCheckElements;
+  if (error != nullptr && !fused) {
+    const cudaError_t err = check_index(index, strides, shape, strides.b == 0 ? 1 : shape.B,
+                                        strides.k == 0 ? 1 : shape.K, false, error, stream);
+    if (err != cudaSuccess) return err;
+  }
   cudaError_t err = cudaSuccess;
   with_vector(vectorize, [&](auto vector) {
     constexpr bool VECTOR = decltype(vector)::value;
-    err = ops_common::launch(atomic_sum_kernel<T, VECTOR>,
-                             blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>()),
-                             kThreads, 0, stream, src, index, strides, shape,
-                             static_cast<A*>(work), error);
+    const unsigned grid = blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>());
+    err = fused ? ops_common::launch(atomic_sum_kernel<T, VECTOR, true>, grid, kThreads, 0, stream,
+                                     src, index, strides, shape, static_cast<A*>(work), error)
+                : ops_common::launch(atomic_sum_kernel<T, VECTOR, false>, grid, kThreads, 0,
+                                     stream, src, index, strides, shape, static_cast<A*>(work),
+                                     nullptr);
   });
   return err;
 }
@@ -623,7 +636,7 @@ template <typename T>
 cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, Shape shape, void* work, bool has_init,
                            int64_t* arg, unsigned long long* keys, bool vectorize,
-                           IndexError* error, cudaStream_t stream) {
+                           cudaStream_t stream) {
   using A = acc_t<T>;
   const int64_t outputs = shape.B * shape.N * shape.K;
   // init, atomic pass, final; each launched only when the one before it launched.
@@ -637,7 +650,7 @@ cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
     if (err != cudaSuccess) return err;
     err = ops_common::launch(extreme_atomic_kernel<T, R, VECTOR, Key>,
                              blocks(shape.B * shape.E * shape.K / vec_width<T, VECTOR>()),
-                             kThreads, 0, stream, src, index, strides, shape, key_ptr, error);
+                             kThreads, 0, stream, src, index, strides, shape, key_ptr);
     if (err != cudaSuccess) return err;
     return ops_common::launch(extreme_final_kernel<A, R, Key>, blocks(outputs), kThreads, 0,
                               stream, outputs, shape.E, key_ptr, has_init, w, arg);
@@ -687,7 +700,7 @@ SCATTER_INSTANTIATE(int64_t)
 #define SCATTER_INSTANTIATE_PACKED(T)                                                          \
   template cudaError_t packed_extreme<T>(Reduce, const T*, const int64_t*, IndexStrides,       \
                                          Shape, void*, bool, int64_t*, unsigned long long*,    \
-                                         bool, IndexError*, cudaStream_t);
+                                         bool, cudaStream_t);
 SCATTER_INSTANTIATE_PACKED(float)
 SCATTER_INSTANTIATE_PACKED(ops_common::half_t)
 SCATTER_INSTANTIATE_PACKED(ops_common::bfloat16_t)

@@ -30,7 +30,8 @@ cudaError_t segment_reduce(Reduce reduce, const T* src, const int64_t* index,
                            int64_t* rowptr, cudaStream_t stream);
 
 // work[b, index(b, e, k), k] += src[b, e, k] with atomics (vectorised where K allows).
-// error (optional): bounds check on the way, as check_index records it.
+// error (optional): bounds check, as check_index records it (inside the scatter kernel for
+// a small problem, else by a check launch before it).
 template <typename T>
 cudaError_t atomic_sum(const T* src, const int64_t* index, IndexStrides strides, Shape shape,
                        void* work, bool vectorize, IndexError* error, cudaStream_t stream);
@@ -44,12 +45,11 @@ cudaError_t atomic_count(const int64_t* index, IndexStrides strides, Shape shape
 // E < 2^32 - 2. keys is scratch [B, N, K]; work and arg receive the result. With arg null
 // and a float work buffer, values only: 32-bit keys in work itself (keys unused).
 // Each atomic is skipped when a plain read of the current key shows that it cannot win.
-// error (optional): bounds check on the way, as check_index records it.
 template <typename T>
 cudaError_t packed_extreme(Reduce reduce, const T* src, const int64_t* index,
                            IndexStrides strides, Shape shape, void* work, bool has_init,
                            int64_t* arg, unsigned long long* keys, bool vectorize,
-                           IndexError* error, cudaStream_t stream);
+                           cudaStream_t stream);
 
 // Bounds check (and, if check_sorted, sortedness along e) of the index's own extent
 // [Bc, E, Kc] against dim_size N; the first failure goes to *error (host-mapped).
