@@ -2,9 +2,11 @@
 # One call on a GPU machine (plain python3 with torch, no venv): CUDA tests, checks and
 # benchmarks, each stage's output kept under $OUT.
 # Stages: env build tests loadertests alltests demo bench suite overhead opbench variants hostopt
-#   loader editloop stable cppedit xv rest   (suite runs both sections of experiments/bench.py, or
-#   the kernel cases of SUITE_OPS only; overhead only the call overhead, then profile_call on
-#   CUDA and on the CPU; xv: deploy/check_cross_version.sh check dist/xv, steps XV_STEPS)
+#   loader editloop stable cppedit xv rest kernels lltmtimes   (suite runs both sections of
+#   experiments/bench.py, or the kernel cases of SUITE_OPS only; overhead only the call
+#   overhead, then profile_call on PROFILE_DEVICES, default "cuda cpu", "" for none; xv:
+#   deploy/check_cross_version.sh check dist/xv, steps XV_STEPS; lltmtimes: GPU time per
+#   LLTM kernel)
 #   bash experiments/gpu_run.sh env build tests       # default: all stages
 #   PYTEST_WORKERS=15 ALLTESTS_TIMEOUT=560 bash experiments/gpu_run.sh env alltests
 #   LOADER_ARGS="--ops toy,sigmoid,lltm" bash experiments/gpu_run.sh loader
@@ -66,10 +68,11 @@ for stage in "${stages[@]}"; do
             python3 -m experiments.bench --render "$OUT/suite/bench.json" --results > "$OUT/suite/results_section.md" ;;
     overhead) python3 -m experiments.bench --only overhead --out "$OUT/overhead" 2>&1 | tr '\r' '\n' \
               | grep -v "^overhead: " | tee "$OUT/overhead.txt" | tail -45 || status=1
-            for dev in cuda cpu; do
+            for dev in ${PROFILE_DEVICES-cuda cpu}; do
               python3 -m experiments.profile_call --device $dev --json "$OUT/profile_call_$dev.json" \
                 2>&1 | grep -v "^USDT\|^ERROR:.*gpuGetDeviceCount" | tee "$OUT/profile_call_$dev.txt" | tail -40 || status=1
             done ;;
+    lltmtimes) python3 -m experiments.bench_lltm --kernel-times 2>&1 | tee "$OUT/lltm_kernel_times.txt" | tail -12 || status=1 ;;
     opbench) for b in bench_resize bench_scatter; do
               python3 -m experiments.$b --json "$OUT/$b.json" 2>&1 | tee "$OUT/$b.txt" | grep -v "^W1" | tail -60 || status=1
             done
