@@ -100,6 +100,20 @@ def cases(op_name: str, device: str):
     raise SystemExit(f"profile_call: no case for op {op_name!r} (sigmoid, resize, lltm)")
 
 
+def batched(call, batch: int, then=None):
+    """A fn of ``batch`` calls of ``call``, each result handed to ``then`` where given (the
+    backward of a forward+backward rung)."""
+    if then is None:
+        def fn():
+            for _ in range(batch):
+                call()
+    else:
+        def fn():
+            for _ in range(batch):
+                then(call())
+    return fn
+
+
 def rungs(op_name: str, device: str, pass_: str, batch: int):
     """``{rung: fn}``: each fn makes ``batch`` calls entered at that layer."""
     op = jit_loader.load(op_name)
@@ -112,15 +126,7 @@ def rungs(op_name: str, device: str, pass_: str, batch: int):
     below = torch._C._AutoDispatchBelowAutograd
 
     def loop(call):
-        if pass_ == "forward":
-            def fn():
-                for _ in range(batch):
-                    call()
-        else:
-            def fn():
-                for _ in range(batch):
-                    call().sum().backward()
-        return fn
+        return batched(call, batch, None if pass_ == "forward" else lambda y: y.sum().backward())
 
     def guarded(call):
         def fn():
@@ -176,15 +182,8 @@ def lltm_rungs(device: str, pass_: str, batch: int):
     surface = op.module.lltm
 
     def loop(call, params=params):
-        if pass_ == "forward":
-            def fn():
-                for _ in range(batch):
-                    call()
-        else:
-            def fn():
-                for _ in range(batch):
-                    torch.autograd.grad(call()[:2], params, cotangents)
-        return fn
+        return batched(call, batch, None if pass_ == "forward"
+                       else lambda y: torch.autograd.grad(y[:2], params, cotangents))
 
     out = {}
     if pass_ == "forward":
