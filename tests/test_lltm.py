@@ -183,6 +183,64 @@ def test_backward_op_output_masks(op, device, shape):
                                        msg=lambda m: f"mask {mask}, grad of {name}: {m}")
 
 
+# --- the backward node (LLTMBackward): autograd's contracts -----------------------------------
+# The node is the same for every device; these run on the CPU.
+
+
+def test_steps_backpropagate_through_time(op):
+    """Twelve steps, each step's state the next one's input: gradients of the parameters and
+    of the initial state through all of them, against the reference unrolled alike."""
+    torch.manual_seed(13)
+    inputs = example_inputs("cpu", torch.float64, 3, 4, 5)
+    xs = torch.randn(12, 3, 4, dtype=torch.float64)
+
+    def unroll(cell, x0, weights, bias, h, c):
+        for x in (x0, *xs):
+            h, c = cell(x, weights, bias, h, c)
+        return h.sum() + c.square().sum()
+
+    got = torch.autograd.grad(unroll(op.lltm, *inputs), inputs)
+    want = torch.autograd.grad(unroll(lltm_reference, *inputs), inputs)
+    for name, g, w in zip(NAMES, got, want):
+        torch.testing.assert_close(g, w, **TOL[torch.float64], msg=lambda m: f"{name}: {m}")
+
+
+def test_second_backward_needs_retain_graph(op):
+    inputs = example_inputs("cpu", torch.float64, 2, 3, 4)
+    loss = sum(t.sum() for t in op.lltm(*inputs))
+    loss.backward(retain_graph=True)
+    first = [t.grad.clone() for t in inputs]
+    loss.backward()  # the saved tensors were kept: the gradients add up
+    for t, g in zip(inputs, first):
+        torch.testing.assert_close(t.grad, 2 * g)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+
+
+def test_saved_tensor_changed_in_place_is_caught(op):
+    """The node saves the weights; writing into them before backward fails autograd's
+    version check instead of giving a wrong gradient."""
+    inputs = list(example_inputs("cpu", torch.float64, 2, 3, 4))
+    weights = inputs[1] * 1  # not a leaf, so it may be written in place
+    new_h, new_cell = op.lltm(inputs[0], weights, *inputs[2:])
+    with torch.no_grad():
+        weights.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        (new_h.sum() + new_cell.sum()).backward()
+
+
+def test_long_chain_of_steps_is_freed(op):
+    """A hundred thousand steps chain as many nodes; dropping the last state frees them all.
+    Nodes are deleted iteratively, not by a recursion as deep as the chain: with torch 2.11's
+    shared_ptr nodes and a plain deleter this chain's teardown overflows the stack."""
+    inputs = example_inputs("cpu", torch.float32, 1, 1, 1)
+    x, weights, bias, h, c = inputs
+    for _ in range(100000):
+        h, c = op.lltm(x, weights, bias, h, c)
+    assert h.grad_fn is not None and h.grad_fn.name() == "LLTMBackward"
+    del h, c  # a recursive teardown of this chain would overflow the stack
+
+
 # --- the three Python entry points ---------------------------------------------------------
 
 
