@@ -274,14 +274,15 @@ std::tuple<at::Tensor, at::Tensor> run_problem(const Backend& backend, Problem& 
   return {work, arg.defined() ? arg : count};  // undefined for sum
 }
 
-// scatter::reduce's values, and its aux where the reduction makes one (undefined for sum).
-std::tuple<at::Tensor, at::Tensor> reduce_core(const Backend& backend, const at::Tensor& src,
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> reduce_with(const Backend& backend, const at::Tensor& src,
                                                const at::Tensor& index, int64_t dim,
                                                std::optional<int64_t> dim_size,
                                                std::string_view reduce,
                                                std::optional<bool> index_sorted,
                                                bool deterministic, bool check_bounds,
-                                               bool compute_arg) {
+                                               bool compute_arg, bool want_aux) {
   auto [p, out_sizes] = prepare(src, index, dim, dim_size, reduce, false, index_sorted,
                                 deterministic);
   p.want_arg = compute_arg;
@@ -294,22 +295,8 @@ std::tuple<at::Tensor, at::Tensor> reduce_core(const Backend& backend, const at:
   out_sizes[p.dim] = p.shape.N;
   auto [work, aux] = run_problem(backend, p, at::Tensor(), out_sizes);
   at::Tensor out = work.scalar_type() == src.scalar_type() ? work : work.to(src.scalar_type());
-  return {out, aux};
-}
-
-}  // namespace
-
-std::tuple<at::Tensor, at::Tensor> reduce_with(const Backend& backend, const at::Tensor& src,
-                                               const at::Tensor& index, int64_t dim,
-                                               std::optional<int64_t> dim_size,
-                                               std::string_view reduce,
-                                               std::optional<bool> index_sorted,
-                                               bool deterministic, bool check_bounds,
-                                               bool compute_arg) {
-  auto [out, aux] = reduce_core(backend, src, index, dim, dim_size, reduce, index_sorted,
-                                deterministic, check_bounds, compute_arg);
-  const Reduce r = parse_reduce(reduce);
-  if (!aux.defined() || ((r == Reduce::kMax || r == Reduce::kMin) && !compute_arg)) {
+  const bool extreme = p.reduce == Reduce::kMax || p.reduce == Reduce::kMin;
+  if (want_aux && (!aux.defined() || (extreme && !compute_arg))) {
     aux = at::empty({0}, src.options().dtype(at::kLong));
   }
   return {out, aux};
@@ -317,8 +304,8 @@ std::tuple<at::Tensor, at::Tensor> reduce_with(const Backend& backend, const at:
 
 at::Tensor sum_with(const Backend& backend, const at::Tensor& src, const at::Tensor& index,
                     int64_t dim, std::optional<int64_t> dim_size) {
-  return std::get<0>(
-      reduce_core(backend, src, index, dim, dim_size, "sum", std::nullopt, false, true, false));
+  return std::get<0>(reduce_with(backend, src, index, dim, dim_size, "sum", std::nullopt, false,
+                                 true, false, /*want_aux=*/false));
 }
 
 at::Tensor reduce_into_with(const Backend& backend, at::Tensor& out, const at::Tensor& src,

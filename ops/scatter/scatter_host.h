@@ -51,14 +51,14 @@ struct Backend {
 
 // scatter::reduce: a new output of src's shape with dim_size at dim; returns (out, aux),
 // aux = arg for max/min (an empty tensor if !compute_arg), count for mean, an empty tensor
-// for sum.
+// for sum. With !want_aux those empty tensors are not made (aux is then undefined).
 std::tuple<at::Tensor, at::Tensor> reduce_with(const Backend& backend, const at::Tensor& src,
                                                const at::Tensor& index, int64_t dim,
                                                std::optional<int64_t> dim_size,
                                                std::string_view reduce,
                                                std::optional<bool> index_sorted,
                                                bool deterministic, bool check_bounds,
-                                               bool compute_arg);
+                                               bool compute_arg, bool want_aux = true);
 
 // scatter::sum: reduce_with's out for sum with the default options (sortedness unknown,
 // deterministic only in torch's deterministic mode, bounds checked); no aux.
