@@ -81,6 +81,7 @@ __all__ = [
     "check_op",
     "check_same_device",
     "register_autograd_op",
+    "fast_op",
     "Op",
     "BuildInfo",
     "JitLoaderError",
@@ -198,6 +199,16 @@ def register_autograd_op(op: str, backward: str, args: Sequence[str],
     """
     from jit_tools import autograd
     return autograd.register(op, backward, args, gives, lib=lib)
+
+
+def fast_op(overload):
+    """``overload`` (e.g. ``torch.ops.ns.op.default``) as an op object whose calls from
+    Python skip ``torch.ops``'s generic argument conversion: the loader's fast entry, a
+    shared piece built once per torch build (``jit_tools/fastcall.py``). It is still an
+    ``OpOverload`` to torch.compile, opcheck and autograd; where the entry is not built (yet)
+    or the schema has a type it does not take, ``overload`` itself is returned."""
+    from jit_tools import fastcall
+    return fastcall.fast_op(overload)
 
 
 def load_inline(name: str, cpp_sources: Sequence[str] | str | None = None,

@@ -144,6 +144,29 @@ class _Retired:
         raise RuntimeError(self._message)
 
 
+def is_plain_overload(obj) -> bool:
+    """An ``OpOverload`` as ``torch.ops`` makes it (not a subclass, no Python-object
+    dispatcher of torch 2.14's in place of its native callable)."""
+    return type(obj) is OpOverload and getattr(obj, "_pyobj_dispatcher", None) is None
+
+
+def overload_with_call(overload, call):
+    """A copy of ``overload`` (its attributes: schema, native callables, Python kernels) of
+    a subclass whose ``__call__`` is ``call``, a builtin function (not bound to the
+    instance: it holds what it needs)."""
+    cls = type("OpOverload", (OpOverload,),
+               {"__slots__": (), "__call__": call, "_jit_fast_call": call,
+                "__module__": OpOverload.__module__, "__doc__": OpOverload.__doc__})
+    fast = object.__new__(cls)
+    vars(fast).update(vars(overload))
+    return fast
+
+
+def fast_call_of(obj):
+    """The builtin behind an object of :func:`overload_with_call`, else None."""
+    return getattr(type(obj), "_jit_fast_call", None)
+
+
 def retire_op_objects(qualnames, template: str) -> int:
     """Point every live ``OpOverload``/``OpOverloadPacket`` of ``qualnames`` (``ns::op``
     or ``ns::op.overload``) at a :class:`_Retired` stand-in. torch's op objects keep a raw
@@ -177,6 +200,9 @@ def retire_op_objects(qualnames, template: str) -> int:
             for attr in ("_cpp_dispatch_handle", "_op_dk", "_handle"):
                 vars(obj)[attr] = stand_in
             vars(obj)["_pyobj_dispatcher"] = None
+            if fast_call_of(obj) is not None:
+                from jit_tools import fastcall  # imports this module
+                fastcall.retire(obj)
         count += 1
     return count
 

@@ -42,6 +42,9 @@ SCHEMA_CHANGE = """
     x = torch.randn(5, dtype=torch.float64)
     out["before"] = torch.allclose(op.sch_op(x), x * x.abs())
     held = torch.ops.sch_op.forward.default  # a variable holding the old operator
+    held_fast = jit_loader.fast_op(held)  # and its fast entry
+    out["fast_before"] = (type(held_fast) is not type(held)
+                          and torch.allclose(held_fast(x), x * x.abs()))
     compiled = torch.compile(lambda t: torch.ops.sch_op.forward(t) + 1, backend="eager")
     out["compiled_before"] = torch.allclose(compiled(x), x * x.abs() + 1)
 
@@ -85,6 +88,11 @@ SCHEMA_CHANGE = """
         out["held"] = "ran"
     except RuntimeError as e:
         out["held"] = str(e)
+    try:
+        held_fast(x)
+        out["held_fast"] = "ran"
+    except RuntimeError as e:
+        out["held_fast"] = str(e)
     out["compiled_after"] = torch.allclose(compiled(x), x * x.abs() + 1)  # traced again
     compiled_new = torch.compile(lambda t: torch.ops.sch_op.forward(t, 2.0), backend="eager",
                                  fullgraph=True)
@@ -110,6 +118,9 @@ def test_schema_change_reloads_live_with_the_surface(tmp_path):
     assert "sch_op::forward" in r["bad_call"] and "scale" in r["bad_call"], r["bad_call"]
     assert r["held"].startswith("sch_op::forward belongs to a build that was replaced"), r["held"]
     assert "torch.ops.sch_op.forward" in r["held"]
+    # The fast entry of the old operator was retired with it: no call reaches freed memory.
+    assert r["fast_before"]
+    assert r["held_fast"] == r["held"], r["held_fast"]
     assert r["compiled_after"] and r["compiled_new"]
     assert r["reverted"] == "sch_op::forward(Tensor x) -> Tensor", r["reverted"]
     assert r["reverted_call"] and r["reverted_compiled"]

@@ -34,6 +34,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -425,6 +426,44 @@ def build_autograd_later(root: Path) -> None:
     _background({"autograd": str(root)})
 
 
+FASTCALL_SOURCE = keys.CSRC / "jit_loader_fastcall.cpp"
+FASTCALL_MODULE = "jit_loader_fastcall"
+
+
+def fastcall_command(cxx: str) -> tuple[list[str], list[str]]:
+    """(compile flags, link flags) of the fast Python entry: the autograd piece's, plus
+    Python's headers and torch's Python bindings (an extension module of this Python)."""
+    flags, ldflags = autograd_command(cxx)
+    return ([*flags, f"-isystem{sysconfig.get_paths()['include']}"],
+            [*ldflags, "-ltorch_python"])
+
+
+def fastcall_piece(root: Path, now: bool = True) -> Path | None:
+    """The loader's fast Python entry to dispatcher ops (``csrc/jit_loader_fastcall.cpp``),
+    an extension module compiled once per exact torch build, Python and compiler: its path,
+    or None where the compiler refused it. With ``now`` false a missing piece raises
+    :class:`Missing`."""
+    cxx = unwrap(toolchain.cxx_compiler())
+    flags, ldflags = fastcall_command(cxx)
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    kind = "fastcall" + sys.version + hashlib.sha256(FASTCALL_SOURCE.read_bytes()).hexdigest()
+    folder = CacheStore(root).shared_folder() / f"fastcall-{_piece_key(kind, cxx, flags + ldflags, '')}"
+    library = FASTCALL_MODULE + suffix
+
+    def make(tmp: Path):
+        return _run([cxx, *flags, "-shared", str(FASTCALL_SOURCE), "-o", str(tmp / library),
+                     *ldflags], tmp)
+
+    built = _build_piece(folder, make, now)
+    return built / library if built else None
+
+
+def build_fastcall_later(root: Path) -> None:
+    """Build the fast Python entry in a detached background process at low priority (the
+    ops are called through torch.ops meanwhile)."""
+    _background({"fastcall": str(root)})
+
+
 def nvcc_threads() -> int:
     """nvcc's ``--threads``: it then preprocesses a unit's host and device sides at once
     (and compiles several archs at once), instead of one step after the other. The
@@ -609,10 +648,13 @@ def _main(argv: list[str]) -> int:
     at a time per folder of pieces: builds that finish while it runs (each starts one)
     leave their pieces to the next build's background process instead of queueing."""
     spec = json.loads(argv[0])
-    if "autograd" in spec:  # one piece, under its own lock
+    if "autograd" in spec or "fastcall" in spec:  # one piece, under its own lock
         with contextlib.suppress(OSError):
             os.nice(10)
-        autograd_piece(Path(spec["autograd"]))
+        if "autograd" in spec:
+            autograd_piece(Path(spec["autograd"]))
+        else:
+            fastcall_piece(Path(spec["fastcall"]))
         return 0
     folder = CacheStore(Path(spec["root"])).shared_folder()
     folder.mkdir(parents=True, exist_ok=True)

@@ -58,9 +58,10 @@ def register(ns: str, lib: torch.library.Library, saves_output: bool) -> Surface
 
     # Resolved here, once per build, rather than at each call: through the packet a call
     # looks up two attributes and resolves the overload in Python, every time (the layers
-    # experiments/profile_call.py times).
-    forward_op = getattr(torch.ops, ns).forward.default
-    backward_op = getattr(torch.ops, ns).backward.default
+    # experiments/profile_call.py times). jit_loader.fast_op: calls from Python take the
+    # loader's fast entry instead of torch.ops's generic argument conversion.
+    forward_op = jit_loader.fast_op(getattr(torch.ops, ns).forward.default)
+    backward_op = jit_loader.fast_op(getattr(torch.ops, ns).backward.default)
 
     class Function(torch.autograd.Function):
         @staticmethod

@@ -116,6 +116,14 @@ jit_loader.register_autograd_op(
     gives="grad", lib=LIB)
 
 
+# Resolved once per build (the loader runs this file again for every build), each called
+# through the loader's fast entry (jit_loader.fast_op); an OpOverload outlives a reload.
+_NMS = jit_loader.fast_op(torch.ops.detection.nms.default)
+_BATCHED_NMS = jit_loader.fast_op(torch.ops.detection.batched_nms.default)
+_ROI_ALIGN = jit_loader.fast_op(torch.ops.detection.roi_align.default)
+_ROI_ALIGN_BACKWARD = jit_loader.fast_op(torch.ops.detection.roi_align_backward.default)
+
+
 def nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
     """Greedy non-maximum suppression, the twin of ``torchvision.ops.nms``.
 
@@ -123,13 +131,13 @@ def nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
     the kept boxes by decreasing score: a box is dropped when its IoU with a kept box of
     higher score is greater than ``iou_threshold``.
     """
-    return torch.ops.detection.nms(boxes, scores, float(iou_threshold))
+    return _NMS(boxes, scores, float(iou_threshold))
 
 
 def batched_nms(boxes: Tensor, scores: Tensor, idxs: Tensor, iou_threshold: float) -> Tensor:
     """NMS within each category ``idxs`` (boxes of different categories never suppress each
     other); the twin of ``torchvision.ops.batched_nms``. Kept indices by decreasing score."""
-    return torch.ops.detection.batched_nms(boxes, scores, idxs, float(iou_threshold))
+    return _BATCHED_NMS(boxes, scores, idxs, float(iou_threshold))
 
 
 def convert_boxes_to_roi_format(boxes: Sequence[Tensor]) -> Tensor:
@@ -166,8 +174,8 @@ def roi_align(input: Tensor, boxes: Union[Tensor, List[Tensor]], output_size,
     """
     rois = boxes if isinstance(boxes, Tensor) else convert_boxes_to_roi_format(boxes)
     height, width = _pair(output_size)
-    return torch.ops.detection.roi_align(input, rois, float(spatial_scale), height, width,
-                                         int(sampling_ratio), bool(aligned))
+    return _ROI_ALIGN(input, rois, float(spatial_scale), height, width, int(sampling_ratio),
+                      bool(aligned))
 
 
 class RoIAlignFunction(torch.autograd.Function):
@@ -179,13 +187,13 @@ class RoIAlignFunction(torch.autograd.Function):
         ctx.save_for_backward(rois)
         ctx.input_shape = tuple(input.shape)
         ctx.params = (float(spatial_scale), height, width, int(sampling_ratio), bool(aligned))
-        return torch.ops.detection.roi_align(input, rois, *ctx.params)
+        return _ROI_ALIGN(input, rois, *ctx.params)
 
     @staticmethod
     def backward(ctx, grad):
         (rois,) = ctx.saved_tensors
         spatial_scale, height, width, sampling_ratio, aligned = ctx.params
-        grad_input = torch.ops.detection.roi_align_backward(
+        grad_input = _ROI_ALIGN_BACKWARD(
             grad, rois, spatial_scale, height, width, *ctx.input_shape, sampling_ratio, aligned)
         return grad_input, None, None, None, None, None
 

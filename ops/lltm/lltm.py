@@ -51,17 +51,21 @@ def _backward_fake(grad_h, grad_cell, new_cell, gates, hx, weights, output_mask)
 
 
 # Resolved once per build (the loader runs this file again for every build), not through
-# the packet per call; an OpOverload outlives a reload, so functions handed out earlier call
-# the newest build. lltm and LLTM.forward keep the packet: TorchScript compiles them, and it
-# knows torch.ops.<namespace>.<op>, not a module's global.
-_FORWARD = torch.ops.lltm.forward.default
-_BACKWARD = torch.ops.lltm.backward.default
+# the packet per call, and called through the loader's fast entry (jit_loader.fast_op); an
+# OpOverload outlives a reload, so functions handed out earlier call the newest build.
+_FORWARD = jit_loader.fast_op(torch.ops.lltm.forward.default)
+_BACKWARD = jit_loader.fast_op(torch.ops.lltm.backward.default)
 
 
 def lltm(input: Tensor, weights: Tensor, bias: Tensor, old_h: Tensor,
          old_cell: Tensor) -> Tuple[Tensor, Tensor]:
     """One LLTM step, differentiable; returns ``(new_h, new_cell)``."""
-    new_h, new_cell, _, _ = torch.ops.lltm.forward(input, weights, bias, old_h, old_cell)
+    if torch.jit.is_scripting():
+        # TorchScript compiles only this branch: it knows torch.ops.<namespace>.<op>, not a
+        # module's global.
+        new_h, new_cell, _, _ = torch.ops.lltm.forward(input, weights, bias, old_h, old_cell)
+    else:
+        new_h, new_cell, _, _ = _FORWARD(input, weights, bias, old_h, old_cell)
     return new_h, new_cell
 
 

@@ -90,8 +90,9 @@ jit_loader.register_autograd_op(
 
 
 # Resolved once per build: through the packet, each call would look up two attributes and
-# resolve the overload in Python (experiments/profile_call.py times those layers).
-_FORWARD = torch.ops.resize.forward.default
+# resolve the overload in Python (experiments/profile_call.py times those layers); called
+# through the loader's fast entry (jit_loader.fast_op).
+_FORWARD = jit_loader.fast_op(torch.ops.resize.forward.default)
 
 
 def resolve_coordinate_mode(coordinate_mode: Optional[str] = None, convention: Optional[str] = None,

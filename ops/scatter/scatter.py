@@ -139,9 +139,10 @@ def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = N
 # packet, each call would resolve the overload from its nine arguments in Python, which
 # costs more than the op itself on a small graph (experiments/RESULTS.md, call-overhead).
 # An OpOverload outlives a reload, so functions handed out earlier call the newest build.
-_REDUCE = torch.ops.scatter.reduce.default
-_REDUCE_INTO = torch.ops.scatter.reduce_.default
-_SUM = torch.ops.scatter.sum.default
+# Each is called through the loader's fast entry (jit_loader.fast_op).
+_REDUCE = jit_loader.fast_op(torch.ops.scatter.reduce.default)
+_REDUCE_INTO = jit_loader.fast_op(torch.ops.scatter.reduce_.default)
+_SUM = jit_loader.fast_op(torch.ops.scatter.sum.default)
 
 
 def _scatter(src, index, dim, out, dim_size, reduce, index_sorted, deterministic, check_bounds,

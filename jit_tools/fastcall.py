@@ -1,0 +1,115 @@
+"""The fast Python entry to an op (``jit_loader.fast_op``): an op object that calls the
+dispatcher the way torch's generated bindings do, instead of through ``torch.ops``.
+
+A call through ``torch.ops.ns.op.default`` runs the overload's Python ``__call__`` and
+then torch's generic binding, which converts each argument by the schema at every call;
+for an op on a small CPU tensor that costs more than the op (``torch.ops.aten.sigmoid
+.default`` costs 1.6x ``torch.sigmoid``, RESULTS.md, "Call overhead"). The entry of
+``csrc/jit_loader_fastcall.cpp`` reads the schema once and converts only what a call
+passes. It is a shared piece, built once per exact torch build and Python
+(``shared.fastcall_piece``); while it builds in the background, where it failed to build,
+and with ``JIT_LOADER_FASTCALL=0``, ``fast_op`` returns the overload itself.
+
+The object ``fast_op`` returns is an ``OpOverload`` of a subclass made for it: the same
+attributes, schema, hash and Python kernels as the overload, so torch.compile, opcheck,
+the autograd machinery and the loader's reload handling treat it as the op; only a call
+from Python differs. Anything the entry does not take itself (a tensor subclass, a
+``__torch_function__`` mode, an argument of another type, a keyword it does not know) goes
+to the overload, which is what a call through ``torch.ops`` does. Results and errors are
+the same either way (``tests/test_fastcall.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+from types import ModuleType
+
+from jit_tools import _torch_private, store as stores
+from jit_tools.builder import shared
+from jit_tools.log import logger
+
+ENV = "JIT_LOADER_FASTCALL"
+
+_MODULES: dict[str, ModuleType | None] = {}
+_STARTED: set[str] = set()
+# Qualified overload name -> (the overload, its fast object). A new overload object for the
+# name (after a schema change the loader lets the old operator entry go) gets a new one.
+_MADE: dict[str, tuple[object, object]] = {}
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def extension() -> ModuleType | None:
+    """The loaded extension module, or None: disabled, failed to build, or not built yet
+    (then a background build starts, once per process, unless ``JIT_LOADER_SHARED_NOW``
+    builds it now)."""
+    if not enabled():
+        return None
+    root = stores.current().root
+    key = str(stores.CacheStore(root).shared_folder())
+    if key in _MODULES:
+        return _MODULES[key]
+    try:
+        path = shared.fastcall_piece(root, now=shared.build_now())
+    except shared.Missing:
+        if key not in _STARTED:
+            _STARTED.add(key)
+            shared.build_fastcall_later(root)
+        return None
+    except OSError as e:  # a cache this process cannot write: torch.ops serves
+        logger.info("the fast Python entry is not available (%s); calling through torch.ops", e)
+        _MODULES[key] = None
+        return None
+    module = None
+    if path is not None:
+        try:
+            loader = importlib.machinery.ExtensionFileLoader(shared.FASTCALL_MODULE, str(path))
+            spec = importlib.util.spec_from_file_location(shared.FASTCALL_MODULE, path, loader=loader)
+            module = importlib.util.module_from_spec(spec)
+            loader.exec_module(module)
+        except (ImportError, OSError) as e:
+            logger.info("the fast Python entry %s could not be loaded (%s); calling through "
+                        "torch.ops", path, e)
+            module = None
+    _MODULES[key] = module
+    return module
+
+
+def fast_op(overload):
+    """``overload`` (an ``OpOverload`` such as ``torch.ops.ns.op.default``) as an op object
+    whose calls from Python take the fast entry; the overload itself where there is no
+    entry (see the module's doc) or its schema has a type the entry does not take."""
+    if not enabled() or not _torch_private.is_plain_overload(overload):
+        return overload
+    name = overload._name
+    made = _MADE.get(name)
+    if made is not None and made[0] is overload:
+        return made[1]
+    module = extension()
+    if module is None:
+        return overload
+    schema = overload._schema
+    try:
+        call = module.make(overload, schema.name, schema.overload_name)
+    except (ValueError, RuntimeError) as e:  # a schema it does not take, or not a dispatcher
+        # op (torch.ops also lists TorchScript's own operators): torch.ops serves
+        logger.debug("%s", e)
+        return overload
+    fast = _torch_private.overload_with_call(overload, call)
+    _MADE[name] = (overload, fast)
+    return fast
+
+
+def retire(fast) -> None:
+    """The operator entry of ``fast`` is about to be freed: its calls go to the overload
+    (which the loader has pointed at a stand-in that raises)."""
+    call = _torch_private.fast_call_of(fast)
+    module = next((m for m in _MODULES.values() if m is not None), None)
+    if call is not None and module is not None:
+        module.retire(call)
+    _MADE.pop(getattr(fast, "_name", None), None)
+
