@@ -273,7 +273,11 @@ def test_sum_op_is_reduce_sum(op, device):
         index = index.to(device)
         got = torch.ops.scatter.sum(src, index, dim, dim_size)
         want = torch.ops.scatter.reduce(src, index, dim, dim_size, "sum")[0]
-        assert torch.equal(got, want), (tuple(index.shape), dim, dim_size)
+        if device == "cpu":
+            assert torch.equal(got, want), (tuple(index.shape), dim, dim_size)
+        else:  # atomic adds: the order of a sum, and so its last bit, varies from run to run
+            torch.testing.assert_close(got, want, msg=lambda m: f"{tuple(index.shape)}, {dim}, "
+                                                                f"{dim_size}: {m}")
         (g,) = torch.autograd.grad(got, src, torch.ones_like(got))
         (w,) = torch.autograd.grad(want, src, torch.ones_like(want))
         assert torch.equal(g, w)
