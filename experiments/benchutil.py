@@ -415,8 +415,9 @@ RECORD_FIELDS = {
 OVERHEAD_FIELDS = {
     "op": (str, "op name"),
     "pass": (str, "forward or forward+backward"),
-    "mode": (str, "eager, cuda graph (replay time per op: the floor), or aten via torch.ops (the "
-                  "native op entered as a custom op is: the floor of a Python call)"),
+    "mode": (str, "eager, cuda graph (replay time per op: the floor), aten via torch.ops (the "
+                  "native op entered as a custom op is: the floor of a Python call), or cell (the "
+                  "LLTM cell at the tutorial's size against the eager cell)"),
     "shape": (str, "input size"),
     "dtype": (str, "element type"),
     "device": (str, "device name"),

@@ -114,6 +114,12 @@ def batched(call, batch: int, then=None):
     return fn
 
 
+# The surfaces call their ops through the loader's fast entry (jit_loader.fast_op), not
+# through torch.ops: this rung takes the place of the torch.ops rungs below it, so what it
+# "adds" is negative, the saving; the surface's rung adds to it.
+FAST_RUNG = "+ fast entry in place of torch.ops: jit_loader.fast_op(overload)(*args)"
+
+
 def rungs(op_name: str, device: str, pass_: str, batch: int):
     """``{rung: fn}``: each fn makes ``batch`` calls entered at that layer."""
     op = jit_loader.load(op_name)
@@ -146,6 +152,8 @@ def rungs(op_name: str, device: str, pass_: str, batch: int):
     out["+ packet overload resolution: packet(*args)"] = loop(lambda: packet(*args))
     out[f"+ torch.ops lookups: torch.ops.{op_name}.{packet_name}(*args)"] = loop(
         lambda: getattr(getattr(torch.ops, op_name), packet_name)(*args))
+    fast = jit_loader.fast_op(overload)
+    out[FAST_RUNG] = loop(lambda: fast(*args))
     out[f"+ surface: module.{surface_name}(...)"] = loop(lambda: module_fn(x, *surface_args))
     out[f"+ handle: op.{surface_name}(...)"] = loop(
         lambda: getattr(op, surface_name)(x, *surface_args))
@@ -217,6 +225,8 @@ def lltm_rungs(device: str, pass_: str, batch: int):
     out["+ autograd kernel: OpOverload(*args)"] = loop(lambda: overload(*args))
     out["+ packet overload resolution: torch.ops.lltm.forward(*args)"] = loop(
         lambda: torch.ops.lltm.forward(*args))
+    fast = jit_loader.fast_op(overload)
+    out[FAST_RUNG] = loop(lambda: fast(*args))
     out["+ surface: module.lltm(...)"] = loop(lambda: surface(*args))
     out["+ handle: op.lltm(...)"] = loop(lambda: op.lltm(*args))
     out[LLTM_TOP] = loop(lambda: cell(x, (h, c)))

@@ -191,8 +191,16 @@ def test_overhead_section_rows(suite):
     assert {(r["op"], r["pass"]) for r in floor} == {("sigmoid", "forward"), ("resize", "forward")}
     for r in floor:
         assert r["ours"].startswith("torch.ops.aten.") and r["limit"] is None and r["within"] is None
+    # The LLTM cell at the tutorial's size, on CUDA only, with the targets as limits.
+    cell = [r for r in all_rows if r["mode"] == bench_overhead.CELL_MODE]
+    assert {(r["op"], r["pass"], r["shape"]) for r in cell} == (
+        {("lltm", p, "16x32x128") for p in bench_overhead.PASSES} if torch.cuda.is_available()
+        else set())
+    for r in cell:
+        assert r["limit"] == pytest.approx({"forward": 0.2, "forward+backward": 1 / 3}[r["pass"]])
+        assert r["within"] == (r["ratio"] <= r["limit"])
     rows = [r for r in all_rows if r["mode"] == "eager"]
-    assert len(rows) + len(floor) == len(all_rows)
+    assert len(rows) + len(floor) + len(cell) == len(all_rows)
     for r in rows:
         assert r["limit"] == {"forward": 1.25, "forward+backward": 1.5}[r["pass"]]
     ops = {"sigmoid", "gelu", "resize", "scatter", "lltm"}
