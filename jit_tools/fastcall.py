@@ -8,7 +8,8 @@ for an op on a small CPU tensor that costs more than the op (``torch.ops.aten.si
 ``csrc/jit_loader_fastcall.cpp`` reads the schema once and converts only what a call
 passes. It is a shared piece, built once per exact torch build and Python
 (``shared.fastcall_piece``); while it builds in the background, where it failed to build,
-and with ``JIT_LOADER_FASTCALL=0``, ``fast_op`` returns the overload itself.
+for a prebuilt (AOT) op, where no compiler is to run, and with ``JIT_LOADER_FASTCALL=0``,
+``fast_op`` returns the overload itself.
 
 The object ``fast_op`` returns is an ``OpOverload`` of a subclass made for it: the same
 attributes, schema, hash and Python kernels as the overload, so torch.compile, opcheck,
@@ -26,7 +27,7 @@ import importlib.util
 import os
 from types import ModuleType
 
-from jit_tools import _torch_private, store as stores
+from jit_tools import _torch_private, prebuilt, store as stores
 from jit_tools.builder import shared
 from jit_tools.log import logger
 
@@ -89,6 +90,8 @@ def fast_op(overload):
     made = _MADE.get(name)
     if made is not None and made[0] is overload:
         return made[1]
+    if overload._schema.name.split("::", 1)[0] in prebuilt.loaded_namespaces():
+        return overload  # a prebuilt (AOT) op: no compiler is to run for it
     module = extension()
     if module is None:
         return overload
