@@ -70,7 +70,7 @@ SCHEMA_CHANGE = """
                 autograd)
     text = edit(text, "def sch_op(x: torch.Tensor) -> torch.Tensor:",
                 "def sch_op(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:")
-    text = edit(text, "return torch.ops.sch_op.forward(x)", "return torch.ops.sch_op.forward(x, scale)")
+    text = edit(text, "return _FORWARD(x)", "return _FORWARD(x, scale)")
     py.write_text(text)
     jit_loader.load(op_dir)
     out["schema"] = str(torch.ops.sch_op.forward.default._schema)

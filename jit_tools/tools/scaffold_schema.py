@@ -494,9 +494,15 @@ jit_loader.register_autograd_op("$name::forward", "$name::backward", [$backward_
                                 gives=[$gives], lib=LIB)
 
 
+# The forward op, resolved when this file runs (the loader runs it again for every build)
+# and called through the loader's fast entry (the overload itself for a schema it does not
+# take), which skips torch.ops's argument conversion on every call.
+_FORWARD = jit_loader.fast_op(torch.ops.$name.forward.default)
+
+
 def $name($py_params) -> torch.Tensor:
     """The $name op, differentiable in $differentiable."""
-    return torch.ops.$name.forward($arg_names)
+    return _FORWARD($arg_names)
 
 
 class $Class(torch.nn.Module):
