@@ -35,9 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
-from jit_tools import _torch_private, prebuilt, store as stores
+from jit_tools import _torch_private, prebuilt
 from jit_tools.builder import shared
-from jit_tools.log import logger
 
 ENV = "JIT_LOADER_CPP_AUTOGRAD"
 
@@ -170,34 +169,16 @@ def cpp_library() -> ctypes.CDLL | None:
     ``JIT_LOADER_SHARED_NOW`` builds it now)."""
     if not cpp_enabled():
         return None
-    root = stores.current().root
-    key = str(stores.CacheStore(root).shared_folder())
-    if key in _CPP:
-        return _CPP[key]
-    try:
-        path = shared.autograd_piece(root, now=shared.build_now())
-    except shared.Missing:
-        if key not in _STARTED:
-            _STARTED.add(key)
-            shared.build_autograd_later(root)
-        return None
-    except OSError as e:  # a cache this process cannot write: the Python path serves
-        logger.info("the C++ autograd piece is not available (%s); using "
-                    "torch.library.register_autograd", e)
-        _CPP[key] = None
-        return None
-    lib = None
-    if path is not None:
-        try:
-            lib = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
-            lib.jit_loader_autograd_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-            lib.jit_loader_autograd_register.restype = ctypes.c_void_p
-            lib.jit_loader_autograd_unregister.argtypes = [ctypes.c_void_p]
-        except (OSError, AttributeError) as e:
-            logger.info("the C++ autograd piece %s could not be loaded (%s); using "
-                        "torch.library.register_autograd", path, e)
-            lib = None
-    _CPP[key] = lib
+    return shared.process_piece(shared.autograd_piece, shared.build_autograd_later, _CPP,
+                                _STARTED, _load_cpp, "the C++ autograd piece (using "
+                                                     "torch.library.register_autograd)")
+
+
+def _load_cpp(path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    lib.jit_loader_autograd_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.jit_loader_autograd_register.restype = ctypes.c_void_p
+    lib.jit_loader_autograd_unregister.argtypes = [ctypes.c_void_p]
     return lib
 
 

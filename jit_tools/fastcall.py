@@ -27,7 +27,7 @@ import importlib.util
 import os
 from types import ModuleType
 
-from jit_tools import _torch_private, prebuilt, store as stores
+from jit_tools import _torch_private, prebuilt
 from jit_tools.builder import shared
 from jit_tools.log import logger
 
@@ -50,33 +50,16 @@ def extension() -> ModuleType | None:
     builds it now)."""
     if not enabled():
         return None
-    root = stores.current().root
-    key = str(stores.CacheStore(root).shared_folder())
-    if key in _MODULES:
-        return _MODULES[key]
-    try:
-        path = shared.fastcall_piece(root, now=shared.build_now())
-    except shared.Missing:
-        if key not in _STARTED:
-            _STARTED.add(key)
-            shared.build_fastcall_later(root)
-        return None
-    except OSError as e:  # a cache this process cannot write: torch.ops serves
-        logger.info("the fast Python entry is not available (%s); calling through torch.ops", e)
-        _MODULES[key] = None
-        return None
-    module = None
-    if path is not None:
-        try:
-            loader = importlib.machinery.ExtensionFileLoader(shared.FASTCALL_MODULE, str(path))
-            spec = importlib.util.spec_from_file_location(shared.FASTCALL_MODULE, path, loader=loader)
-            module = importlib.util.module_from_spec(spec)
-            loader.exec_module(module)
-        except (ImportError, OSError) as e:
-            logger.info("the fast Python entry %s could not be loaded (%s); calling through "
-                        "torch.ops", path, e)
-            module = None
-    _MODULES[key] = module
+    return shared.process_piece(shared.fastcall_piece, shared.build_fastcall_later, _MODULES,
+                                _STARTED, _import, "the fast Python entry (calls go through "
+                                                   "torch.ops)")
+
+
+def _import(path) -> ModuleType:
+    loader = importlib.machinery.ExtensionFileLoader(shared.FASTCALL_MODULE, str(path))
+    spec = importlib.util.spec_from_file_location(shared.FASTCALL_MODULE, path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
     return module
 
 

@@ -426,6 +426,39 @@ def build_autograd_later(root: Path) -> None:
     _background({"autograd": str(root)})
 
 
+def process_piece(build, build_later, loaded: dict, started: set, load, what: str):
+    """A piece this process uses (the C++ autograd kernel, the fast Python entry), loaded
+    once per folder of pieces: ``load(path)`` of the path ``build(root, now=...)`` gives, or
+    None where it is missing (then ``build_later(root)`` starts a background build, once per
+    process, unless ``JIT_LOADER_SHARED_NOW`` builds it now), was refused by the compiler,
+    sits in a cache this process cannot write, or does not load. ``loaded`` and ``started``
+    are the caller's: one per piece. ``what`` names the piece and the fallback in messages."""
+    from jit_tools import store as stores  # the cache of this process, as the load path sees it
+    root = stores.current().root
+    key = str(CacheStore(root).shared_folder())
+    if key in loaded:
+        return loaded[key]
+    try:
+        path = build(root, now=build_now())
+    except Missing:
+        if key not in started:
+            started.add(key)
+            build_later(root)
+        return None
+    except OSError as e:
+        logger.info("%s is not available (%s)", what, e)
+        loaded[key] = None
+        return None
+    obj = None
+    if path is not None:
+        try:
+            obj = load(path)
+        except (ImportError, OSError, AttributeError) as e:
+            logger.info("%s: %s could not be loaded (%s)", what, path, e)
+    loaded[key] = obj
+    return obj
+
+
 FASTCALL_SOURCE = keys.CSRC / "jit_loader_fastcall.cpp"
 FASTCALL_MODULE = "jit_loader_fastcall"
 
