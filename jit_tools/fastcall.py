@@ -94,8 +94,13 @@ def retire(fast) -> None:
     """The operator entry of ``fast`` is about to be freed: its calls go to the overload
     (which the loader has pointed at a stand-in that raises)."""
     call = _torch_private.fast_call_of(fast)
-    module = next((m for m in _MODULES.values() if m is not None), None)
-    if call is not None and module is not None:
-        module.retire(call)
+    for module in _MODULES.values():  # one per folder of pieces this process used
+        if call is None or module is None:
+            continue
+        try:
+            module.retire(call)
+            break
+        except TypeError:  # made by another folder's build of the entry
+            continue
     _MADE.pop(getattr(fast, "_name", None), None)
 
