@@ -9,6 +9,8 @@
 #include <ATen/cuda/EmptyTensor.h>
 #include <torch/library.h>
 
+#include <cstdlib>
+
 #include "common/cuda_host.h"
 #include "lltm_compose.h"
 #include "lltm_cuda.h"
@@ -39,6 +41,20 @@ Vector<const cuda_t<scalar_t>> const_vector(const at::Tensor& t) {
 // element, so no deterministic fill is needed either.
 at::Tensor new_buffer(at::IntArrayRef sizes, const at::Tensor& like) {
   return at::detail::empty_cuda(sizes, like.scalar_type(), like.device(), std::nullopt);
+}
+
+// kSmallForwardMacs, or LLTM_SMALL_MACS where set (see lltm_cuda.h).
+int64_t small_macs() {
+  static const int64_t value = [] {
+    const char* text = std::getenv("LLTM_SMALL_MACS");
+    if (text == nullptr || *text == '\0') return kSmallForwardMacs;
+    char* end = nullptr;
+    const long long parsed = std::strtoll(text, &end, 10);
+    TORCH_CHECK(*end == '\0' && parsed >= 0, "lltm: LLTM_SMALL_MACS must be a count of "
+                "multiply-adds (an integer >= 0), got '", text, "'");
+    return static_cast<int64_t>(parsed);
+  }();
+  return value;
 }
 
 void forward_cuda_pointwise(const at::Tensor& gates, const at::Tensor& bias,
@@ -105,7 +121,7 @@ ForwardResult forward_cuda(const at::Tensor& input, const at::Tensor& weights,
                            const at::Tensor& old_cell) {
   const ForwardShape shape = check_forward(input, weights, bias, old_h, old_cell);
   const int64_t macs = shape.batch * 3 * shape.state * (shape.state + shape.features);
-  if (shape.batch * shape.state > 0 && macs <= kSmallForwardMacs) {
+  if (shape.batch * shape.state > 0 && macs <= small_macs()) {
     return forward_small_cuda(shape, input, weights, bias, old_h, old_cell);
   }
   return compose_forward(&forward_cuda_pointwise, shape, input, weights, bias, old_h, old_cell);
@@ -155,7 +171,7 @@ BackwardResult backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_ce
                              std::array<bool, 5> output_mask) {
   const BackwardShape shape = check_backward(grad_h, grad_cell, new_cell, gates, hx, weights);
   const int64_t macs = shape.batch * 3 * shape.state * (shape.state + shape.features);
-  if (shape.batch <= kSmallBackwardBatch && macs <= kSmallForwardMacs) {
+  if (shape.batch <= kSmallBackwardBatch && macs <= small_macs()) {
     return backward_small_cuda(shape, grad_h, grad_cell, new_cell, gates, hx, weights,
                                output_mask);
   }

@@ -65,9 +65,13 @@ __global__ void __launch_bounds__(kThreads)
 // One warp per (row b, feature j): the three gate pre-activations are dot products of
 // hx[b] = [old_h[b], input[b]] with weight rows j, state + j and 2 state + j. Lanes stride
 // over the state + features columns, so every warp reads its weight rows and hx row
-// coalesced; the weights are read once per batch row, from L2 after the first. A shuffle
-// reduction gives lane 0 the sums, and lane 0 runs the cell. The warps of feature 0 also
-// write hx, which backward needs. Sums are in the compute type, as cuBLAS's are.
+// coalesced. Consecutive warps take consecutive rows of one feature: the warps of a block
+// read the same three weight rows at about the same time (one L2 read, then L1 hits), and
+// each hx row is read from L2 once per feature; the other order (warps of a block on
+// consecutive features of one row) reads every weight row from L2 once per row, about
+// twice the L2 traffic. A shuffle reduction gives lane 0 the sums, and lane 0 runs the
+// cell. The warps of feature 0 also write hx, which backward needs. Sums are in the compute
+// type, as cuBLAS's are.
 constexpr int kSmallWarps = 8;
 static_assert(kSmallWarps * 32 == kThreads, "one resident-block count for every kernel");
 
@@ -85,8 +89,8 @@ __global__ void __launch_bounds__(kSmallWarps * 32)
   // The loop bound is the same for every lane of a warp, so whole warps enter the shuffles.
   for (int64_t w = int64_t(blockIdx.x) * kSmallWarps + threadIdx.x / 32; w < batch * state;
        w += int64_t(gridDim.x) * kSmallWarps) {
-    const int64_t b = w / state;
-    const int64_t j = w % state;
+    const int64_t j = w / batch;
+    const int64_t b = w % batch;
     opmath_t zi = 0, zo = 0, zc = 0;
 #pragma unroll 4
     for (int64_t k = lane; k < columns; k += 32) {
