@@ -31,7 +31,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ddp_out}
-WORK=${WORK:-$OUT/work}
+WORK=${WORK:-/tmp/ddp_work}  # logs and JSON; $OUT gets them as one tar.gz
 mkdir -p "$OUT" "$WORK"
 PY=${PYTHON:-python3}
 export JIT_LOADER_CACHE=${JIT_LOADER_CACHE:-/tmp/jit_loader_cache}
@@ -98,6 +98,7 @@ for stage in "${stages[@]}"; do
                | tee "$WORK/lltm_kernel_times_macs_$macs.txt" | grep -E "\(all\)" || status=1
            done ;;
     profile) [ "$NGPU" -ge 1 ] || { echo "no GPU: no profile"; continue; }
+             rm -rf "$WORK/profile" "$WORK/profile_table.md"
              for n in 1 ${RANKS##* }; do
                [ "$n" -gt "$NGPU" ] && continue
                torchrun "profile_gpu$n" "$n" -m experiments.ddp_scaling sweep --out "$WORK/profile" \
@@ -108,10 +109,12 @@ for stage in "${stages[@]}"; do
              $PY -m experiments.step_profile "$WORK"/profile/profiles/summary_*.json 2>&1 \
                | tee "$WORK/profile_table.md" ;;
     scaling) [ "$NGPU" -ge 1 ] || { echo "no GPU: no scaling runs"; continue; }
+             rm -f "$WORK"/runs/*.json
              for n in $RANKS; do
                sweep "scaling_gpu$n" "$n" --sizes $SIZES --backends $BACKENDS --configs $CONFIGS
              done ;;
     graph) [ "$NGPU" -ge 1 ] || { echo "no GPU: no graph runs"; continue; }
+           rm -f "$WORK"/runs/*_graph_gpu*.json
            for n in $RANKS; do
              sweep "graph_gpu$n" "$n" --sizes $SIZES --backends $BACKENDS --configs graph
            done ;;
@@ -124,7 +127,8 @@ for stage in "${stages[@]}"; do
   pack
 done
 
-{ echo "=== summary ($(date -u +%FT%TZ)); $(head -c 300 "$WORK/env.txt" 2>/dev/null | sed -n 2p)"
+{ echo "=== summary ($(date -u +%FT%TZ))"
+  grep -E "^(date|torch|GPUs visible)|, [0-9]+ MiB" "$WORK/env.txt" 2>/dev/null
   if ls "$WORK"/runs/*.json >/dev/null 2>&1; then
     echo "--- weak scaling: efficiency = samples/s on N GPUs / (N x the same size, backend and config on 1 GPU)"
     $PY -m experiments.ddp_scaling table "$WORK"/runs/*.json
