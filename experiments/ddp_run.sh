@@ -60,9 +60,14 @@ pack() { tar czf "$OUT/ddp_details.tar.gz" -C "$WORK" . 2>/dev/null; }
 torchrun() {  # torchrun TAG NPROC ARGS...: one launch, its output in $WORK/TAG.txt
   local tag=$1 nproc=$2; shift 2
   echo "--- $tag: $nproc rank(s) ($(date +%T))"
+  # Which processes hold a context on which GPU, once the ranks are running: one each.
+  ( sleep 15; nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv \
+      >"$WORK/$tag.gpu_apps.txt" 2>&1 ) &
+  local apps=$!
   timeout "$TIMEOUT" $PY -m torch.distributed.run --standalone --nproc-per-node "$nproc" "$@" \
     >"$WORK/$tag.txt" 2>&1
   local rc=$?
+  kill $apps 2>/dev/null; wait $apps 2>/dev/null
   grep -E "^(=== |train_lltm: [0-9]+ samples|ddp_scaling: )" "$WORK/$tag.txt"
   if [ $rc -ne 0 ]; then
     echo "FAILED (exit $rc), last lines of $tag.txt:"; tail -12 "$WORK/$tag.txt"; status=1
@@ -136,6 +141,9 @@ done
   if [ -s "$WORK/profile_table.md" ]; then
     echo "--- per-step profile, ms per step (rank, config, size in the run name)"
     cat "$WORK/profile_table.md"
+    for f in "$WORK"/*.gpu_apps.txt; do
+      [ -s "$f" ] && echo "$(basename "$f" .gpu_apps.txt): $(tail -n +2 "$f" | awk -F, '{print $2}' | sort | uniq -c | tr -s ' ' | tr '\n' ';') (processes per GPU bus id)"
+    done
   fi
   if [ -s "$OUT/bench_lltm.txt" ]; then
     echo "--- LLTM op against eager (forward+backward target at 64x128x256: 2.5x)"

@@ -288,6 +288,10 @@ def summarize(trace: dict) -> dict:
         "copies": per(copies),
         "device_item_calls": items / n,
         "unattributed_gpu_events": unattributed,
+        # Each rank should drive its own GPU only; another index here is a context and
+        # work on a GPU of another rank.
+        "gpu_devices": sorted({e.get("args", {}).get("device") for k in ("kernel", "memcpy", "memset")
+                               for e in by_kind.get(k, []) if e.get("args", {}).get("device") is not None}),
         "top_kernels": [{"name": k[:90], "calls": len(v) / n, "ms": sum(v) / n * ms}
                         for k, v in top],
     }
@@ -297,7 +301,7 @@ def summarize(trace: dict) -> dict:
 # Table
 # --------------------------------------------------------------------------------------
 
-TABLE_COLUMNS = ["run", "step_cpu_ms", "gpu_period_ms", "gpu_busy_ms", "idle_in_step",
+TABLE_COLUMNS = ["run", "gpus", "step_cpu_ms", "gpu_period_ms", "gpu_busy_ms", "idle_in_step",
                  "idle_between", "fwd_cpu", "bwd_cpu", "opt_cpu", "fwd_gpu", "bwd_gpu",
                  "opt_gpu", "lltm", "gemm", "other", "nccl", "nccl_overlap", "nccl_exposed",
                  "nccl_tail", "host_waits", "device_items"]
@@ -311,7 +315,8 @@ def table_row(s: dict) -> dict:
 
     pc, pg, fam = s.get("phase_cpu_ms", {}), s.get("phase_gpu_ms", {}), s.get("family_ms", {})
     waits = "; ".join(f"{k} {v['calls']:g}x {v['ms']:.3f}" for k, v in s.get("host_waits", {}).items())
-    return {"run": s.get("name", "?"), "step_cpu_ms": r(s.get("step_cpu_ms")),
+    return {"run": s.get("name", "?"), "gpus": ",".join(map(str, s.get("gpu_devices", []))) or "-",
+            "step_cpu_ms": r(s.get("step_cpu_ms")),
             "gpu_period_ms": r(s.get("gpu_period_ms")), "gpu_busy_ms": r(s.get("gpu_busy_ms")),
             "idle_in_step": r(s.get("gpu_idle_in_step_ms")),
             "idle_between": r(s.get("gpu_idle_between_steps_ms")),

@@ -287,7 +287,7 @@ def test_step_profile_summary_of_a_trace():
             x("cpu_op", "aten::_local_scalar_dense", t0 + 800, 1.0),
             # forward GEMM 100-300, backward LLTM kernel 300-600, NCCL 500-650 on its own
             # stream (100 beside the LLTM kernel, 50 alone), optimizer 650-700
-            x("kernel", "sm90_xmma_gemm_f32", t0 + 100, 200.0, correlation=c + 1),
+            x("kernel", "sm90_xmma_gemm_f32", t0 + 100, 200.0, correlation=c + 1, device=1),
             x("kernel", "lltm::backward_kernel<float>", t0 + 300, 300.0, correlation=c + 2),
             x("kernel", "ncclDevKernel_AllReduce_Sum_f32", t0 + 500, 150.0, correlation=c + 3),
             x("kernel", "multi_tensor_apply_kernel", t0 + 650, 50.0, correlation=c + 4),
@@ -308,5 +308,6 @@ def test_step_profile_summary_of_a_trace():
     assert s["nccl_tail_after_backward_ms"] == pytest.approx(0.05)  # 650 after 600
     assert s["host_waits"] == {"cudaStreamSynchronize": pytest.approx({"calls": 1, "ms": 0.004})}
     assert s["device_item_calls"] == 1
+    assert s["gpu_devices"] == [1]
     assert s["top_kernels"][0]["name"] == "lltm::backward_kernel<float>"
     assert step_profile.summarize({"traceEvents": []}) == {"steps": 0}
