@@ -225,7 +225,10 @@ def load_cell(args):
     # Every rank loads: one compiles under the loader's build lock, the others wait for
     # the lock and then find the finished build in the cache.
     op = jit_loader.load("lltm")
-    return op.LLTM, dataclasses.asdict(op.build)
+    build = dataclasses.asdict(op.build)
+    # Whether calls take the loader's fast entry (a shared piece; torch.ops until it is built).
+    build["fast_entry"] = op.module._FORWARD is not torch.ops.lltm.forward.default
+    return op.LLTM, build
 
 
 # --------------------------------------------------------------------------------------
@@ -248,7 +251,9 @@ def describe_builds(builds: list) -> str:
     who = (f"compiled by rank {', '.join(map(str, compiled))} in "
            f"{max(builds[r]['seconds'] for r in compiled):.1f} s, the other ranks waited and "
            "loaded it" if compiled else "loaded from the cache by every rank")
-    return f"lltm op build {', '.join(sorted(keys))}: {who}"
+    fast = sum(bool(b.get("fast_entry")) for b in builds)
+    return (f"lltm op build {', '.join(sorted(keys))}: {who}; the fast call entry on {fast} of "
+            f"{len(builds)} rank(s)")
 
 
 def progress_bar(args, d: Dist, start_step: int):
