@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from experiments import benchutil, train_lltm
+from experiments import benchutil, ddp_step, train_lltm
 
 # Per rank: batch, time steps, embedding, state. Weak scaling keeps them on every rank.
 SIZES = {
@@ -69,7 +69,7 @@ def single_gpu_key(size: str, backend: str, config: str) -> tuple:
 def sweep(opts) -> int:
     first = train_lltm.parse_args(["--backend", opts.backends[0], "--device", opts.device,
                                    "--dist-timeout", str(opts.dist_timeout)])
-    d = train_lltm.setup_distributed(first)
+    d = ddp_step.setup_distributed(first)
     out = Path(opts.out)
     failures = 0
     try:
