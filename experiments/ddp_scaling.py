@@ -10,7 +10,10 @@ the efficiency table of their summaries.
 each a complete training run (its own model, optimizer and DDP wrapper), so a comparison
 of configurations costs one start-up of the ranks. With one rank, configurations that differ
 only in DDP options are one run. Rank 0 writes each run's summary to
-``DIR/{size}_{backend}_{config}_gpu{N}.json`` as soon as it ends.
+``DIR/{size}_{backend}_{config}_gpu{N}.json`` as soon as it ends. ``--pin-cpus`` keeps each
+rank of the launch on its own share of the host's cores; ``--suffix +pin`` names its runs
+apart (``tuned+pin``), and the table compares such a variant with its configuration's run
+on one GPU.
 
 Efficiency (weak scaling: every rank keeps its batch) = samples/s on N GPUs /
 (N x samples/s of the same size, backend and configuration on one GPU). The
@@ -68,7 +71,8 @@ def single_gpu_key(size: str, backend: str, config: str) -> tuple:
 
 def sweep(opts) -> int:
     first = train_lltm.parse_args(["--backend", opts.backends[0], "--device", opts.device,
-                                   "--dist-timeout", str(opts.dist_timeout)])
+                                   "--dist-timeout", str(opts.dist_timeout)]
+                                  + (["--pin-cpus"] if opts.pin_cpus else []))
     d = ddp_step.setup_distributed(first)
     out = Path(opts.out)
     failures = 0
@@ -77,12 +81,13 @@ def sweep(opts) -> int:
         for size in opts.sizes:
             for backend in opts.backends:
                 for config in opts.configs:
-                    tag = f"{size}_{backend}_{config}_gpu{d.world_size}"
+                    name = config + opts.suffix
+                    tag = f"{size}_{backend}_{name}_gpu{d.world_size}"
                     key = single_gpu_key(size, backend, config)
                     if d.world_size == 1 and key in done:
                         if d.main:  # the same run as an earlier configuration's
                             same = json.loads((out / f"{done[key]}.json").read_text())
-                            same.update(config=config, same_run_as=done[key])
+                            same.update(config=name, same_run_as=done[key])
                             (out / f"{tag}.json").write_text(json.dumps(same, indent=1))
                         continue
                     argv = [*SIZES[size], *CONFIGS[config], "--backend", backend,
@@ -108,8 +113,8 @@ def sweep(opts) -> int:
                         continue
                     done[key] = tag
                     if d.main:
-                        summary.update(config=config, size_name=size, argv=argv,
-                                       wall_s=time.perf_counter() - t0)
+                        summary.update(config=name, size_name=size, argv=argv,
+                                       pinned_cpus=opts.pin_cpus, wall_s=time.perf_counter() - t0)
                         out.mkdir(parents=True, exist_ok=True)
                         (out / f"{tag}.json").write_text(json.dumps(summary, indent=1))
                     if d.device.type == "cuda":
@@ -128,7 +133,9 @@ def scaling_rows(paths) -> list[dict]:
     for r in sorted(runs, key=lambda r: (r["size"], r["device"], r["backend"],
                                          r.get("config", "-"), r["world_size"])):
         config = r.get("config", "-")
-        one = by.get((r["size"], r["backend"], config, r["device"], 1))
+        # A variant of a configuration ("tuned+pin": the launch's suffix) against the
+        # configuration's own run on one GPU.
+        one = by.get((r["size"], r["backend"], config.split("+")[0], r["device"], 1))
         ref = by.get((r["size"], "reference", config, r["device"], r["world_size"]))
         k = max(1, min(10, len(r["losses"]) // 4))
         n = r["world_size"]
@@ -179,6 +186,10 @@ def main(argv=None) -> int:
     s.add_argument("--profile-steps", type=int, default=0,
                    help="profile this many steps of every run (then timed after them)")
     s.add_argument("--dist-timeout", type=float, default=180)
+    s.add_argument("--pin-cpus", action="store_true",
+                   help="each rank on its own share of the host's cores (all runs of the launch)")
+    s.add_argument("--suffix", default="",
+                   help="appended to the configuration names of this launch (e.g. +pin)")
     t = sub.add_parser("table", help="the efficiency table of sweep summaries")
     t.add_argument("json", nargs="+")
     opts = p.parse_args(argv)

@@ -41,12 +41,25 @@ def run_device(args) -> torch.device:
     return torch.device(args.device if args.device != "auto" else "cpu")
 
 
+def pin_cpus(local_rank: int, local_world_size: int) -> list[int]:
+    """Keep this process (and the threads it starts from now on: the autograd engine's,
+    NCCL's) on its own share of the cores it may use, so that the ranks of one host do
+    not take each other's cores. Returns the share."""
+    cores = sorted(os.sched_getaffinity(0))
+    per = max(1, len(cores) // local_world_size)
+    share = cores[local_rank * per:(local_rank + 1) * per] or cores
+    os.sched_setaffinity(0, share)
+    return share
+
+
 def setup_distributed(args) -> Dist:
     """Join torchrun's process group when launched by it; else run alone."""
     device = run_device(args)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if getattr(args, "pin_cpus", False):
+        pin_cpus(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     if device.type == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)

@@ -86,6 +86,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="process group backend (default: gloo on CPU, nccl on GPU)")
     p.add_argument("--dist-timeout", type=float, default=300,
                    help="seconds a collective may wait for the other ranks before failing")
+    p.add_argument("--pin-cpus", action="store_true",
+                   help="keep each rank of a host on its own share of the cores")
     data = p.add_argument_group("data")
     data.add_argument("--data", default="markov",
                       help="'markov' (generated order-2 chain) or the path of a text file")

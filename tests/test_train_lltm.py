@@ -147,11 +147,13 @@ def test_sweep_compares_configurations_in_one_launch_per_rank_count(cold_start, 
     bucket size changes how the gradients travel, not the update (bit-identical
     parameters); the table gives each 2-rank run its efficiency."""
     env = cold_start["env"]
-    sweep = ["-m", "experiments.ddp_scaling", "sweep", "--out", str(tmp_path), "--device", "cpu",
-             "--sizes", "tiny", "--backends", "cpp", "--configs", "fixed", "tuned", "bucket100",
-             "--steps", "8", "--warmup", "3"]
+    base = ["-m", "experiments.ddp_scaling", "sweep", "--out", str(tmp_path), "--device", "cpu",
+            "--sizes", "tiny", "--backends", "cpp", "--steps", "8", "--warmup", "3"]
+    sweep = [*base, "--configs", "fixed", "tuned", "bucket100"]
+    two_ranks = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     run(sweep, env)
-    run(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *sweep], env)
+    run([*two_ranks, *sweep], env)
+    run([*two_ranks, *base, "--configs", "tuned", "--pin-cpus", "--suffix", "+pin"], env)
     one = {c: summary(tmp_path / f"tiny_cpp_{c}_gpu1.json") for c in ("fixed", "tuned", "bucket100")}
     two = {c: summary(tmp_path / f"tiny_cpp_{c}_gpu2.json") for c in ("fixed", "tuned", "bucket100")}
     assert one["bucket100"]["same_run_as"] == "tiny_cpp_tuned_gpu1"
@@ -165,6 +167,12 @@ def test_sweep_compares_configurations_in_one_launch_per_rank_count(cold_start, 
     assert efficiency[("fixed", 1)] == pytest.approx(1.0)
     assert efficiency[("tuned", 2)] == pytest.approx(
         two["tuned"]["samples_per_s"] / (2 * one["tuned"]["samples_per_s"]))
+    # A launch's variant (each rank on its own cores) against its configuration's 1-GPU run.
+    pinned = summary(tmp_path / "tiny_cpp_tuned+pin_gpu2.json")
+    assert pinned["config"] == "tuned+pin" and pinned["pinned_cpus"] is True
+    assert pinned["param_sha256"] == two["tuned"]["param_sha256"]
+    assert efficiency[("tuned+pin", 2)] == pytest.approx(
+        pinned["samples_per_s"] / (2 * one["tuned"]["samples_per_s"]))
 
 
 def test_profile_summarises_a_real_trace(cold_start, tmp_path):

@@ -62,18 +62,23 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One warp per (row b, feature j): the three gate pre-activations are dot products of
-// hx[b] = [old_h[b], input[b]] with weight rows j, state + j and 2 state + j. Lanes stride
-// over the state + features columns, so every warp reads its weight rows and hx row
-// coalesced. Consecutive warps take consecutive rows of one feature: the warps of a block
-// read the same three weight rows at about the same time (one L2 read, then L1 hits), and
-// each hx row is read from L2 once per feature; the other order (warps of a block on
-// consecutive features of one row) reads every weight row from L2 once per row, about
-// twice the L2 traffic. A shuffle reduction gives lane 0 the sums, and lane 0 runs the
-// cell. The warps of feature 0 also write hx, which backward needs. Sums are in the compute
-// type, as cuBLAS's are.
+// One warp per feature j and kSmallRows rows b: the three gate pre-activations of a row
+// are dot products of hx[b] = [old_h[b], input[b]] with weight rows j, state + j and
+// 2 state + j. Lanes stride over the state + features columns, so every warp reads its
+// weight rows and hx rows coalesced; each weight element read serves kSmallRows rows, and
+// the 3 kSmallRows sums of a lane are independent multiply-adds (with one row a warp, a
+// lane's three sums each waited on its loads, and the kernel took several times the GPU
+// time of the cuBLAS route's kernels at 64x128x256; experiments/RESULTS.md, section lltm).
+// Consecutive warps take consecutive row groups of one feature:
+// the warps of a block read the same three weight rows at about the same time (one L2
+// read, then L1 hits). A shuffle reduction gives every lane the sums; lane r runs the
+// cell of row r of the group. The warps of feature 0 also write hx, which backward needs.
+// Sums are in the compute type, as cuBLAS's are; each is added up in the same order as
+// with one row a warp.
 constexpr int kSmallWarps = 8;
+constexpr int kSmallRows = 4;
 static_assert(kSmallWarps * 32 == kThreads, "one resident-block count for every kernel");
+static_assert(kSmallRows <= 32, "a lane runs the cell of each row of its warp's group");
 
 template <typename scalar_t>
 __global__ void __launch_bounds__(kSmallWarps * 32)
@@ -85,39 +90,61 @@ __global__ void __launch_bounds__(kSmallWarps * 32)
                          Matrix<scalar_t> new_cell) {
   using opmath_t = acc_t<scalar_t>;
   const int64_t columns = state + features;
+  const int64_t groups = (batch + kSmallRows - 1) / kSmallRows;
   const int lane = threadIdx.x % 32;
-  // The loop bound is the same for every lane of a warp, so whole warps enter the shuffles.
-  for (int64_t w = int64_t(blockIdx.x) * kSmallWarps + threadIdx.x / 32; w < batch * state;
+  // The loop bound, j and b0 are the same for every lane of a warp, so whole warps enter
+  // the shuffles, and a row past the batch is skipped by the whole warp.
+  for (int64_t w = int64_t(blockIdx.x) * kSmallWarps + threadIdx.x / 32; w < groups * state;
        w += int64_t(gridDim.x) * kSmallWarps) {
-    const int64_t j = w / batch;
-    const int64_t b = w % batch;
-    opmath_t zi = 0, zo = 0, zc = 0;
-#pragma unroll 4
+    const int64_t j = w / groups;
+    const int64_t b0 = (w % groups) * kSmallRows;
+    opmath_t z[kSmallRows][3];
+#pragma unroll
+    for (int r = 0; r < kSmallRows; ++r) {
+      z[r][0] = z[r][1] = z[r][2] = opmath_t(0);
+    }
     for (int64_t k = lane; k < columns; k += 32) {
-      const scalar_t x = k < state ? ld(old_h(b, k)) : ld(input(b, k - state));
-      if (j == 0) {
-        hx(b, k) = x;
+      const opmath_t wi = to_acc(ld(weights(j, k)));
+      const opmath_t wo = to_acc(ld(weights(state + j, k)));
+      const opmath_t wc = to_acc(ld(weights(2 * state + j, k)));
+#pragma unroll
+      for (int r = 0; r < kSmallRows; ++r) {
+        const int64_t b = b0 + r;
+        if (b < batch) {
+          const scalar_t x = k < state ? ld(old_h(b, k)) : ld(input(b, k - state));
+          if (j == 0) {
+            hx(b, k) = x;
+          }
+          const opmath_t xa = to_acc(x);
+          z[r][0] += xa * wi;
+          z[r][1] += xa * wo;
+          z[r][2] += xa * wc;
+        }
       }
-      const opmath_t xa = to_acc(x);
-      zi += xa * to_acc(ld(weights(j, k)));
-      zo += xa * to_acc(ld(weights(state + j, k)));
-      zc += xa * to_acc(ld(weights(2 * state + j, k)));
     }
 #pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      zi += __shfl_xor_sync(0xffffffff, zi, offset);
-      zo += __shfl_xor_sync(0xffffffff, zo, offset);
-      zc += __shfl_xor_sync(0xffffffff, zc, offset);
+    for (int r = 0; r < kSmallRows; ++r) {
+#pragma unroll
+      for (int g = 0; g < 3; ++g) {
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) {
+          z[r][g] += __shfl_xor_sync(0xffffffff, z[r][g], offset);
+        }
+      }
     }
-    if (lane == 0) {
-      const auto r =
-          cell_forward(zi + to_acc(ld(bias(j))), zo + to_acc(ld(bias(state + j))),
-                       zc + to_acc(ld(bias(2 * state + j))), to_acc(ld(old_cell(b, j))));
-      gates(b, j) = from_acc<scalar_t>(r.input_gate);
-      gates(b, state + j) = from_acc<scalar_t>(r.output_gate);
-      gates(b, 2 * state + j) = from_acc<scalar_t>(r.candidate);
-      new_cell(b, j) = from_acc<scalar_t>(r.new_cell);
-      new_h(b, j) = from_acc<scalar_t>(r.new_h);
+#pragma unroll
+    for (int r = 0; r < kSmallRows; ++r) {
+      const int64_t b = b0 + r;
+      if (lane == r && b < batch) {
+        const auto c =
+            cell_forward(z[r][0] + to_acc(ld(bias(j))), z[r][1] + to_acc(ld(bias(state + j))),
+                         z[r][2] + to_acc(ld(bias(2 * state + j))), to_acc(ld(old_cell(b, j))));
+        gates(b, j) = from_acc<scalar_t>(c.input_gate);
+        gates(b, state + j) = from_acc<scalar_t>(c.output_gate);
+        gates(b, 2 * state + j) = from_acc<scalar_t>(c.candidate);
+        new_cell(b, j) = from_acc<scalar_t>(c.new_cell);
+        new_h(b, j) = from_acc<scalar_t>(c.new_h);
+      }
     }
   }
 }
@@ -317,8 +344,9 @@ cudaError_t forward_small(cudaStream_t stream, int64_t batch, int64_t features, 
                           Matrix<const T> old_h, Matrix<const T> old_cell, Matrix<T> hx,
                           Matrix<T> gates, Matrix<T> new_h, Matrix<T> new_cell) {
   if (batch * state == 0) return cudaSuccess;
+  const int64_t warps = ops_common::ceil_div(batch, kSmallRows) * state;
   const auto blocks = static_cast<unsigned>(
-      ops_common::min_of(ops_common::ceil_div(batch * state, kSmallWarps), resident_blocks()));
+      ops_common::min_of(ops_common::ceil_div(warps, kSmallWarps), resident_blocks()));
   return ops_common::launch(forward_small_kernel<T>, blocks, kSmallWarps * 32, 0, stream, batch,
                             features, state, input, weights, bias, old_h, old_cell, hx, gates,
                             new_h, new_cell);
