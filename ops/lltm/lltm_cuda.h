@@ -31,13 +31,13 @@ struct Vector {
 
 // Forwards up to this many multiply-adds (batch * 3 state * (state + features)) run as
 // one launch (forward_small), and so do backwards of at most kSmallBackwardBatch rows
-// (backward_small; the gradients of a feature's rows sit in shared memory). Below it a
-// cell is host-bound: the cuBLAS route's host time (a cat, a GEMM, the pointwise kernel;
-// a GEMM call alone costs more host time than the one-launch kernel's whole GPU time here)
-// exceeds what the one-launch kernels spend on the GPU: they read about 2 bytes per
-// multiply-add from L2 (forward) and 1.3 (backward), some 60 MB at 2^25 multiply-adds.
-// The cuBLAS route wins above it. LLTM_SMALL_MACS overrides the crossover (read once per
-// process), so one build can time both routes (experiments/ddp_run.sh, stage bench).
+// (backward_small; the gradients of a feature's rows sit in shared memory). Below it the
+// cuBLAS route's host time (a cat, a GEMM call and the pointwise kernel forward; a GEMM
+// call backward, which alone costs more host time than a small cell's whole backward)
+// exceeds what the one-launch kernels spend on the GPU, which re-read hx once per feature
+// (about 1.3 bytes per multiply-add from L2 each way); above it cuBLAS's GEMMs win.
+// LLTM_SMALL_MACS overrides the crossover (read once per process), so one build can time
+// both routes (experiments/ddp_run.sh, stage bench).
 constexpr int64_t kSmallForwardMacs = int64_t(1) << 25;
 constexpr int64_t kSmallBackwardBatch = 256;
 
