@@ -1,16 +1,16 @@
-// CUDA kernels of the LLTM cell, torch-free; the GEMMs go to cuBLAS through the host
-// composition (lltm_cuda.cpp, lltm.cpp). At the tutorial's size the cell is
+// CUDA kernels of the LLTM cell, torch-free; the GEMMs of large cells go to cuBLAS through
+// the host composition (lltm_cuda.cpp, lltm.cpp). At the tutorial's size the cell is
 // launch-bound, so each direction fuses all its elementwise work into one kernel: forward
 // is cat + GEMM + 1 kernel, backward 1 kernel + one GEMM per gradient needed. Small cells
-// (up to kSmallForwardMacs multiply-adds, the tutorial's size among them) skip cuBLAS:
-// forward_small_kernel computes the gates as dot products and runs the cell in the same
-// kernel, and backward_small_kernel computes the weight and bias gradients with the
-// pointwise stage (a cuBLAS call costs more host time than the whole cell at that size;
-// the input and old_h gradients, where asked, stay GEMMs on its d_gates). Blocks are 32 features x 8 rows, so a warp reads 32
-// consecutive features of a row (coalesced for any row stride). Backward also reduces the
-// bias gradient over its rows in shared memory; past kOneBlockRowBatch rows a second
-// kernel adds up the per-block-row partial sums in a fixed order (deterministic, no
-// atomics).
+// (up to kSmallForwardMacs multiply-adds, the tutorial's size among them) skip cuBLAS, whose
+// host call costs more than the whole cell at that size: forward_small_kernel computes the
+// gates as dot products and runs the cell in the same kernel; backward_small_kernel
+// computes the weight and bias gradients with the pointwise stage, and
+// backward_small_dhx_kernel the input and old_h gradients from its d_gates, where asked.
+// Blocks of the pointwise kernels are 32 features x 8 rows, so a warp reads 32 consecutive
+// features of a row (coalesced for any row stride). Backward also reduces the bias
+// gradient over its rows in shared memory; past kOneBlockRowBatch rows a second kernel adds
+// up the per-block-row partial sums in a fixed order (deterministic, no atomics).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -291,6 +291,71 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The input and old_h gradients of a small cell, d_hx = d_gates @ W, split at column
+// `state` into d_old_h and d_input (a null one is skipped): one launch where the cuBLAS
+// route is two GEMM calls, each costing more host time than the cell's whole backward
+// kernel. A block takes kDhxRows rows and 32 consecutive columns k (lanes: W's rows are
+// read coalesced, a row's d_gates broadcast); its warps split the 3 state rows of W (the
+// reduction axis) and add their partial sums in shared memory in a fixed order:
+// deterministic, no atomics.
+constexpr int kDhxRows = 4;
+
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads)
+    backward_small_dhx_kernel(int64_t batch, int64_t features, int64_t state,
+                              Matrix<const scalar_t> d_gates, Matrix<const scalar_t> weights,
+                              Matrix<scalar_t> d_input, Matrix<scalar_t> d_old_h) {
+  using opmath_t = acc_t<scalar_t>;
+  __shared__ opmath_t partial[kThreads / 32][kDhxRows][32];
+  const int64_t columns = state + features;
+  const int64_t chunks = (columns + 31) / 32;
+  const int64_t tiles = (batch + kDhxRows - 1) / kDhxRows * chunks;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  // Every thread of a block walks the same tiles, so all reach each __syncthreads.
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t b0 = tile / chunks * kDhxRows;
+    const int64_t k = tile % chunks * 32 + lane;
+    opmath_t sum[kDhxRows];
+#pragma unroll
+    for (int r = 0; r < kDhxRows; ++r) {
+      sum[r] = opmath_t(0);
+    }
+    if (k < columns) {
+      for (int64_t g = warp; g < 3 * state; g += kThreads / 32) {
+        const opmath_t w = to_acc(ld(weights(g, k)));
+#pragma unroll
+        for (int r = 0; r < kDhxRows; ++r) {
+          if (b0 + r < batch) {
+            sum[r] += to_acc(ld(d_gates(b0 + r, g))) * w;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kDhxRows; ++r) {
+      partial[warp][r][lane] = sum[r];
+    }
+    __syncthreads();
+    const int64_t b = b0 + warp;  // warp r adds up row r of the tile
+    if (warp < kDhxRows && b < batch && k < columns) {
+      opmath_t total = 0;
+#pragma unroll
+      for (int w = 0; w < kThreads / 32; ++w) {
+        total += partial[w][warp][lane];
+      }
+      if (k < state) {
+        if (d_old_h.data != nullptr) {
+          d_old_h(b, k) = from_acc<scalar_t>(total);
+        }
+      } else if (d_input.data != nullptr) {
+        d_input(b, k - state) = from_acc<scalar_t>(total);
+      }
+    }
+    __syncthreads();  // partial is rewritten by the next tile
+  }
+}
+
 template <typename scalar_t>
 __global__ void sum_partials_kernel(const acc_t<scalar_t>* __restrict__ partial, int64_t rows,
                                     int64_t cols, scalar_t* __restrict__ out) {
@@ -391,6 +456,18 @@ cudaError_t backward_small(cudaStream_t stream, int64_t batch, int64_t features,
                             d_old_cell, d_bias, d_weights);
 }
 
+template <typename T>
+cudaError_t backward_small_dhx(cudaStream_t stream, int64_t batch, int64_t features,
+                               int64_t state, Matrix<const T> d_gates, Matrix<const T> weights,
+                               Matrix<T> d_input, Matrix<T> d_old_h) {
+  if (batch * (state + features) == 0) return cudaSuccess;
+  const int64_t tiles =
+      ops_common::ceil_div(batch, kDhxRows) * ops_common::ceil_div(state + features, 32);
+  const auto blocks = static_cast<unsigned>(ops_common::min_of(tiles, resident_blocks()));
+  return ops_common::launch(backward_small_dhx_kernel<T>, blocks, kThreads, 0, stream, batch,
+                            features, state, d_gates, weights, d_input, d_old_h);
+}
+
 #define LLTM_INSTANTIATE(T)                                                                    \
   template cudaError_t forward_pointwise<T>(cudaStream_t, int64_t, int64_t, Matrix<T>,         \
                                             Vector<const T>, Matrix<const T>, Matrix<T>,       \
@@ -405,7 +482,10 @@ cudaError_t backward_small(cudaStream_t stream, int64_t batch, int64_t features,
   template cudaError_t backward_small<T>(cudaStream_t, int64_t, int64_t, int64_t,              \
                                          Matrix<const T>, Matrix<const T>, Matrix<const T>,    \
                                          Matrix<const T>, Matrix<const T>, Matrix<T>,          \
-                                         Matrix<T>, T*, Matrix<T>);
+                                         Matrix<T>, T*, Matrix<T>);                            \
+  template cudaError_t backward_small_dhx<T>(cudaStream_t, int64_t, int64_t, int64_t,          \
+                                             Matrix<const T>, Matrix<const T>, Matrix<T>,       \
+                                             Matrix<T>);
 LLTM_INSTANTIATE(float)
 LLTM_INSTANTIATE(double)
 LLTM_INSTANTIATE(ops_common::half_t)

@@ -66,7 +66,7 @@ cudaError_t backward_pointwise(cudaStream_t stream, int64_t batch, int64_t state
                                ops_common::acc_t<T>* workspace);
 
 // The backward of a small cell in one launch: d_weights (3 state x (state + features)),
-// d_bias, and where their data is not null d_gates (for the input and old_h GEMMs) and
+// d_bias, and where their data is not null d_gates (for backward_small_dhx) and
 // d_old_cell; a null d_weights or d_bias is skipped. batch <= kSmallBackwardBatch.
 template <typename T>
 cudaError_t backward_small(cudaStream_t stream, int64_t batch, int64_t features, int64_t state,
@@ -74,5 +74,12 @@ cudaError_t backward_small(cudaStream_t stream, int64_t batch, int64_t features,
                            Matrix<const T> new_cell, Matrix<const T> gates, Matrix<const T> hx,
                            Matrix<T> d_gates, Matrix<T> d_old_cell, T* d_bias,
                            Matrix<T> d_weights);
+
+// d_old_h = d_gates @ weights[:, :state] and d_input = d_gates @ weights[:, state:] of a
+// small cell, after backward_small wrote d_gates; a null d_input or d_old_h is skipped.
+template <typename T>
+cudaError_t backward_small_dhx(cudaStream_t stream, int64_t batch, int64_t features,
+                               int64_t state, Matrix<const T> d_gates, Matrix<const T> weights,
+                               Matrix<T> d_input, Matrix<T> d_old_h);
 
 }  // namespace lltm
