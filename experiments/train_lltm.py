@@ -24,8 +24,9 @@ as one process with ``N * batch_size`` sequences.
 
 A step never waits for the GPU: the batch indices are sliced on the device, the losses
 stay there until a report (``--log-every``, each one a synchronisation of the ranks) or
-the end. DDP's options (``--bucket-cap-mb``, ``--grad-as-bucket-view``,
-``--static-graph``), the fused AdamW (``--fused-adam``) and ``--cuda-graph`` (forward,
+the end. DDP's options (``--bucket-cap-mb``, ``--[no-]grad-as-bucket-view``,
+``--[no-]static-graph``; on by default), the fused AdamW (``--[no-]fused-adam``, on) and
+``--cuda-graph`` (forward,
 backward with DDP's all-reduce, clipping and the optimizer step captured once and replayed
 each step) are switches, so experiments/ddp_scaling.py can compare them in one run;
 ``--profile-dir`` records a few steps of each rank with torch.profiler and summarises
@@ -115,13 +116,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     step.add_argument("--indices-on", choices=("device", "host"), default="device",
                       help="where a step's batch indices are sliced; host: a copy per step "
                       "from pageable memory, which waits for the GPU (for comparison)")
-    step.add_argument("--fused-adam", action="store_true",
+    on = dict(action=argparse.BooleanOptionalAction, default=True)
+    step.add_argument("--fused-adam", **on,
                       help="AdamW's fused implementation (one kernel per step for all parameters)")
     step.add_argument("--bucket-cap-mb", type=float,
                       help="DDP gradient bucket size in MiB (default: DDP's, 25)")
-    step.add_argument("--grad-as-bucket-view", action="store_true",
+    step.add_argument("--grad-as-bucket-view", **on,
                       help="DDP: gradients are views of the all-reduce buckets (no copy)")
-    step.add_argument("--static-graph", action="store_true",
+    step.add_argument("--static-graph", **on,
                       help="DDP: the same parameters are used every step")
     step.add_argument("--cuda-graph", action="store_true",
                       help="capture forward, backward (with DDP's all-reduce), clipping and the "
