@@ -264,3 +264,11 @@ def test_origin_and_counts_per_op(tmp_path):
     doc = json.loads(listing(cache, "stable_op", "--json").stdout)
     (op,) = doc["ops"]
     assert op["usage"]["hits"] == 2 and op["usage"]["compiles"] == 1
+
+
+def test_the_pieces_keys_use_torchs_own_include_folders():
+    """A load computes the keys of the runtime pieces with torch's header folders taken
+    without importing cpp_extension (setuptools): they must be the folders torch gives."""
+    from torch.utils import cpp_extension
+    from jit_tools.builder import toolchain
+    assert toolchain.torch_include_paths() == cpp_extension.include_paths()

@@ -397,11 +397,10 @@ AUTOGRAD_LIBRARY = "jit_loader_autograd.so"
 def autograd_command(cxx: str) -> tuple[list[str], list[str]]:
     """(compile flags, link flags) of the C++ autograd piece: torch's headers and the
     C++ ABI of this torch build, linked against libc10 and libtorch_cpu only (no Python)."""
-    cx = toolchain.cpp_extension()
     torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
     flags = ["-O2", "-fPIC", "-std=c++20", "-fvisibility=hidden",
              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-             *(f"-isystem{p}" for p in cx.include_paths())]
+             *(f"-isystem{p}" for p in toolchain.torch_include_paths())]
     return flags, [f"-L{torch_lib}", "-lc10", "-ltorch_cpu", *keys.DEFAULT_LDFLAGS]
 
 
