@@ -127,6 +127,9 @@ def differences(wanted: dict, theirs: dict, op_dir: Path,
     leaves out, if this machine's copies have the same content."""
     out = []
     mine, other = wanted["config"], theirs["config"]
+    if more_files:  # a build with CUDA also gives its C++ units the CUDA header folders
+        mine, other = ({**c, "cflags": [f for f in c.get("cflags", []) if not f.startswith("-isystem ")]}
+                       for c in (mine, other))
     for field in [*LABELS, *sorted((set(mine) | set(other)) - set(LABELS))]:
         if field not in free and mine.get(field) != other.get(field):
             out.append(f"{LABELS.get(field, field)} ({_change(other.get(field), mine.get(field))})")

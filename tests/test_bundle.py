@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import sys
 import tarfile
 from pathlib import Path
@@ -202,3 +203,35 @@ def test_cluster_recipe_every_bundled_op_without_a_compiler(tmp_path):
     said = [line for line in node.stderr.splitlines() if line.startswith("jit_loader:")]
     assert len(said) <= len(ops), said
     assert not (local / "_shared").exists() and not list(local.glob("*/work-*"))
+
+    # A node whose CUDA toolkit has no nvcc at all: its key would leave CUDA out, yet it
+    # can build nothing, so it takes the bundle's CUDA builds (their .cu files the same).
+    no_nvcc = tmp_path / "toolkit-without-nvcc"
+    no_nvcc.mkdir()
+    loads = run_python(NODE_WITHOUT_NVCC, *ops, env=dict(env, CUDA_HOME=str(no_nvcc)), timeout=900)
+    assert json_result(loads) == {name: [False, True] for name in ops}
+
+
+NODE_WITHOUT_NVCC = """
+    import json, sys, jit_loader
+    assert jit_loader.cuda_home() is None
+    ops = {name: jit_loader.load(name) for name in sys.argv[1:]}
+    print(json.dumps({name: [op.build.compiled, op.build.with_cuda] for name, op in ops.items()}))
+"""
+
+
+def test_a_build_of_an_older_loader_is_packed_with_what_its_key_names(packed, tmp_path):
+    base, op_dir, _archive, key = packed
+    cache = tmp_path / "cache"
+    shutil.copytree(base / "cache", cache)
+    manifest_file = cache / "stable_op" / "builds" / key / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    record = manifest.pop("inputs")  # as a loader before the record wrote it
+    manifest_file.write_text(json.dumps(manifest))
+    out = cli("pack", tmp_path / "old.tar.gz", op_dir, env=private_env(cache, **NO_PIECES))
+    assert out.returncode == 0, out.stderr
+    with tarfile.open(tmp_path / "old.tar.gz") as tar:
+        packed_manifest = json.loads(tar.extractfile(f"stable_op/builds/{key}/manifest.json").read())
+        index = json.loads(tar.extractfile("bundle.json").read())
+    assert packed_manifest["inputs"] == record == index["builds"][0]["inputs"]
+    assert packed_manifest["sha256"] == manifest["sha256"]  # the same library

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from jit_tools import layers, locks, sources, store as stores
+from jit_tools import key as keys, layers, locks, sources, store as stores
 from jit_tools.errors import JitLoaderError
 
 FORMAT = 1
@@ -60,8 +60,8 @@ def file_sha256(path: Path) -> str:
 # ---- pack ------------------------------------------------------------------------------
 
 
-def current_builds(names: list[str], options: dict) -> tuple[list[tuple[str, str]], list[str]]:
-    """(op, key) of the build a new process of each op would load now (with ``options``)
+def current_builds(names: list[str], options: dict) -> tuple[list[tuple[str, str, Path]], list[str]]:
+    """(op, key, op folder) of the build a new process of each op would load now (with ``options``)
     where a cache layer holds it, and a note for each op that has none."""
     from jit_tools import pipeline
 
@@ -79,7 +79,7 @@ def current_builds(names: list[str], options: dict) -> tuple[list[tuple[str, str
         if layers.find_build(name, key)[1] is None:
             notes.append(f"{name}: no current build in the cache (pack it by name to build it)")
         else:
-            found.append((name, key))
+            found.append((name, key, op_dir))
     return found, notes
 
 
@@ -100,23 +100,33 @@ def cached_op_names() -> list[str]:
     return sorted({name for layer in stores.layers() for name in layer.op_names()})
 
 
-def pack(out: Path, builds: list[tuple[str, str]], name: str | None = None) -> dict:
-    """Write the builds ``(op, key)`` (each from the first layer that holds it) into the
-    archive ``out`` (written aside and renamed). Returns its index."""
+def pack(out: Path, builds: list[tuple[str, str, Path]], name: str | None = None) -> dict:
+    """Write the builds ``(op, key, op folder)`` (each from the first layer that holds it)
+    into the archive ``out`` (written aside and renamed). Returns its index."""
     entries, files = [], []
-    for op, key in builds:
+    for op, key, op_dir in builds:
         layer, manifest = layers.find_build(op, key)
         if manifest is None:
             raise BundleError(f"pack: no cache layer holds build {key} of op {op!r}")
         entry = layer.entry(op, key)
-        listed = {}
+        listed: dict[str, Path | bytes] = {}
         for fname in (manifest["library"], *BUILD_FILES):
-            path = entry / fname
-            if path.is_file():
-                listed[f"{op}/builds/{key}/{fname}"] = path
-        described = {arc: {"sha256": file_sha256(p), "size": p.stat().st_size} for arc, p in listed.items()}
+            if (entry / fname).is_file():
+                listed[f"{op}/builds/{key}/{fname}"] = entry / fname
+        record = manifest.get("inputs") or _record(op, key, op_dir, manifest)
+        if not isinstance(manifest.get("inputs"), dict) and record:
+            # A build of an older loader: its manifest gains what its key names, so that a
+            # node can say what differs, or use it where it lacks a compiler (layers.py).
+            listed[f"{op}/builds/{key}/manifest.json"] = json.dumps(
+                {**manifest, "inputs": record}, indent=1).encode()
+        described = {}
+        for arc, src in listed.items():
+            data = src if isinstance(src, bytes) else None
+            described[arc] = ({"sha256": _sha256(data), "size": len(data)} if data is not None
+                              else {"sha256": file_sha256(src), "size": src.stat().st_size})
         entries.append({"op": op, "key": key, "abi": manifest.get("config", {}).get("abi", "aten"),
-                        "library": manifest["library"], "inputs": manifest.get("inputs"),
+                        "library": manifest["library"],
+                        "inputs": record,
                         "files": described})
         files += listed.items()
     index = {"format": FORMAT, "name": name or out.name.split(".")[0], "created": time.time(),
@@ -129,13 +139,27 @@ def pack(out: Path, builds: list[tuple[str, str]], name: str | None = None) -> d
         with tarfile.open(tmp, "w:gz", compresslevel=6) as tar:
             data = json.dumps(index, indent=1, sort_keys=True).encode()
             tar.addfile(_info(INDEX, len(data)), io.BytesIO(data))
-            for arc, path in files:
-                with open(path, "rb") as f:
-                    tar.addfile(_info(arc, path.stat().st_size), f)
+            for arc, src in files:
+                if isinstance(src, bytes):
+                    tar.addfile(_info(arc, len(src)), io.BytesIO(src))
+                    continue
+                with open(src, "rb") as f:
+                    tar.addfile(_info(arc, src.stat().st_size), f)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
     return index
+
+
+def _record(op: str, key: str, op_dir: Path, manifest: dict) -> dict | None:
+    """What build ``key`` of ``op`` names, computed from the op folder as it is now (the
+    record only where it gives the build's own key)."""
+    listed = [Path(p) for p in manifest.get("sources", [])] if manifest.get("source_list") else None
+    try:
+        now, record = keys.key_record(op, Path(op_dir), manifest.get("options") or {}, listed)
+    except (JitLoaderError, OSError):
+        return None
+    return record if now == key else None
 
 
 def _info(name: str, size: int) -> tarfile.TarInfo:

@@ -45,7 +45,7 @@ def run(args) -> int:
             build.report(op_dirs, results)
             print("pack: nothing written: an op failed to build", file=sys.stderr)
             return 1
-        wanted = [(d.name, results[d]["key"]) for d in op_dirs]
+        wanted = [(d.name, results[d]["key"], d) for d in op_dirs]
         notes = []
     else:
         wanted, notes = bundle.current_builds(bundle.cached_op_names(), options)
