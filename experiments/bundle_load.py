@@ -54,8 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="write the results here")
     args = p.parse_args(argv)
     ops = args.ops.split(",") if args.ops else sources.available_ops()
+    with tempfile.TemporaryDirectory(prefix="bundle_load_") as tmp:
+        return _measure(args, ops, Path(tmp))
+
+
+def _measure(args, ops: list[str], work: Path) -> int:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    work = Path(tempfile.mkdtemp(prefix="bundle_load_"))
     bundle = args.bundle
     if bundle is None:
         bundle = work / "ops.tar.gz"

@@ -188,7 +188,10 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                 logger.warning("%s; rebuilding", e)
     state.snapshot = snapshot
     state.swapped = None
-    hotswap.record(state, key, config, compiled_sources, inputs)
+    if never:
+        state.live = None  # no kernel swap without a compile (NVRTC): no texts to keep
+    else:
+        hotswap.record(state, key, config, compiled_sources, inputs)
     hotswap.track_new_build(state)
     origin = "compiled" if compiled else layers.origin(store, state.name, key)
     usage.record(stores.current(), state.name, key, origin, compiled)
