@@ -35,6 +35,7 @@ Environment variables:
     JIT_LOADER_VERBOSE     1 streams the full compiler output
     JIT_LOADER_KEEP        builds kept per op in the cache (default 8)
     JIT_LOADER_MAX_SIZE    bound on the whole cache (e.g. "20G"; least recently used builds go)
+    JIT_LOADER_COMPILE     "never": a load that would compile raises, naming what differs
     MAX_JOBS               parallel compile jobs (default: number of cores)
 
 This module is the public API only; the work is done in the package ``jit_tools``
@@ -61,7 +62,8 @@ from jit_tools.handle import ExtensionModule, Op
 from jit_tools.key import DEFAULT_CFLAGS, DEFAULT_CUDA_CFLAGS, DEFAULT_LDFLAGS
 from jit_tools.sources import OPS_DIR, available_ops
 from jit_tools.state import BuildInfo, loaded_states as _loaded_states
-from jit_tools.store import DEFAULT_KEEP, cache_dir
+from jit_tools.store import cache_dir
+from jit_tools.usage import DEFAULT_KEEP
 from jit_tools.tools.check import check, check_op
 
 __all__ = [

@@ -4,9 +4,11 @@
 # target version (2.11).
 #
 #   deploy/check_cross_version.sh make DIR    on the building machine: DIR/dist/*.whl (the
-#                                             AOT wheel of the stable ops) and DIR/prebuilt/
+#                                             AOT wheel of the stable ops), DIR/prebuilt/
 #                                             (a JIT cache layer of the same ops, what each
-#                                             key names in DIR/prebuilt-keys.json)
+#                                             key names in DIR/prebuilt-keys.json) and
+#                                             DIR/bundle.tar.gz (their builds as a bundle)
+#   deploy/check_cross_version.sh bundle DIR  the bundle alone
 #   deploy/check_cross_version.sh check DIR   on the other machine, with DIR copied there:
 #     (a) the wheel, installed into a folder of its own, passes the ops' tests with
 #         JIT_LOADER_PREBUILT=1 and no JIT build;
@@ -14,13 +16,16 @@
 #         layer with no compiler run (op.build.compiled is False); on a miss it prints
 #         which part of the key differs;
 #     (c) the same ops JIT-built by this torch into a fresh cache (they compile against
-#         its own stable headers).
+#         its own stable headers);
+#     (d) the bundle, unpacked, loads each op with JIT_LOADER_COMPILE=never (no compiler
+#         run; a miss names what differs) and each op passes its check cases on CPU and,
+#         where there is one, the GPU.
 # Both steps use one CUDA arch list (JIT_LOADER_CUDA_ARCH, default 8.0;9.0+PTX): it is part
 # of a stable key, and a GPU host would otherwise pick the list of its own GPUs.
 # Environment: PYTHON (default python3), WITH_CUDA (make; default 1 where nvcc and a CUDA
 # torch are present), MAX_JOBS, WORKERS (pytest-xdist workers for check, default 4), TESTS
 # (the test files of check (a), default those of the four ops), STEPS (the steps of check,
-# default "a b c").
+# default "a b c d").
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -28,13 +33,22 @@ PY=${PYTHON:-python3}
 OPS_LIST="sigmoid gelu resize detection"
 TESTS=${TESTS:-test_sigmoid.py test_gelu.py test_resize.py test_nms.py test_roi_align.py}
 mode=${1:-}; DIR=${2:-}
-[ -n "$mode" ] && [ -n "$DIR" ] || { sed -n 2,22p "$0"; exit 2; }
+[ -n "$mode" ] && [ -n "$DIR" ] || { sed -n 2,27p "$0"; exit 2; }
 mkdir -p "$DIR"; DIR=$(cd "$DIR" && pwd)
 export JIT_LOADER_CUDA_ARCH=${JIT_LOADER_CUDA_ARCH:-8.0;9.0+PTX}
 export TORCH_CUDA_ARCH_LIST=$JIT_LOADER_CUDA_ARCH
 unset JIT_LOADER_PREBUILT
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
+pack_bundle() {  # the stable ops' JIT builds as one bundle, from the cache $1
+  JIT_LOADER_CACHE="$1" "$PY" -m jit_loader pack "$DIR/bundle.tar.gz" $OPS_LIST --name stable-ops
+}
+if [ "$mode" = bundle ]; then
+  rm -rf "$DIR/.bundle-cache" "$DIR/bundle.tar.gz"
+  pack_bundle "$DIR/.bundle-cache" || exit 1
+  rm -rf "$DIR/.bundle-cache"
+  exit 0
+fi
 if [ "$mode" = make ]; then
   rm -rf "$DIR/dist" "$DIR/prebuilt" "$DIR/.jit-cache"
   OPS=$OPS_LIST AOT_BUILD_DIR="$DIR/.aot-build" "$PY" -m pip wheel --no-build-isolation \
@@ -55,14 +69,15 @@ for name in sys.argv[1:]:
     views[name] = {"key": key, "names": keys.key_view(config, jit_loader.REPO_ROOT / "ops" / name)}
 print(json.dumps(views, indent=1, sort_keys=True))
 EOF
+  pack_bundle "$DIR/.jit-cache" || exit 1
   rm -rf "$DIR/.jit-cache" "$DIR/.aot-build"
-  ls -l "$DIR"/dist; du -sh "$DIR/prebuilt"
+  ls -l "$DIR"/dist "$DIR/bundle.tar.gz"; du -sh "$DIR/prebuilt"
   exit 0
 fi
-[ "$mode" = check ] || { echo "mode must be make or check, got '$mode'" >&2; exit 2; }
+[ "$mode" = check ] || { echo "mode must be make, bundle or check, got '$mode'" >&2; exit 2; }
 status=0
 
-STEPS=${STEPS:-a b c}
+STEPS=${STEPS:-a b c d}
 step() { case " $STEPS " in *" $1 "*) return 0 ;; esac; echo "== ($1) skipped (STEPS=$STEPS)"; return 1; }
 
 if step a; then
@@ -111,6 +126,37 @@ echo "== (c) the same ops JIT-built by this torch, against its own stable header
 rm -rf "$DIR/c-cache"
 JIT_LOADER_CACHE="$DIR/c-cache" "$PY" -m jit_loader build $OPS_LIST 2>&1 | tr '\r' '\n' \
   | grep -aoE '(ok|FAILED) +[a-z_]+ .*|[0-9]+ of [0-9]+ ops failed.*' || status=1
+fi
+
+if step d; then
+echo "== (d) the bundle made there, unpacked here, loads with JIT_LOADER_COMPILE=never"
+rm -rf "$DIR/d-layer" "$DIR/d-writable"
+if [ ! -f "$DIR/bundle.tar.gz" ]; then
+  echo "FAIL (d): no $DIR/bundle.tar.gz (deploy/check_cross_version.sh bundle $DIR makes it)"; status=1
+else
+"$PY" -m jit_loader unpack "$DIR/bundle.tar.gz" --into "$DIR/d-layer" | tail -2 || status=1
+JIT_LOADER_COMPILE=never JIT_LOADER_CACHE="$DIR/d-layer:$DIR/d-writable" "$PY" - $OPS_LIST <<'EOF' || status=1
+import sys
+import torch
+import jit_loader
+
+failed = 0
+devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+for name in sys.argv[1:]:
+    try:
+        op = jit_loader.load(name)
+    except jit_loader.JitLoaderError as e:  # one line: what differs from the bundle
+        print(f"FAIL {name}: {e}")
+        failed += 1
+        continue
+    bad = [r.summary() for d in devices for r in jit_loader.check_op(op, d, verbose=False) if not r]
+    ok = not bad and not op.build.compiled and op.build.origin.startswith("bundle ")
+    print(f"{name}: compiled={op.build.compiled} origin={op.build.origin} "
+          f"checks on {'+'.join(devices)}: {'ok' if not bad else bad}")
+    failed += not ok
+sys.exit(1 if failed else 0)
+EOF
+fi
 fi
 
 [ $status = 0 ] && echo "cross-version check: PASS" || echo "cross-version check: FAIL"

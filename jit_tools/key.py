@@ -177,6 +177,20 @@ def compute_key(name: str, op_dir: Path, opts: dict, source_list: Sequence[Path]
                 ) -> tuple[str, dict, list[Path], list[Path]]:
     """(key, config, sources to compile, every input file) of the op as it is now:
     the sources in ``op_dir``, or ``source_list`` when given."""
+    cfg, compiled, inputs, hashed = _inputs(name, op_dir, opts, source_list)
+    return digest(cfg, op_dir, hashed), cfg, compiled, inputs
+
+
+def key_record(name: str, op_dir: Path, opts: dict, source_list: Sequence[Path] | None = None,
+               ) -> tuple[str, dict]:
+    """(key, what it names) of the op as it is now: :func:`describe`'s record, which a
+    build's manifest keeps as ``inputs`` so that a miss can say what differs."""
+    cfg, _compiled, _inputs_, hashed = _inputs(name, op_dir, opts, source_list)
+    record = describe(cfg, op_dir, hashed)
+    return digest_of(record), record
+
+
+def _inputs(name, op_dir, opts, source_list):
     all_sources, cuda_only = sources.op_sources(name, op_dir, source_list)
     if not all_sources:
         raise JitLoaderError(
@@ -187,15 +201,27 @@ def compute_key(name: str, op_dir: Path, opts: dict, source_list: Sequence[Path]
     compiled = [p for p in all_sources if cfg["with_cuda"] or not cuda_only(p)]
     headers = sources.local_headers(all_sources, dirs)
     hashed = {p: sources.sha256(p) for p in set(compiled) | set(headers)}
-    return digest(cfg, op_dir, hashed), cfg, compiled, [*all_sources, *headers]
+    return cfg, compiled, [*all_sources, *headers], hashed
+
+
+def describe(cfg: dict, op_dir: Path, hashes: dict[Path, str]) -> dict:
+    """What a key names: the configuration's key view, and each file compiled or included
+    by its name in the key (relative where the key is portable) with its content hash."""
+    stable = cfg.get("abi") == abis.STABLE
+    return {"config": key_view(cfg, op_dir),
+            "files": [[_portable_file(p, op_dir, stable), hashes[p]] for p in sorted(hashes)]}
 
 
 def digest(cfg: dict, op_dir: Path, hashes: dict[Path, str]) -> str:
     """The key of a configuration and the content hash of each file compiled or included
     (what ``compute_key`` hashes; also used to check that texts read later are still
     those of a key)."""
-    out = hashlib.sha256(json.dumps(key_view(cfg, op_dir), sort_keys=True).encode())
-    stable = cfg.get("abi") == abis.STABLE
-    for p in sorted(hashes):
-        out.update(f"\0{_portable_file(p, op_dir, stable)}\0{hashes[p]}".encode())
+    return digest_of(describe(cfg, op_dir, hashes))
+
+
+def digest_of(record: dict) -> str:
+    """The key of a :func:`describe` record."""
+    out = hashlib.sha256(json.dumps(record["config"], sort_keys=True).encode())
+    for name, file_hash in record["files"]:
+        out.update(f"\0{name}\0{file_hash}".encode())
     return out.hexdigest()[:20]

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import re
 import time
 from pathlib import Path
 
-from jit_tools import _torch_private, key as keys, registry, sources, store as stores, surface
+from jit_tools import (_torch_private, key as keys, layers, locks, registry, sources, store as stores,
+                       surface, usage)
 from jit_tools.builder import ninja as builder, shared, toolchain
 from jit_tools.errors import (BuildError, CacheError, CorruptBuild, JitLoaderError, OpNotFoundError,
                                SourcesChanged)
@@ -24,6 +26,7 @@ from jit_tools.swap import hotswap
 
 
 MAX_CHANGED_RETRIES = 3  # builds in a row whose sources changed while they compiled
+MAX_VANISHED_RETRIES = 5  # builds removed or replaced between finding and loading them
 
 
 def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str) -> None:
@@ -33,6 +36,9 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
     try:
         lib = registry.open_library(so)
     except OSError as e:
+        if not so.is_file() or os.strerror(errno.ESTALE) in str(e):
+            # Removed, or replaced under an NFS client, by another process or host: look again.
+            raise locks.Vanished(f"the cached library {so} vanished before it was loaded") from e
         symbol = registry.undefined_symbol(str(e))
         if symbol is not None:
             # The build is intact; its code names something nothing defines. Rebuilding
@@ -108,23 +114,12 @@ def _free_for_new_schemas(state: OpState, refusal: JitLoaderError, qualnames: li
             "previous build stays loaded.\n" + "\n".join(held)) from refusal
 
 
-def _find_build(name: str, key: str, readonly_too: bool = True) -> tuple[stores.CacheStore, dict | None]:
-    """The first cache layer that holds build ``key`` and its manifest; else the
-    writable store and None."""
-    for layer in stores.layers():
-        if layer.readonly and not readonly_too:
-            continue
-        manifest = layer.manifest(name, key)
-        if manifest is not None:
-            return layer, manifest
-    return stores.current(), None
-
-
 def ensure_current(state: OpState, verbose: bool | None) -> bool:
     """Bring the op's native library up to date. Returns True when it changed."""
     if state.snapshot and not sources.snapshot_changed(state.snapshot):
         return False
     started = time.perf_counter()
+    never = layers.never_compile()
     # The key, the ABI check and a kernel swap read the same sources: each file's includes
     # are found once.
     with sources.one_scan():
@@ -138,59 +133,54 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                 return False
             hotswap.restore(state)  # back to the sources of the live build: its own kernels
             state.swapped = None
-            state.info = dataclasses.replace(state.info, key=key, swapped_over=None)
+            back_to = layers.origin(layers.find_build(state.name, key)[0], state.name, key)
+            state.info = dataclasses.replace(state.info, key=key, swapped_over=None, origin=back_to)
             return True
-        if state.key is not None and state.info is not None and hotswap.try_swap(
+        if state.key is not None and state.info is not None and not never and hotswap.try_swap(
                 state, key, config, compiled_sources, inputs):
             # The live library runs kernels of the new sources; its key stays the build's.
             state.swapped, state.snapshot = key, snapshot
             state.info = dataclasses.replace(
                 state.info, key=key, compiled=False, seconds=time.perf_counter() - started,
-                log_path=None, swapped_over=state.key)
+                log_path=None, swapped_over=state.key, origin="swapped")
             return True
     compiled = False
     log_path = None
-    corrupt_retries = changed_retries = 0
+    corrupt_retries = changed_retries = vanished_retries = 0
     # Held until the build found is held: `clean` never removes it in between.
     with stores.current().loading(state.name):
         while True:
-            store, manifest = _find_build(state.name, key, readonly_too=corrupt_retries == 0)
-            if manifest is None:
-                try:
-                    with store.build_lock(state.name) as lock_fd:
-                        manifest = store.manifest(state.name, key)  # another process built it
-                        if manifest is None:
-                            if surface_file(state) is not None:
-                                surface.warm_source_lookup()
-                            manifest, log_path = builder.build(
-                                store, state.name, state.op_dir, state.options, key, config,
-                                compiled_sources, toolchain.verbose(verbose), lock_fd,
-                                hashes=keys.input_hashes(inputs))
-                            compiled = True
-                            with contextlib.suppress(OSError):
-                                store.prune(state.name, key)
-                                shared.prune(store.root)
-                            bound = stores.max_size()
-                            if bound is not None:
-                                for entry in store.shrink(bound, building=(state.name, key)):
-                                    logger.info("removed build %s: the cache is over "
-                                                "JIT_LOADER_MAX_SIZE", entry)
-                except SourcesChanged as e:
-                    # Publish only what the key names: take the sources as they are now.
-                    changed_retries += 1
-                    if changed_retries > MAX_CHANGED_RETRIES:
-                        raise JitLoaderError(
-                            f"{e}; the sources kept changing during {changed_retries} builds in a "
-                            "row, so nothing was published. Load again once the edits settle.") from e
-                    logger.info("%s; building the current sources", e)
-                    key, config, compiled_sources, inputs = keys.compute_key(
-                        state.name, state.op_dir, state.options, state.sources)
-                    snapshot = sources.snapshot(state.op_dir if state.sources is None else None,
-                                                inputs, surface_file(state))
-                    continue
             try:
+                store, manifest = layers.find_build(state.name, key, readonly_too=corrupt_retries == 0)
+                if manifest is None:
+                    store, key, manifest, record = _without_compiling(state, key, never, store)
+                if manifest is None:
+                    try:
+                        manifest, log_path, compiled = _build(
+                            state, store, key, config, compiled_sources, inputs, record, verbose)
+                    except SourcesChanged as e:
+                        # Publish only what the key names: take the sources as they are now.
+                        changed_retries += 1
+                        if changed_retries > MAX_CHANGED_RETRIES:
+                            raise JitLoaderError(
+                                f"{e}; the sources kept changing during {changed_retries} builds in a "
+                                "row, so nothing was published. Load again once the edits settle.") from e
+                        logger.info("%s; building the current sources", e)
+                        key, config, compiled_sources, inputs = keys.compute_key(
+                            state.name, state.op_dir, state.options, state.sources)
+                        snapshot = sources.snapshot(state.op_dir if state.sources is None else None,
+                                                    inputs, surface_file(state))
+                        continue
                 _activate(state, store, manifest, key)
                 break
+            except locks.Vanished as e:
+                # Another process (or host) removed or replaced the build between finding
+                # and loading it: look again, which finds its replacement or builds one.
+                vanished_retries += 1
+                if vanished_retries > MAX_VANISHED_RETRIES:
+                    raise CacheError(f"{e}, {vanished_retries} times in a row: is another "
+                                     "process cleaning this cache?") from e
+                logger.debug("%s; looking again", e)
             except CorruptBuild as e:
                 corrupt_retries += 1
                 if corrupt_retries > 1:
@@ -198,16 +188,62 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                 logger.warning("%s; rebuilding", e)
     state.snapshot = snapshot
     state.swapped = None
-    hotswap.record(state, key, config, compiled_sources, inputs)
+    if never:
+        state.live = None  # no kernel swap without a compile (NVRTC): no texts to keep
+    else:
+        hotswap.record(state, key, config, compiled_sources, inputs)
     hotswap.track_new_build(state)
+    origin = "compiled" if compiled else layers.origin(store, state.name, key)
+    usage.record(stores.current(), state.name, key, origin, compiled)
+    config = manifest.get("config", config)  # a substitute's (built with another compiler)
     state.info = BuildInfo(
         key=key, library=state.library, compiled=compiled,
         seconds=time.perf_counter() - started, log_path=log_path,
         with_cuda=config["with_cuda"], cuda_arch=config["cuda_arch"],
-        no_cuda_reason=config["no_cuda_reason"])
-    if config["no_cuda_reason"] and compiled:
+        no_cuda_reason=config.get("no_cuda_reason"), origin=origin)
+    if config.get("no_cuda_reason") and compiled:
         logger.warning("built %r for CPU only: %s", state.name, config["no_cuda_reason"])
     return True
+
+
+def _build(state: OpState, store: stores.CacheStore, key: str, config: dict, compiled_sources,
+           inputs, record: dict | None, verbose: bool | None) -> tuple[dict, str | None, bool]:
+    """Build ``key`` under the op's build lock, unless another process built it while this
+    one waited: (manifest, log path, whether this process compiled)."""
+    with store.build_lock(state.name) as lock_fd:
+        manifest = store.manifest(state.name, key)  # another process built it
+        if manifest is not None:
+            return manifest, None, False
+        if surface_file(state) is not None:
+            surface.warm_source_lookup()
+        manifest, log_path = builder.build(
+            store, state.name, state.op_dir, state.options, key, config, compiled_sources,
+            toolchain.verbose(verbose), lock_fd, hashes=keys.input_hashes(inputs),
+            extra_manifest={"inputs": record, "source_list": state.sources is not None})
+        with contextlib.suppress(OSError):
+            usage.prune(store, state.name, key)
+            shared.prune(store.root)
+        bound = usage.max_size()
+        if bound is not None:
+            usage.shrink_after_build(store, bound, (state.name, key))
+        return manifest, log_path, True
+
+
+def _without_compiling(state: OpState, key: str, never: bool, store: stores.CacheStore):
+    """A miss: (store, key, manifest, record of the key wanted). A build that differs from
+    the wanted one only in a compiler this machine lacks serves instead (its own store,
+    key and manifest); otherwise the manifest is None and the caller compiles, unless
+    ``JIT_LOADER_COMPILE=never``, which raises the first difference from what the layers
+    hold. The record (what the key names) goes into the manifest of a build."""
+    now, record = keys.key_record(state.name, state.op_dir, state.options, state.sources)
+    if now != key and not never:  # edited since the key was computed: the build loop sees it
+        return store, key, None, None
+    found = layers.substitute(state.name, state.op_dir, record, state.options.get("cuda_arch"))
+    if found is not None:
+        return found[0], found[1], found[2], record
+    if never:
+        raise layers.never_error(state.name, state.op_dir, now, record)
+    return store, key, None, record
 
 
 def surface_file(state: OpState) -> Path | None:

@@ -28,6 +28,9 @@ class BuildInfo:
     # Set when the load swapped kernels compiled by NVRTC into the live build instead of
     # building: the key of the build whose library runs them (``key`` is the sources').
     swapped_over: str | None = None
+    # Where the build came from: "compiled", "local cache", "layer <folder>", "bundle <name>
+    # (<either of those>)", or "swapped" (kernels swapped in, jit_tools/layers.py).
+    origin: str = ""
 
 
 @dataclasses.dataclass

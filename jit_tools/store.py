@@ -3,14 +3,20 @@
 Layout under the cache root (``JIT_LOADER_CACHE``, else ``$XDG_CACHE_HOME/jit_loader``)::
 
     <op>/build.lock            flock held while a process builds <op>; holds its pid
+    <op>/use.lock              shared flock held by every load until it holds its build
+    <op>/usage.json            when each build was last loaded, hits and compiles (usage.py)
     <op>/work-<tag>/           Ninja working folder, one per op folder and configuration
+    <op>/work-<tag>.<host>-<pid>/   the same while one process builds in it (WorkClaim)
     <op>/builds/<key>/         a complete build: <op>.so, build.log, manifest.json
-    <op>/builds/.tmp-<key>-<pid>/   a build being published (renamed to <key> when done)
+    <op>/builds/.tmp-<key>-<host>-<pid>/   a build being published (renamed to <key>)
     _inline/<name>/            sources written by load_inline (an op folder like any other)
 
 A build is complete only once ``builds/<key>/manifest.json`` exists: it is written last,
 inside the ``.tmp-`` folder, and the folder appears under its key by an atomic rename.
-A process using a build holds a shared flock on its manifest, so cleaning can tell.
+Every folder a process writes is its own (named for its host and pid), and every
+publication is one rename, so the cache stays correct where the locks do nothing
+(jit_tools/locks.py). A process using a build holds a shared flock on its manifest, so
+cleaning can tell (where locks work).
 """
 
 from __future__ import annotations
@@ -25,31 +31,19 @@ import shutil
 import time
 from pathlib import Path
 
+from jit_tools import locks
 from jit_tools.errors import CacheError
-from jit_tools.log import logger
+from jit_tools.locks import TMP_PREFIX, remove_when_free  # noqa: F401 - the store's API
 
-DEFAULT_KEEP = 8
-LOCK_REPORT_SECONDS = 30.0  # how often a waiting process says whom it waits for
 VERIFIED = "verified.json"  # stat signature of the library when its hash last matched
-TMP_PREFIX = ".tmp-"
 STALE_TMP_SECONDS = 3600  # an unfinished .tmp- folder this old belongs to a dead process
+# A work folder of another host's process is judged by age alone (its pid means nothing
+# here): one untouched this long is a leftover, whatever became of its builder.
+STALE_WORK_SECONDS = 86400
 
 
 def file_sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _write_json_atomic(path: Path, value) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
 
 
 def cache_path() -> list[Path]:
@@ -81,34 +75,6 @@ def layers() -> list["CacheStore"]:
     return [CacheStore(root, readonly=i < len(path) - 1) for i, root in enumerate(path)]
 
 
-def keep_count() -> int:
-    """Builds kept per op (``JIT_LOADER_KEEP``)."""
-    try:
-        return max(1, int(os.environ.get("JIT_LOADER_KEEP", DEFAULT_KEEP)))
-    except ValueError:
-        logger.warning("JIT_LOADER_KEEP=%r is not a number; keeping %d builds",
-                       os.environ["JIT_LOADER_KEEP"], DEFAULT_KEEP)
-        return DEFAULT_KEEP
-
-
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-def parse_size(text: str) -> int:
-    """Bytes of a size such as ``500M``, ``10G`` or ``1.5T`` (binary units)."""
-    import re
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
-    if m is None:
-        raise CacheError(f"size {text!r} is not a size such as 500M, 10G or 1.5T")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-
-
-def max_size() -> int | None:
-    """The cache's size bound in bytes (``JIT_LOADER_MAX_SIZE``; unset: none)."""
-    text = os.environ.get("JIT_LOADER_MAX_SIZE", "").strip()
-    return parse_size(text) if text else None
-
-
 def folder_bytes(path: Path) -> int:
     """Bytes of the files under ``path`` (0 when it is gone)."""
     total = 0
@@ -117,91 +83,6 @@ def folder_bytes(path: Path) -> int:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, f)).st_size
     return total
-
-
-def remove_when_free(folder: Path, lock: Path, create: bool = False) -> bool:
-    """Remove ``folder`` unless another process holds a flock on ``lock``: while this one
-    holds it exclusively, the folder is renamed out of its place (so nothing finds it
-    half-deleted), then deleted. A ``lock`` that does not exist (and is not to be
-    created) guards nothing. True when removed."""
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT if create else os.O_RDONLY, 0o644)
-    except OSError:
-        fd = None
-    try:
-        if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-        doomed = folder.with_name(f"{TMP_PREFIX}removed-{folder.name}-{os.getpid()}")
-        try:
-            os.rename(folder, doomed)
-        except OSError:
-            return False
-    finally:
-        if fd is not None:
-            os.close(fd)
-    shutil.rmtree(doomed, ignore_errors=True)
-    return True
-
-
-def _holder(fd: int) -> tuple[str, float | None]:
-    """(pid, start time) that the process holding a build lock wrote into it."""
-    fields = os.pread(fd, 64, 0).decode(errors="replace").split()
-    pid = fields[0] if fields else "?"
-    try:
-        return pid, float(fields[1])
-    except (IndexError, ValueError):
-        return pid, None
-
-
-def lock_timeout() -> float | None:
-    """Seconds to wait for another process's build (``JIT_LOADER_LOCK_TIMEOUT``;
-    unset or 0: wait as long as it takes)."""
-    text = os.environ.get("JIT_LOADER_LOCK_TIMEOUT", "").strip()
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise CacheError(f"JIT_LOADER_LOCK_TIMEOUT={text!r} is not a number of seconds") from None
-    if value < 0:
-        raise CacheError(f"JIT_LOADER_LOCK_TIMEOUT={text!r} must be >= 0 seconds")
-    return value or None
-
-
-def _wait_for_lock(fd: int, name: str, quiet: bool) -> None:
-    """Take the exclusive flock on ``fd``. While another process holds it, say who and
-    since when, again every LOCK_REPORT_SECONDS (a stopped or hung builder otherwise
-    looks like a hang), and give up after ``JIT_LOADER_LOCK_TIMEOUT`` seconds."""
-    timeout = lock_timeout()  # a bad setting is reported even when nobody holds the lock
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return
-    except BlockingIOError:
-        pass
-    started = time.monotonic()
-    next_report = 0.0
-    while True:
-        waited = time.monotonic() - started
-        pid, since = _holder(fd)
-        building = (f"since {time.strftime('%H:%M:%S', time.localtime(since))}, "
-                    f"{max(0.0, time.time() - since):.0f} s ago" if since else "for an unknown time")
-        if timeout is not None and waited >= timeout:
-            raise CacheError(
-                f"gave up after {waited:.0f} s waiting for process {pid}, which has been building "
-                f"op {name!r} {building}: if it is stopped (Ctrl-Z, SIGSTOP) resume it with "
-                f"kill -CONT {pid}, if it hangs kill it, or raise JIT_LOADER_LOCK_TIMEOUT")
-        if not quiet and waited >= next_report:
-            logger.info("waiting for process %s that is building %r (%s)...", pid, name, building)
-            next_report = waited + LOCK_REPORT_SECONDS
-        time.sleep(0.05 if waited < 1 else 0.25)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            continue
 
 
 class CacheStore:
@@ -246,7 +127,12 @@ class CacheStore:
         return self.root / name / f"work-{tag}"
 
     def work_folders(self, name: str) -> list[Path]:
+        """Every Ninja work folder of the op, those claimed by a process included."""
         return sorted(self.op_folder(name).glob("work-*"))
+
+    def claim_work(self, name: str, tag: str) -> "WorkClaim":
+        """A Ninja work folder for this process alone (:class:`WorkClaim`)."""
+        return WorkClaim(self.work_folder(name, tag))
 
     def nvrtc_folder(self, name: str) -> Path:
         """Where jit_tools/swap/nvrtc.py keeps an op's kernels compiled with NVRTC."""
@@ -265,9 +151,11 @@ class CacheStore:
         return sorted(p.name for p in self.root.iterdir() if (p / "builds").is_dir())
 
     def leftovers(self, name: str) -> list[Path]:
-        """Half-written build folders that an interrupted build left."""
+        """What interrupted builds left: half-written build folders, and work folders
+        claimed by a process that is gone (see :func:`stale_claim`)."""
         builds = self.builds_folder(name)
-        return sorted(builds.glob(TMP_PREFIX + "*")) if builds.is_dir() else []
+        tmp = sorted(builds.glob(TMP_PREFIX + "*")) if builds.is_dir() else []
+        return tmp + [w for w in self.work_folders(name) if stale_claim(w)]
 
     def ensure_op(self, name: str) -> Path:
         """Create the op's cache folder; CacheError naming the fix when that fails."""
@@ -306,13 +194,13 @@ class CacheStore:
                 return manifest
             signature = [st.st_ino, st.st_size, st.st_ctime_ns]
             stamp = entry / VERIFIED
-            if verify == "changed" and _read_json(stamp) == signature:
+            if verify == "changed" and locks.read_json(stamp) == signature:
                 return manifest
             if file_sha256(lib) != recorded:
                 return None
             if not self.readonly:
                 with contextlib.suppress(OSError):
-                    _write_json_atomic(stamp, signature)
+                    locks.write_json_atomic(stamp, signature)
             return manifest
         except (OSError, ValueError, KeyError):
             return None
@@ -372,7 +260,7 @@ class CacheStore:
         path = self.ensure_op(name) / "build.lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            _wait_for_lock(fd, name, quiet)
+            locks.wait_for_lock(fd, name, quiet)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()} {time.time():.0f}".encode(), 0)
             yield fd
@@ -394,9 +282,9 @@ class CacheStore:
             return
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locks.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                yield _holder(fd)[0]
+                yield locks.holder(fd)[0]
                 return
             yield None
         finally:
@@ -417,7 +305,7 @@ class CacheStore:
             yield  # an unwritable cache: the load reports it where it writes
             return
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            locks.flock(fd, fcntl.LOCK_SH)
             yield
         finally:
             os.close(fd)
@@ -438,7 +326,7 @@ class CacheStore:
                 return
             try:
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    locks.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     yield f"a process is loading {name} now"
                     return
@@ -451,10 +339,7 @@ class CacheStore:
         so that cleaning can tell it is in use."""
         entry = self.entry(name, key)
         fd = os.open(entry / "manifest.json", os.O_RDONLY)
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        if not self.readonly:
-            with contextlib.suppress(OSError):
-                os.utime(entry)  # last use: what JIT_LOADER_MAX_SIZE keeps longest
+        locks.flock(fd, fcntl.LOCK_SH)
         return os.fdopen(fd, "rb")
 
     @staticmethod
@@ -465,7 +350,7 @@ class CacheStore:
         except OSError:
             return False
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locks.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return False
         except BlockingIOError:
             return True
@@ -475,9 +360,11 @@ class CacheStore:
     # ---- writing builds ---------------------------------------------------------------
 
     def publish(self, name: str, key: str, library: Path, log: Path, manifest: dict) -> dict:
-        """Copy a finished build into ``builds/<key>`` atomically. Caller holds the build
-        lock. Returns the manifest written (``manifest`` plus library name and size)."""
-        tmp = self.builds_folder(name) / f"{TMP_PREFIX}{key}-{os.getpid()}"
+        """Copy a finished build into a folder of this process's own, then give it the name
+        ``builds/<key>`` by one rename. Where another process published the key first
+        (possible wherever the build lock does not lock), its build stays and its manifest
+        is returned. Returns the manifest of the build under the key."""
+        tmp = self.builds_folder(name) / f"{TMP_PREFIX}{key}-{locks.private_tag()}"
         try:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
@@ -491,14 +378,23 @@ class CacheStore:
                 f.flush()
                 os.fsync(f.fileno())
             entry = self.entry(name, key)
-            shutil.rmtree(entry, ignore_errors=True)  # an invalid (e.g. truncated) one
-            os.rename(tmp, entry)
-            with contextlib.suppress(OSError):  # just hashed: the first load needs no re-hash
-                st = (entry / library.name).stat()
-                _write_json_atomic(entry / VERIFIED, [st.st_ino, st.st_size, st.st_ctime_ns])
+            if not locks.publish_folder(
+                    tmp, entry, lambda e: self.manifest(name, key, "full") is not None):
+                theirs = self.manifest(name, key)
+                if theirs is None:  # published and gone again: the caller looks again
+                    raise locks.Vanished(f"build {entry} vanished after it was published")
+                return theirs
+            self.stamp_verified(name, key, library.name)  # just hashed: no re-hash on load
             return manifest
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def stamp_verified(self, name: str, key: str, library: str) -> None:
+        """Record that build ``key``'s library, as it is now, hashed to its manifest's sha256
+        (the caller just checked), so that a load need not hash it again."""
+        with contextlib.suppress(OSError):
+            st = (self.entry(name, key) / library).stat()
+            locks.write_json_atomic(self.entry(name, key) / VERIFIED, [st.st_ino, st.st_size, st.st_ctime_ns])
 
     def cache_error(self, e: OSError, doing: str) -> CacheError | None:
         """The CacheError that explains ``e`` (disk full, not writable), or None."""
@@ -526,64 +422,57 @@ class CacheStore:
         """Bytes of everything under the cache folder."""
         return folder_bytes(self.root)
 
-    def least_recently_used(self) -> list[tuple[float, str, Path]]:
-        """Every build of every op as (last use, op, folder), least recently used first."""
-        out = []
-        for name in self.op_names():
-            for entry in self.builds_folder(name).iterdir():
-                if entry.name.startswith(TMP_PREFIX):
-                    continue
-                with contextlib.suppress(OSError):
-                    out.append((entry.stat().st_mtime, name, entry))
-        out.sort()
-        return out
 
-    def shrink(self, bound: int, building: tuple[str, str] | None = None) -> list[Path]:
-        """Remove least recently used builds until the cache holds at most ``bound``
-        bytes. Never a build a process holds, nor one of an op a process is building or
-        loading; ``building`` is (op, key) of the build this process has just published
-        while it holds that op's build lock (the key is kept, the op's other builds may go).
-        Returns the folders removed."""
-        removed = []
-        used = self.bytes_used()
-        for _last, name, entry in self.least_recently_used():
-            if used <= bound:
-                break
-            if building is not None and (name, entry.name) == building:
-                continue
-            size = folder_bytes(entry)
-            if building is not None and name == building[0]:
-                gone = self.remove(entry)
-            else:
-                with self.quiet(name) as busy:
-                    gone = busy is None and self.remove(entry)
-            if gone:
-                used -= size
-                removed.append(entry)
-        return removed
+def stale_claim(work: Path) -> bool:
+    """True for a work folder claimed by a process that is gone: of this host and no
+    longer running, or of another host and untouched for STALE_WORK_SECONDS."""
+    _shared, dot, tag = work.name.partition(".")
+    if not dot:
+        return False
+    if locks.owner_gone(tag):
+        return True
+    with contextlib.suppress(OSError):
+        return (not tag.startswith(locks.host() + "-")
+                and time.time() - work.stat().st_mtime > STALE_WORK_SECONDS)
+    return False
 
-    def prune(self, name: str, keep_key: str) -> None:
-        """Bound the builds kept per op (JIT_LOADER_KEEP), oldest first, skipping any
-        build a live process holds, and drop ``.tmp-`` folders of dead processes."""
-        keep = keep_count()
-        entries = []
-        for entry in self.builds_folder(name).iterdir():
-            if entry.name.startswith(TMP_PREFIX):
-                if time.time() - entry.stat().st_mtime > STALE_TMP_SECONDS:
-                    shutil.rmtree(entry, ignore_errors=True)
+
+class WorkClaim:
+    """A Ninja work folder that only this process writes into, named
+    ``work-<tag>.<host>-<pid>``: the op's ``work-<tag>`` taken by a rename (its objects
+    make the build incremental); where another process holds that one, a folder that a
+    dead process of this host claimed (as good: the content stamps say which objects are
+    stale); else a new one. :meth:`release` gives it back under the shared name. So two
+    processes never run Ninja in one folder, whether or not the build lock locks anything."""
+
+    def __init__(self, shared: Path):
+        self.shared = shared
+        self.folder = shared.with_name(f"{shared.name}.{locks.private_tag()}")
+        self._released: Path | None = None
+        shutil.rmtree(self.folder, ignore_errors=True)  # a leftover of a process with our pid
+        left = [w for w in shared.parent.glob(shared.name + ".*") if stale_claim(w)]
+        for candidate in (shared, *left):
+            try:
+                os.rename(candidate, self.folder)
+                return
+            except OSError:
                 continue
-            with contextlib.suppress(OSError):
-                entries.append((entry.stat().st_mtime, entry))
-        entries.sort(reverse=True)
-        for _mtime, entry in entries[keep:]:
-            if entry.name == keep_key:
-                continue
-            with contextlib.suppress(OSError):
-                fd = os.open(entry / "manifest.json", os.O_RDONLY)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue  # in use by a live process
-                finally:
-                    os.close(fd)
-                shutil.rmtree(entry, ignore_errors=True)
+        self.folder.mkdir(parents=True)
+
+    def release(self, keep: bool = False) -> Path:
+        """Give the folder back under the shared name; returns where it is now. Where
+        another process's folder took that name meanwhile, this one is removed, or with
+        ``keep`` (a failed build: its log is named in the error) left for pruning."""
+        if self._released is None:
+            try:
+                os.rename(self.folder, self.shared)
+                self._released = self.shared
+            except OSError:
+                if not keep:
+                    shutil.rmtree(self.folder, ignore_errors=True)
+                self._released = self.folder
+        return self._released
+
+    def path(self, inside: str | os.PathLike) -> str:
+        """A path inside the claimed folder, as it reads once released (kept)."""
+        return str(inside).replace(str(self.folder), str(self.release(keep=True)), 1)

@@ -21,6 +21,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from jit_tools import usage
+from jit_tools.store import CacheStore
 from subproc import run_interpreter, run_python, start_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -260,14 +262,14 @@ def test_clean_max_size_removes_least_recently_used_builds(built, tmp_path):
     cache = cache_copy(built, tmp_path)
     current = build_folder(cache, built.key)
     unused = fake_build(cache, built.key, "1" * 20, days_old=1)
-    used = fake_build(cache, built.key, "2" * 20, days_old=3)  # older, but used lately
-    week = time.time() - 7 * 86400
-    os.utime(unused, (week, week))
+    used = fake_build(cache, built.key, "2" * 20, days_old=3)  # older, but loaded lately
+    usage.record(CacheStore(cache), "toy_op", used.name, "local cache", compiled=False)
+    usage.record(CacheStore(cache), "toy_op", built.key, "local cache", compiled=False)
     total = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
     one = sum(f.stat().st_size for f in unused.rglob("*") if f.is_file())
     out = run_cli("clean", "--max-size", str(total - one // 2), cache=cache)
     assert out.returncode == 0, out.stderr
-    assert f"removed       toy_op/{unused.name}  least recently used" in out.stdout
+    assert f"removed       toy_op/{unused.name}  " in out.stdout and "least recently used" in out.stdout
     assert not unused.exists() and used.exists() and current.exists()
     bad = run_cli("clean", "--max-size", "lots", cache=cache)
     assert bad.returncode != 0 and "'lots' is not a size such as 500M" in bad.stderr

@@ -466,10 +466,10 @@ def test_errors_pickle_with_their_attributes():
 
 
 def test_warnings_go_to_the_jit_loader_logger(monkeypatch, caplog):
-    from jit_tools import store
+    from jit_tools import usage
 
     monkeypatch.setenv("JIT_LOADER_KEEP", "many")
     with caplog.at_level("INFO", logger="jit_loader"):
-        assert store.keep_count() == store.DEFAULT_KEEP
+        assert usage.keep_count() == usage.DEFAULT_KEEP
     (record,) = [r for r in caplog.records if r.name == "jit_loader"]
     assert record.levelname == "WARNING" and "JIT_LOADER_KEEP='many'" in record.getMessage()

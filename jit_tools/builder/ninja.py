@@ -359,20 +359,44 @@ def invalidate_stale_objects(work: Path, hashes: dict[str, str]) -> list[Path]:
 
 def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, config: dict,
           sources: list[Path], verbose: bool, lock_fd: int,
-          hashes: dict[str, str] | None = None, progress: bool = True) -> tuple[dict, str]:
+          hashes: dict[str, str] | None = None, progress: bool = True,
+          extra_manifest: dict | None = None) -> tuple[dict, str]:
     """Compile in the op's Ninja working folder, then publish the library into the
     store under ``key``. Caller holds the build lock. Returns (manifest, log path).
 
     ``hashes`` (real path -> content hash of every input, as the key saw them) makes
     the build content-exact: objects of changed inputs are recompiled whatever their
     timestamps, and if any input changes while the compilers run, nothing is published
-    (:class:`SourcesChanged`; the caller computes the new key and builds again)."""
+    (:class:`SourcesChanged`; the caller computes the new key and builds again).
+
+    Ninja runs in a work folder this process alone has claimed (``CacheStore.claim_work``),
+    so that it is never another process's, whatever the build lock locked."""
     cfg = {k: v for k, v in config.items() if k != "no_cuda_reason"}
     tag = hashlib.sha256((json.dumps(cfg, sort_keys=True) + str(op_dir)).encode()).hexdigest()[:12]
-    work = store.work_folder(name, tag)
     started = time.perf_counter()
     try:
-        work.mkdir(parents=True, exist_ok=True)
+        claim = store.claim_work(name, tag)
+    except OSError as e:
+        raise store.cache_error(e, f"building op {name!r}") or e
+    try:
+        manifest = _build_in(claim.folder, store, name, op_dir, opts, key, config, sources,
+                             verbose, lock_fd, hashes, progress, extra_manifest, started)
+    except BuildError as e:  # its log now lies where the work folder is given back to
+        e.args = (claim.path(e.args[0]),) + e.args[1:]
+        e.log_path = claim.path(e.log_path)
+        raise
+    finally:
+        given_back = claim.release() == claim.shared
+    # The work folder's log; where another process's folder took its place, the build's own.
+    log = (claim.shared if given_back else store.entry(name, key)) / "build.log"
+    return manifest, str(log)
+
+
+def _build_in(work: Path, store: CacheStore, name: str, op_dir: Path, opts: dict, key: str,
+              config: dict, sources: list[Path], verbose: bool, lock_fd: int,
+              hashes: dict[str, str] | None, progress: bool, extra_manifest: dict | None,
+              started: float) -> dict:
+    try:
         write_ninja_file(name, config, sources, work)
         extra_env = shared.apply(work, name, [op_dir], store.root)
         used = extra_env.pop("used")
@@ -410,10 +434,11 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
             "created": time.time(),
             "build_seconds": round(time.perf_counter() - started, 3),
             "shared": used,
+            **(extra_manifest or {}),
         })
     except OSError as e:
         explained = store.cache_error(e, f"building op {name!r}")
         if explained is not None:
             raise explained from e
         raise
-    return manifest, log_path
+    return manifest

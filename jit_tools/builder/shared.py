@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from jit_tools import abi as abis, key as keys
+from jit_tools import abi as abis, key as keys, layers, locks
 from jit_tools.builder import toolchain
 from jit_tools.log import logger
 from jit_tools.store import CacheStore, folder_bytes, remove_when_free
@@ -171,7 +171,7 @@ def _lock(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        locks.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
@@ -179,6 +179,8 @@ def _lock(path: Path):
 
 def build_now() -> bool:
     """``JIT_LOADER_SHARED_NOW=1``: build missing pieces before the op, not after it."""
+    if layers.never_compile():  # JIT_LOADER_COMPILE=never: no piece is built, now or later
+        return False
     return os.environ.get("JIT_LOADER_SHARED_NOW", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -203,7 +205,7 @@ def _build_piece(folder: Path, make, now: bool = True) -> Path | None:
             return folder
         if (folder / FAILED).exists():
             return None
-        tmp = folder.parent / f".tmp-{folder.name}-{os.getpid()}"
+        tmp = folder.parent / f".tmp-{folder.name}-{locks.private_tag()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         started = time.perf_counter()
@@ -219,8 +221,9 @@ def _build_piece(folder: Path, make, now: bool = True) -> Path | None:
             (tmp / FAILED).write_text(log[-4000:])
             logger.info("shared build piece %s could not be built; building without it:\n%s",
                         folder.name, log[-2000:])
-        shutil.rmtree(folder, ignore_errors=True)
-        os.rename(tmp, folder)
+        # Where the lock locked nothing, another process may have published it first.
+        if not locks.publish_folder(tmp, folder, lambda f: (f / "ok").exists()):
+            return folder
     return folder if ok else None
 
 
@@ -394,11 +397,10 @@ AUTOGRAD_LIBRARY = "jit_loader_autograd.so"
 def autograd_command(cxx: str) -> tuple[list[str], list[str]]:
     """(compile flags, link flags) of the C++ autograd piece: torch's headers and the
     C++ ABI of this torch build, linked against libc10 and libtorch_cpu only (no Python)."""
-    cx = toolchain.cpp_extension()
     torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
     flags = ["-O2", "-fPIC", "-std=c++20", "-fvisibility=hidden",
              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-             *(f"-isystem{p}" for p in cx.include_paths())]
+             *(f"-isystem{p}" for p in toolchain.torch_include_paths())]
     return flags, [f"-L{torch_lib}", "-lc10", "-ltorch_cpu", *keys.DEFAULT_LDFLAGS]
 
 
@@ -667,6 +669,8 @@ def build_later(spec: dict) -> None:
 
 
 def _background(spec: dict) -> None:
+    if layers.never_compile():  # JIT_LOADER_COMPILE=never: the pieces are not built
+        return
     package_parent = Path(__file__).resolve().parents[2]
     try:
         subprocess.Popen([sys.executable, "-m", "jit_tools.builder.shared", json.dumps(spec)],
@@ -693,7 +697,7 @@ def _main(argv: list[str]) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / "background.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        locks.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return 0
     with contextlib.suppress(OSError):
@@ -722,7 +726,7 @@ def prune(root: Path, days: float = SHARED_KEEP_DAYS) -> list[Path]:
         lock = folder / f"{piece.name}.lock"
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locks.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             continue
         finally:

@@ -199,6 +199,15 @@ def cuda_arch_list(requested: str | None = None) -> str:
     return _ARCH_CACHE["auto"]
 
 
+def torch_include_paths() -> list[str]:
+    """torch's C++ header folders, as ``cpp_extension.include_paths()`` gives them for the
+    CPU (tests/test_cluster.py compares the two), without importing ``cpp_extension``:
+    that imports setuptools, more than the rest of a warm load costs, and a load computes
+    the keys of the pieces it looks for (the autograd kernel, the fast entry) with these."""
+    include = os.path.join(os.path.dirname(torch.__file__), "include")
+    return [include, os.path.join(include, "torch", "csrc", "api", "include")]
+
+
 def cpp_extension():
     """torch.utils.cpp_extension, imported quietly: it warns when CUDA_HOME is unset, and
     on every machine without a GPU ("No CUDA runtime is found"), where compiling CUDA

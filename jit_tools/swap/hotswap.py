@@ -24,7 +24,7 @@ import re
 import threading
 from pathlib import Path
 
-from jit_tools import key as keys, sources, store as stores
+from jit_tools import key as keys, layers, sources, store as stores
 from jit_tools.builder import ninja as builder
 from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
 from jit_tools.log import logger
@@ -288,6 +288,8 @@ def try_swap(state, key: str, config: dict, compiled: list[Path], inputs: list[P
 
 def build_later(state, key: str, config: dict, compiled: list[Path], inputs: list[Path]) -> None:
     """Build and publish ``key`` in a background thread, without activating it."""
+    if layers.never_compile():  # JIT_LOADER_COMPILE=never
+        return
     hashes = keys.input_hashes(inputs)
     name, op_dir, options = state.name, state.op_dir, dict(state.options)
 

@@ -3,14 +3,16 @@
     python -m jit_loader list   [PATH ...] [--json]
     python -m jit_loader build  [OP ...] [--cuda-arch LIST] [-j N] [--verbose]
     python -m jit_loader clean  [OP ...] [--older-than DAYS] [--keep N] [--broken] [--dry-run]
+    python -m jit_loader pack   OUT.tar.gz [OP ...] [--cuda-arch LIST]
+    python -m jit_loader unpack OUT.tar.gz [--into DIR]
     python -m jit_loader doctor
     python -m jit_loader new    NAME [--cuda] [--aten [--schema SCHEMA]] [--dir PATH]
 
-One module per command (``listing``, ``build``, ``clean``, ``doctor``, ``new``), each with
-its ``NAME``, ``HELP``, ``DESCRIPTION``, ``add_arguments`` (where it takes any) and ``run``. Everything goes through the loader's own pipeline
-(``op_key``, ``cached_builds``, ``build_in_use``, ``remove_build``, ``load_library``), its
-toolchain and its cache store, so the command line sees the cache exactly as a loading
-process does.
+One module per command (``listing``, ``build``, ``clean``, ``pack``, ``unpack``, ``doctor``,
+``new``), each with its ``NAME``, ``HELP``, ``DESCRIPTION``, ``add_arguments`` (where it
+takes any) and ``run``. Everything goes through the loader's own pipeline (``op_key``,
+``cached_builds``, ``build_in_use``, ``remove_build``, ``load_library``), its toolchain and
+its cache store, so the command line sees the cache exactly as a loading process does.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import argparse
 import sys
 
 from jit_tools.errors import JitLoaderError
-from jit_tools.tools.cli import build, clean, doctor, listing, new
+from jit_tools.tools.cli import build, clean, doctor, listing, new, pack, unpack
 
-COMMANDS = (listing, build, clean, doctor, new)
+COMMANDS = (listing, build, clean, pack, unpack, doctor, new)
 
 EPILOG = """\
 examples:
@@ -30,6 +32,7 @@ examples:
   python -m jit_loader build                   prebuild every op in ops/ (e.g. on a login node)
   python -m jit_loader build lltm --cuda-arch "8.0;9.0"
   python -m jit_loader clean --older-than 30   drop builds older than a month
+  python -m jit_loader pack ops.tar.gz gelu    gelu's build in one bundle; unpack installs it elsewhere
   python -m jit_loader new my_op --cuda        start a new op (CPU and CUDA kernels, tests)
   python -m jit_loader new rms --aten --schema "rms(Tensor x, Tensor weight, float eps) -> Tensor"
 

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from jit_tools import pipeline, sources
+from jit_tools import layers, pipeline, sources
 from jit_tools.builder import toolchain
 from jit_tools.errors import BuildError, JitLoaderError, OpNotFoundError
 
@@ -88,6 +88,30 @@ def _build_all(op_dirs: list[Path], args, workers: int, max_jobs: int) -> list[d
     return [results[str(d)] for d in op_dirs]
 
 
+def build_ops(op_dirs: list[Path], args) -> dict[Path, dict]:
+    """Build what is not cached of ``op_dirs`` with the options of ``args``; one result per
+    op folder (``ok``, ``key``, ``compiled``, ``error``...). Ops whose current build is in the
+    cache (any layer) need no worker at all."""
+    todo, results = [], {}
+    for op_dir in op_dirs:
+        try:
+            key, config = pipeline.op_key(op_dir, **_build_options(args))
+        except JitLoaderError as e:
+            results[op_dir] = {"name": op_dir.name, "ok": False, "error": str(e).splitlines()[0]}
+            continue
+        if layers.find_build(op_dir.name, key)[1] is not None:
+            results[op_dir] = {"name": op_dir.name, "ok": True, "compiled": False, "key": key,
+                               "cuda_arch": config["cuda_arch"], "with_cuda": config["with_cuda"],
+                               "no_cuda_reason": config["no_cuda_reason"]}
+        else:
+            todo.append(op_dir)
+    total_jobs = args.jobs or int(toolchain.max_jobs())
+    workers = 1 if args.verbose else max(1, min(len(todo), total_jobs))
+    if todo:
+        results.update(zip(todo, _build_all(todo, args, workers, max(1, total_jobs // workers))))
+    return results
+
+
 def run(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         print("build: -j must be at least 1", file=sys.stderr)
@@ -102,31 +126,20 @@ def run(args) -> int:
     if not op_dirs:
         print(f"nothing to build: no ops in {sources.OPS_DIR}")
         return 0
+    results = build_ops(op_dirs, args)
+    failed = report(op_dirs, results)
+    uses_cuda = any(r.get("cuda_arch") for r in results.values())
+    if args.cuda_arch and uses_cuda and args.cuda_arch != toolchain.cuda_arch_list():
+        print(f"note: a process finds these builds only with the same arch list; "
+              f"run it with JIT_LOADER_CUDA_ARCH='{args.cuda_arch}' "
+              f"(its default now is '{toolchain.cuda_arch_list()}')")
+    if failed:
+        print(f"{failed} of {len(op_dirs)} ops failed to build")
+    return 1 if failed else 0
 
-    # Ops whose current build is already in the cache need no worker at all.
-    todo, results, uses_cuda = [], {}, False
-    for op_dir in op_dirs:
-        try:
-            key, config = pipeline.op_key(op_dir, **_build_options(args))
-        except JitLoaderError as e:
-            results[op_dir] = {"name": op_dir.name, "ok": False, "error": str(e).splitlines()[0]}
-            continue
-        uses_cuda |= config["with_cuda"]
-        cached = any(b["key"] == key and b["valid"] for b in pipeline.cached_builds(op_dir.name))
-        if cached:
-            results[op_dir] = {"name": op_dir.name, "ok": True, "compiled": False, "key": key,
-                               "cuda_arch": config["cuda_arch"],
-                               "no_cuda_reason": config["no_cuda_reason"]}
-        else:
-            todo.append(op_dir)
 
-    total_jobs = args.jobs or int(toolchain.max_jobs())
-    workers = 1 if args.verbose else max(1, min(len(todo), total_jobs))
-    max_jobs = max(1, total_jobs // workers)
-    if todo:
-        built = _build_all(todo, args, workers, max_jobs)
-        results.update(zip(todo, built))
-
+def report(op_dirs: list[Path], results: dict[Path, dict]) -> int:
+    """One line per op (built, cached or FAILED with its first error); the failures."""
     failed = 0
     width = max(len(d.name) for d in op_dirs)
     for op_dir in op_dirs:
@@ -141,18 +154,11 @@ def run(args) -> int:
         extra = f", CUDA arch {r['cuda_arch']}" if r.get("cuda_arch") else ""
         extra += f", CPU only: {r['no_cuda_reason']}" if r.get("no_cuda_reason") else ""
         print(f"ok      {r['name']:<{width}}  {what}, key {r['key']}{extra}")
-    if args.cuda_arch and uses_cuda and args.cuda_arch != toolchain.cuda_arch_list():
-        print(f"note: a process finds these builds only with the same arch list; "
-              f"run it with JIT_LOADER_CUDA_ARCH='{args.cuda_arch}' "
-              f"(its default now is '{toolchain.cuda_arch_list()}')")
-    if failed:
-        print(f"{failed} of {len(op_dirs)} ops failed to build")
-    return 1 if failed else 0
+    return failed
 
 
-def add_arguments(p) -> None:
-    p.add_argument("ops", nargs="*", metavar="OP",
-                   help="an op folder name under ops/ or the path of any op folder (default: all in ops/)")
+def add_build_options(p) -> None:
+    """The build options of ``load`` as flags (``build`` and ``pack`` take them)."""
     p.add_argument("--cuda-arch", metavar="LIST",
                    help='CUDA architectures to compile for, e.g. "9.0" or "8.0;9.0+PTX" (default: '
                         "JIT_LOADER_CUDA_ARCH, TORCH_CUDA_ARCH_LIST, the visible GPUs, else "
@@ -173,3 +179,8 @@ def add_arguments(p) -> None:
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print the full compiler output (builds one op at a time so it stays readable)")
 
+
+def add_arguments(p) -> None:
+    p.add_argument("ops", nargs="*", metavar="OP",
+                   help="an op folder name under ops/ or the path of any op folder (default: all in ops/)")
+    add_build_options(p)

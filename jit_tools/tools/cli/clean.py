@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from jit_tools import pipeline, sources, store as stores
+from jit_tools import pipeline, sources, store as stores, usage
 from jit_tools.builder import shared
 from jit_tools.errors import CacheError, JitLoaderError, OpNotFoundError
 from jit_tools.store import CacheStore
@@ -117,24 +117,33 @@ def _clean_quiet_op(store, name: str, args, totals: dict) -> None:
 
 
 def _shrink(args, totals: dict) -> None:
-    """--max-size: least recently used builds go until the cache fits."""
+    """--max-size: least recently used builds (by their last load: jit_tools/usage.py) go
+    until the cache fits; a dry run names the same builds."""
     store = stores.current()
     try:
-        bound = stores.parse_size(args.max_size)
+        bound = usage.parse_size(args.max_size)
     except CacheError as e:
         raise SystemExit(f"clean: --max-size: {e}") from None
+    verb = "would remove" if args.dry_run else "removed"
     before = store.bytes_used()
-    if args.dry_run:
-        print(f"dry run: the cache holds {text.size(before)}; --max-size {args.max_size} would remove "
-              "least recently used builds until it fits")
-        return
-    for entry in store.shrink(bound):
-        print(f"{'removed':<13} {entry.parent.parent.name}/{entry.name}  least recently used")
+    for entry, size, last in usage.shrink(store, bound, dry_run=args.dry_run):
+        name = entry.parent.parent.name
+        print(f"{verb:<13} {name}/{entry.name}  {text.size(size)}, least recently used "
+              f"(last used {text.age(time.time() - last)} ago)")
         totals["removed"] += 1
-    totals["bytes"] += max(0, before - store.bytes_used())
-    if store.bytes_used() > bound:
-        print(f"the cache still holds {text.size(store.bytes_used())}: the rest is in use, being built, "
-              "or shared pieces and ccache's store (python -m jit_loader clean --shared)")
+        totals["bytes"] += size
+    left = before - totals["bytes"]
+    if left <= bound:
+        return
+    fixed = usage.kept_anyway(store)
+    kept = ", ".join(f"{kind} {text.size(size)}" for kind, size in fixed.items() if size)
+    print(f"the cache {'would still hold' if args.dry_run else 'still holds'} {text.size(left)}, over "
+          f"{args.max_size}: --max-size removes builds only, never one in use, being built or "
+          f"loaded, and none of: {kept or 'nothing else'}")
+    if sum(fixed.values()) > bound:
+        print(f"{args.max_size} is below what --max-size never removes ({text.size(sum(fixed.values()))}): "
+              "python -m jit_loader clean --shared removes the shared pieces and ccache's store "
+              "(the next build makes the pieces again)")
 
 
 def _clean_shared(args, totals: dict) -> None:

@@ -13,8 +13,9 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from jit_tools import _torch_private, pipeline, store as stores
+from jit_tools import _torch_private, layers, locks, pipeline, store as stores, usage
 from jit_tools.builder import shared, toolchain
+from jit_tools.errors import JitLoaderError
 from jit_tools.store import CacheStore
 from jit_tools.tools.cli import text
 
@@ -308,7 +309,8 @@ def _check_cache_entries() -> list[tuple[str, str]]:
         if leftovers:
             with store.build_lock_if_free(name) as builder:
                 if builder is None:  # else a build is running and writing them now
-                    problems += [f"{name}/builds/{p.name}: left by an interrupted build" for p in leftovers]
+                    problems += [f"{p.relative_to(store.root)}: left by an interrupted build"
+                                 for p in leftovers]
     if not problems:
         return [("OK", "cache entries: every build has its manifest and a complete library "
                        "whose sha256 matches the one recorded when it was built")]
@@ -319,7 +321,7 @@ def _check_cache_entries() -> list[tuple[str, str]]:
 
 def _check_settings() -> list[tuple[str, str]]:
     verdicts, notes = [], []
-    for var, default, meaning in (("JIT_LOADER_KEEP", str(stores.DEFAULT_KEEP), "builds kept per op"),
+    for var, default, meaning in (("JIT_LOADER_KEEP", str(usage.DEFAULT_KEEP), "builds kept per op"),
                                   ("MAX_JOBS", str(toolchain.cores()), "parallel compile jobs")):
         value = os.environ.get(var) or default
         if not value.isdigit() or int(value) < 1:
@@ -327,7 +329,16 @@ def _check_settings() -> list[tuple[str, str]]:
                                       f"{default} or unset it"))
         else:
             notes.append(f"{value} {meaning} ({var})")
-    if not verdicts:
+    try:
+        if layers.never_compile():
+            notes.append(f"no compiling ({layers.ENV}=never: a load that would compile raises)")
+        if not locks.enabled():
+            verdicts.append(("WARN", f"{locks.ENV}=off: no file locks, so processes that load one op at "
+                                     "once may all compile it (the cache stays correct); meant for tests "
+                                     "and filesystems whose locks hang"))
+    except JitLoaderError as e:
+        verdicts.append(("ERROR", str(e)))
+    if not any(v == "ERROR" for v, _ in verdicts):
         verdicts.append(("OK", "settings: " + ", ".join(notes)))
     return verdicts
 

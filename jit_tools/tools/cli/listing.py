@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from jit_tools import key as keys, pipeline, sources, store as stores
+from jit_tools import key as keys, layers, pipeline, sources, store as stores, usage
 from jit_tools.builder import shared
 from jit_tools.errors import JitLoaderError
 from jit_tools.store import CacheStore
@@ -17,50 +17,74 @@ from jit_tools.tools.cli import text
 NAME = "list"
 HELP = "show each op, its cached builds, and which build a new process would load"
 DESCRIPTION = """\
-Show every op (the folders in ops/, the PATHs given, and ops the cache holds builds of),
-each cached build with its size, age and state, and mark with * the build a new process
-would load now (same sources, flags, arch list, torch)."""
+Show every op (the folders in ops/ and the ops the cache holds builds of; with OPs or PATHs
+given, those only), each cached build with its size, age, state and the layer or bundle it
+is in, how often the op was loaded and compiled and where its last load came from, and
+mark with * the build a new process would load now (same sources, flags, arch list, torch)."""
 
 
 def _ops_to_list(paths: list[str]) -> list[tuple[str, Path | None]]:
-    """(name, source folder) of the ops under ops/, of PATHs, and of ops that only
-    the cache knows (built from elsewhere); source folder None when it is gone."""
-    found: list[tuple[str, Path | None]] = [
-        (name, (sources.OPS_DIR / name).resolve()) for name in sources.available_ops()]
+    """(name, source folder) of the ops to list: those named (an op name, an op folder, or a
+    folder of op folders), else those under ops/ and those only the cache knows (built from
+    elsewhere); source folder None when it is gone."""
+    cached = sorted({name for layer in stores.layers() for name in layer.op_names()})
+    found: list[tuple[str, Path | None]] = []
     for arg in paths:
         path = Path(arg).expanduser().resolve()
         if path.is_dir() and not sources.is_op_dir(path):
             found += [(name, path / name) for name in sources.available_ops(path)]
+        elif not path.exists() and arg in cached and arg not in sources.available_ops():
+            found.append((arg, _source_folder(arg)))
         else:
             op_dir = sources.resolve_op_dir(arg)
             found.append((op_dir.name, op_dir))
-    known = {name for name, _ in found}
-    for name in stores.current().op_names():
-        if name in known:
-            continue
-        origins = {b.get("op_dir") for b in pipeline.cached_builds(name)} - {None}
-        existing = [Path(s) for s in sorted(origins) if Path(s).is_dir()]
-        found.append((name, existing[0] if existing else None))
-    unique = []
-    for item in found:
-        if item not in unique:
-            unique.append(item)
-    return unique
+    if not paths:
+        found = [(name, (sources.OPS_DIR / name).resolve()) for name in sources.available_ops()]
+        known = {name for name, _ in found}
+        found += [(name, _source_folder(name)) for name in cached if name not in known]
+    return list(dict.fromkeys(found))
+
+
+def _source_folder(name: str) -> Path | None:
+    """The newest existing op folder that a build of ``name`` in the cache was made from."""
+    for b in _all_builds(name):
+        if b.get("op_dir") and Path(b["op_dir"]).is_dir():
+            return Path(b["op_dir"])
+    return None
+
+
+def _all_builds(name: str, verify: str = "changed") -> list[dict]:
+    """The builds of ``name`` in every layer, newest first, each with its ``origin``."""
+    out = []
+    for layer in stores.layers():
+        found = pipeline.cached_builds(name, verify) if not layer.readonly else layer.builds(name, verify)
+        for b in found:
+            b["origin"] = layers.origin(layer, name, b["key"])
+        out += found
+    out.sort(key=lambda b: b.get("created", 0), reverse=True)
+    return out
+
+
+def _from_source_list(build: dict) -> bool:
+    """Whether a build was made by ``load(name=..., sources=[...])`` (not from its folder)."""
+    if "source_list" in build:
+        return bool(build["source_list"])
+    folder = build.get("op_dir")
+    if folder is None or not Path(folder).is_dir():
+        return False
+    with_cuda = bool(build.get("config", {}).get("with_cuda"))
+    walked = sorted(str(p) for p in sources.folder_sources(Path(folder), with_cuda, build.get("name")))
+    return sorted(build.get("sources", [])) != walked or Path(folder).name != build.get("name")
 
 
 def _dropin_call(name: str, op_dir: Path, manifests: list[dict]) -> dict | None:
     """The ``load(name=..., sources=[...], <options>)`` call that made the newest build of
-    ``name``, when it was made that way (torch's model: a source list, not an op folder);
-    None for an op folder's builds."""
-    if not manifests:
+    ``name`` from ``op_dir``, when it was made that way (torch's model: a source list, not
+    an op folder); None for an op folder's builds."""
+    ours = [b for b in manifests if b.get("op_dir") == str(op_dir)]
+    if not ours or not _from_source_list(ours[0]):
         return None
-    newest = manifests[0]
-    listed = sorted(newest.get("sources", []))
-    with_cuda = bool(newest.get("config", {}).get("with_cuda"))
-    walked = sorted(str(p) for p in sources.folder_sources(op_dir, with_cuda, name))
-    if name == op_dir.name and listed == walked:
-        return None
-    return {"sources": listed, "options": newest.get("options")}
+    return {"sources": sorted(ours[0].get("sources", [])), "options": ours[0].get("options")}
 
 
 def _call_text(name: str, call: dict) -> str:
@@ -73,7 +97,7 @@ def _describe_op(name: str, op_dir: Path | None, verify: str = "changed") -> dic
     now = time.time()
     info: dict = {"name": name, "path": str(op_dir) if op_dir else None,
                   "current_key": None, "error": None, "dropin_call": None}
-    manifests = pipeline.cached_builds(name, verify)
+    manifests = _all_builds(name, verify)
     call = _dropin_call(name, op_dir, manifests) if op_dir is not None else None
     if op_dir is None:
         info["error"] = "its source folder no longer exists"
@@ -102,6 +126,8 @@ def _describe_op(name: str, op_dir: Path | None, verify: str = "changed") -> dic
             "problem": None if b["valid"] else CacheStore.problem(b),
             "op_dir": b.get("op_dir"), "with_cuda": config.get("with_cuda"),
             "cuda_arch": config.get("cuda_arch"), "torch": config.get("torch"),
+            "origin": b["origin"],
+            "other_folder": op_dir is not None and b.get("op_dir") not in (None, str(op_dir)),
         })
     info["builds"] = builds
     info["current_cached"] = any(b["current"] and b["valid"] for b in builds)
@@ -109,6 +135,7 @@ def _describe_op(name: str, op_dir: Path | None, verify: str = "changed") -> dic
     info["work_folders"] = [str(w) for w in work]
     info["work_bytes"] = sum(stores.folder_bytes(w) for w in work)
     info["leftovers"] = [str(p) for p in stores.current().leftovers(name)]
+    info["usage"] = usage.summary(stores.current(), name)
     return info
 
 
@@ -148,14 +175,20 @@ def run(args) -> int:
                   f"python -m jit_loader build {op['name'] if in_ops else op['path']})")
         if op.get("no_cuda_reason"):
             print(f"  CPU only: {op['no_cuda_reason']}")
+        loads = op["usage"]
+        if loads["hits"] or loads["compiles"]:
+            print(f"  loads: {loads['hits']} from a cache, {loads['compiles']} compiled; the last: "
+                  f"{loads['last_origin']}, {text.age(time.time() - loads['last_use'])} ago")
         for b in op["builds"]:
             mark = "*" if b["current"] else " "
             state = "ok" if b["valid"] else f"BROKEN: {b['problem']}"
             if b["in_use"]:
                 state += ", in use"
             arch = f"  cuda {b['cuda_arch']}" if b["cuda_arch"] else ""
+            where = "" if b["origin"] == "local cache" else f"  in {b['origin']}"
+            where += f"  from {b['op_dir']}" if b["other_folder"] else ""
             print(f"  {mark} {b['key']}  {text.size(b['size_bytes']):>9}  {text.age(b['age_seconds']):>8} old"
-                  f"  {state}{arch}")
+                  f"  {state}{arch}{where}")
         if not op["builds"]:
             print("    no builds in the cache")
         if op["work_folders"]:
@@ -178,8 +211,8 @@ def run(args) -> int:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("paths", nargs="*", metavar="PATH",
-                   help="also list this op folder, or every op in this folder of ops")
+    p.add_argument("paths", nargs="*", metavar="OP",
+                   help="list only this op (a name, an op folder, or a folder of op folders)")
     p.add_argument("--json", action="store_true", help="print the listing as JSON, for scripts")
     p.add_argument("--verify", action="store_true",
                    help="hash every cached library against the sha256 recorded when it was built "
