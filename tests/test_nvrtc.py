@@ -279,3 +279,25 @@ def test_std_lite_gives_nvrtc_the_math_an_op_reaches_for(tmp_path):
                                f"-I{sources.OPS_DIR}", str(host)], capture_output=True, text=True,
                               timeout=120)
     assert compiled.returncode == 0, compiled.stderr
+
+
+REDUCE_PROBE = """#include "common/reduce.cuh"
+template <typename T>
+__global__ void reduce_kernel(const T* x, T* y) {
+  const T v = x[threadIdx.x];
+  y[0] = ops_common::block_sum(v) + ops_common::block_reduce(v, ops_common::Max{}, T(-1)) +
+         ops_common::block_reduce(v, ops_common::Min{}, T(1)) + ops_common::warp_sum(v);
+}
+"""
+
+
+def test_the_reduction_helpers_compile_through_nvrtc(tmp_path):
+    """common/reduce.cuh needs no header NVRTC lacks: a kernel using it swaps."""
+    if nvrtc.why_unavailable():
+        pytest.skip(nvrtc.why_unavailable())
+    probe = tmp_path / "reduce_probe.cu"
+    probe.write_text(REDUCE_PROBE)
+    names = ["reduce_kernel<float>", "reduce_kernel<double>"]
+    kernels = nvrtc.compile_kernels(probe, names, arch=ARCH, cache_dir=tmp_path / "c",
+                                    include_dirs=[sources.OPS_DIR])
+    assert set(kernels.lowered) == set(names)

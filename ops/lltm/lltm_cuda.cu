@@ -17,6 +17,7 @@
 
 #include "common/cuda_convert.cuh"
 #include "common/launch.h"
+#include "common/reduce.cuh"
 #include "lltm.h"
 #include "lltm_cuda.h"
 
@@ -99,12 +100,9 @@ __global__ void __launch_bounds__(kSmallWarps * 32)
       zo += xa * to_acc(ld(weights(state + j, k)));
       zc += xa * to_acc(ld(weights(2 * state + j, k)));
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      zi += __shfl_xor_sync(0xffffffff, zi, offset);
-      zo += __shfl_xor_sync(0xffffffff, zo, offset);
-      zc += __shfl_xor_sync(0xffffffff, zc, offset);
-    }
+    zi = ops_common::warp_sum(zi);
+    zo = ops_common::warp_sum(zo);
+    zc = ops_common::warp_sum(zc);
     if (lane == 0) {
       const auto r =
           cell_forward(zi + to_acc(ld(bias(j))), zo + to_acc(ld(bias(state + j))),
@@ -234,10 +232,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int64_t b = lane; b < batch; b += 32) {
         total += dz[warp][b];
       }
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) {
-        total += __shfl_xor_sync(0xffffffff, total, offset);
-      }
+      total = ops_common::warp_sum(total);
       if (lane == 0) {
         d_bias[warp * state + j] = from_acc<scalar_t>(total);
       }
