@@ -58,7 +58,7 @@ from jit_tools import sources as _sources
 from jit_tools.builder.toolchain import (DEFAULT_CUDA_ARCH, cuda_arch_list, cuda_home, cxx_compiler,
                                          why_no_cuda)
 from jit_tools.errors import BuildError, CacheError, JitLoaderError, OpNotFoundError
-from jit_tools.fake import check_same_device
+from jit_tools.fake import check_same_device, op_rules
 from jit_tools.handle import ExtensionModule, Op
 from jit_tools.key import DEFAULT_CFLAGS, DEFAULT_CUDA_CFLAGS, DEFAULT_LDFLAGS
 from jit_tools.sources import OPS_DIR, available_ops
@@ -81,7 +81,9 @@ __all__ = [
     "loaded_ops",
     "check",
     "check_op",
+    "bench",
     "check_same_device",
+    "op_rules",
     "register_autograd_op",
     "fast_op",
     "Op",
@@ -188,6 +190,14 @@ def load_library(name_or_path: str | os.PathLike, *, verbose: bool | None = None
     return Op(_pipeline.load_library(
         op_dir, verbose, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
         extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, cuda_arch=cuda_arch))
+
+
+def bench(fn, *args, **options):
+    """Time ``fn(*args)`` against ``baselines={name: callable}`` (and their
+    ``torch.compile``) with the benchmark suite's protocol; returns a result that prints as a
+    table (jit_tools/tools/bench.py: ``bytes``, ``backward``, ``compile``, ``host_bound``)."""
+    from jit_tools.tools.bench import bench as run  # a tool: imported only when used
+    return run(fn, *args, **options)
 
 
 def register_autograd_op(op: str, backward: str, args: Sequence[str],

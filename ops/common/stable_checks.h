@@ -1,6 +1,7 @@
 #pragma once
 // Argument checks of the stable-ABI ops, the twins of common/checks.h: each names the
-// op and the argument and shows the bad value, in the same words as the ATen checks.
+// op and the argument and shows the bad value, in the same words as the ATen checks
+// (common/arg_checks.h, on this header's OPS_CHECK and helpers).
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 #include <torch/headeronly/util/Exception.h>
@@ -36,12 +37,17 @@ inline bool is_floating(ScalarType t) {
          t == ScalarType::BFloat16;
 }
 
-// "cpu", "cuda:0": how torch prints a device.
+// "cpu", "cuda:0", "meta": how torch prints a device.
 inline std::string device_name(const torch::stable::Tensor& t) {
-  if (t.is_cpu()) return "cpu";
-  std::ostringstream out;
-  out << (t.is_cuda() ? "cuda" : "device") << ":" << static_cast<int>(t.get_device_index());
-  return out.str();
+  const torch::stable::Device device = t.device();
+  switch (device.type()) {
+    case torch::headeronly::DeviceType::CPU: return "cpu";
+    case torch::headeronly::DeviceType::Meta: return "meta";
+    case torch::headeronly::DeviceType::CUDA: return "cuda:" + std::to_string(device.index());
+    default:
+      return "device type " + std::to_string(static_cast<int>(device.type())) + ":" +
+             std::to_string(device.index());
+  }
 }
 
 inline bool is_integral(ScalarType t) {
@@ -77,28 +83,4 @@ inline std::string shape_of(const torch::stable::Tensor& t) { return list_of(t.s
     }                                                                                  \
   } while (false)
 
-#define OP_CHECK_FLOATING(op, name, t)                                                   \
-  OPS_CHECK(::ops_common::is_floating((t).scalar_type()), op, ": ", name,                 \
-            " must be a floating-point tensor, got ", (t).scalar_type())
-
-#define OP_CHECK_DIM(op, name, t, d)                                                     \
-  OPS_CHECK((t).dim() == (d), op, ": ", name, " must be a ", d, "-D tensor, got ",        \
-            (t).dim(), "-D with shape ", ::ops_common::shape_of(t))
-
-#define OP_CHECK_SIZE(op, name, t, dim, expected)                                        \
-  OPS_CHECK((t).size(dim) == (expected), op, ": ", name, ".size(", dim, ") must be ",     \
-            expected, ", got ", (t).size(dim), " (shape ", ::ops_common::shape_of(t), ")")
-
-#define OP_CHECK_SAME_DEVICE(op, name, t, ref_name, ref)                                 \
-  OPS_CHECK(::ops_common::device_name(t) == ::ops_common::device_name(ref), op, ": ",     \
-            name, " is on ", ::ops_common::device_name(t), " but ", ref_name, " is on ",  \
-            ::ops_common::device_name(ref))
-
-#define OP_CHECK_SAME_DTYPE(op, name, t, ref_name, ref)                                  \
-  OPS_CHECK((t).scalar_type() == (ref).scalar_type(), op, ": ", name, " has dtype ",      \
-            (t).scalar_type(), " but ", ref_name, " has dtype ", (ref).scalar_type())
-
-#define OP_CHECK_SAME_SHAPE(op, name, t, ref_name, ref)                                  \
-  OPS_CHECK(::ops_common::shape_of(t) == ::ops_common::shape_of(ref), op, ": ", name,     \
-            " has shape ", ::ops_common::shape_of(t), " but ", ref_name, " has shape ",   \
-            ::ops_common::shape_of(ref))
+#include "common/arg_checks.h"
