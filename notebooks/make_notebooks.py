@@ -225,7 +225,7 @@ EDIT_AND_REBUILD = [
         """),
     md("""
         Re-run the same call. The extension sees the edit before the cell runs, rebuilds
-        (only `sigmoid.cpp` recompiles) and swaps the new build in: the same handle `op`,
+        (only `sigmoid_cpu.cpp`, the CPU loops, recompiles) and swaps the new build in: the same handle `op`,
         and `torch.ops.sigmoid.forward` itself, now run the new code.
         """),
     code("""

@@ -99,12 +99,17 @@ def cuda_op(tmp_path_factory):
 def test_cpu_op_builds_and_its_tests_pass(cpu_op):
     names = sorted(p.name for p in cpu_op.op_dir.iterdir())
     assert names == ["__init__.py", "reference.py", "scaffold_cpu_op.cpp", "scaffold_cpu_op.h",
-                     "scaffold_cpu_op.py", "scaffold_cpu_op_host.h"]
+                     "scaffold_cpu_op.py", "scaffold_cpu_op_cpu.cpp", "scaffold_cpu_op_cpu.h",
+                     "scaffold_cpu_op_host.h"]
     assert (cpu_op.op_dir.parent.parent / "tests" / "test_scaffold_cpu_op.py").is_file()
     math = (cpu_op.op_dir / "scaffold_cpu_op.h").read_text()
     assert re.findall(r'#include [<"]([^>"]+)[>"]', math) == ["common/host_device.h"]  # torch-free
-    for host in ("scaffold_cpu_op.cpp", "scaffold_cpu_op_host.h"):  # stable ABI: no ATen header
-        assert not _aten_headers(cpu_op.op_dir / host), host
+    for host in ("scaffold_cpu_op.cpp", "scaffold_cpu_op_cpu.cpp", "scaffold_cpu_op_host.h"):
+        assert not _aten_headers(cpu_op.op_dir / host), host  # stable ABI: no ATen header
+    # The math reaches the CPU loops and the kernels only, never the host glue.
+    assert "scaffold_cpu_op.h" in _includes(cpu_op.op_dir / "scaffold_cpu_op_cpu.cpp")
+    for glue in ("scaffold_cpu_op.cpp", "scaffold_cpu_op_host.h", "scaffold_cpu_op_cpu.h"):
+        assert "scaffold_cpu_op.h" not in _includes(cpu_op.op_dir / glue), glue
     cpp = (cpu_op.op_dir / "scaffold_cpu_op.cpp").read_text()
     assert "STABLE_TORCH_LIBRARY(scaffold_cpu_op, m) {" in cpp
     assert 'm.impl("forward", TORCH_BOX(&forward_cpu));' in cpp
@@ -122,7 +127,8 @@ def test_cpu_op_builds_and_its_tests_pass(cpu_op):
 def test_cuda_op_builds_and_its_tests_pass(cuda_op):
     names = sorted(p.name for p in cuda_op.op_dir.iterdir() if p.name != "__pycache__")
     assert names == ["__init__.py", "conftest.py", "reference.py", "scaffold_cuda_op.cpp",
-                     "scaffold_cuda_op.h", "scaffold_cuda_op.py", "scaffold_cuda_op_cuda.cpp",
+                     "scaffold_cuda_op.h", "scaffold_cuda_op.py", "scaffold_cuda_op_cpu.cpp",
+                     "scaffold_cuda_op_cpu.h", "scaffold_cuda_op_cuda.cpp",
                      "scaffold_cuda_op_cuda.cu", "scaffold_cuda_op_cuda.h", "scaffold_cuda_op_host.h",
                      "test_scaffold_cuda_op.py"]
     cu = (cuda_op.op_dir / "scaffold_cuda_op_cuda.cu").read_text()
@@ -156,7 +162,10 @@ def aten_op(tmp_path_factory):
 def test_aten_op_builds_and_its_tests_pass(aten_op):
     names = sorted(p.name for p in aten_op.op_dir.iterdir())
     assert names == ["__init__.py", "reference.py", "scaffold_aten_op.cpp", "scaffold_aten_op.h",
-                     "scaffold_aten_op.py", "scaffold_aten_op_host.h"]
+                     "scaffold_aten_op.py", "scaffold_aten_op_cpu.cpp", "scaffold_aten_op_cpu.h",
+                     "scaffold_aten_op_host.h"]
+    assert "ATen/Parallel.h" in _includes(aten_op.op_dir / "scaffold_aten_op_cpu.cpp")
+    assert "scaffold_aten_op.h" not in _includes(aten_op.op_dir / "scaffold_aten_op.cpp")
     cpp = aten_op.op_dir / "scaffold_aten_op.cpp"
     assert {"ATen/ATen.h", "torch/library.h"} <= set(_includes(cpp))
     assert "TORCH_LIBRARY(scaffold_aten_op, m) {" in cpp.read_text()

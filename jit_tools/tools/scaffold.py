@@ -6,7 +6,12 @@ depends on the input) with a CPU kernel, optionally a CUDA kernel, the Python su
 with its fake kernels and autograd, a plain-PyTorch reference and a test file. One
 replaces the math in ``<name>.h`` and the reference, then grows the rest.
 
-The host side (``<name>.cpp``, ``<name>_host.h``, ``<name>_cuda.cpp``) is written
+The math (``<name>.h``) is compiled only by the CPU loops (``<name>_cpu.cpp``) and the CUDA
+kernels (``<name>_cuda.cu``); the host glue includes their declarations (``<name>_cpu.h``,
+``<name>_cuda.h``), so an edit of the math rebuilds no glue and takes the hot path on a GPU
+(ARCHITECTURE.md, "Header edits").
+
+The host side (``<name>.cpp``, ``<name>_cpu.cpp``, ``<name>_host.h``, ``<name>_cuda.cpp``) is written
 against the LibTorch stable ABI by default (``STABLE_TORCH_LIBRARY``, ``TORCH_BOX``,
 ``STD_TORCH_CHECK``, the headeronly dispatch): it rebuilds fastest and loads in later torch
 releases. ``--aten`` writes it against ATen instead, for the full API and C++ autograd.
@@ -141,7 +146,8 @@ def plan(name: str, directory: str | os.PathLike | None = None, cuda: bool = Fal
     )
     if parsed is None:
         host = "aten" if aten else "stable"  # the C++ host side; the rest is shared
-        paths = ["NAME.h", f"{host}/NAME_host.h", f"{host}/NAME.cpp"]
+        paths = ["NAME.h", "NAME_cpu.h", f"{host}/NAME_cpu.cpp", f"{host}/NAME_host.h",
+                 f"{host}/NAME.cpp"]
         if cuda:
             paths += ["NAME_cuda.h", "NAME_cuda.cu", f"{host}/NAME_cuda.cpp"]
         paths += ["NAME.py", "reference.py", "__init__.py"]

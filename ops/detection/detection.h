@@ -5,15 +5,13 @@
 #include <cmath>
 
 #include "common/host_device.h"
+#include "detection_types.h"
 
 namespace detection {
 
 // ---------------------------------------------------------------------------------------
 // NMS
 // ---------------------------------------------------------------------------------------
-
-// Boxes of one NMS block: the reduction resolves 64 candidates per step, one bit each.
-constexpr int kNmsBlock = 64;
 
 // std::max / std::min as torchvision's CPU kernel applies them: with a NaN argument they
 // return their first argument, which decides what a NaN coordinate does.

@@ -8,7 +8,7 @@
 
 #include "common/stable_cuda_host.h"
 #include "common/stable_ops.h"
-#include "detection.h"
+#include "detection_types.h"
 #include "detection_checks.h"
 #include "detection_cuda.h"
 

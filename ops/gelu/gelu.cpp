@@ -1,12 +1,12 @@
 // gelu, the sigmoid approximation x * sigmoid(1.702 x): schema and CPU host side (checks,
-// layout, dtype dispatch; common/pointwise.h). The math is in gelu.h; the CPU loops over it
-// are compiled in gelu_cpu.cpp.
+// layout, dtype dispatch; common/pointwise.h). The math is in gelu.h, compiled in the CPU
+// loops of gelu_cpu.cpp; this unit sees only the tag types (gelu_types.h).
 #include "common/host_glue.h"  // first: the unit compiles at -O1 (see there)
 
 #include <torch/csrc/stable/library.h>
 
 #include "common/pointwise.h"
-#include "gelu.h"
+#include "gelu_types.h"
 
 STABLE_TORCH_LIBRARY(gelu, m) {
   m.def("forward(Tensor x) -> Tensor");

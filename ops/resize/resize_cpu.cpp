@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "resize.h"
 #include "resize_cpu.h"
 
 namespace resize_op {

@@ -4,7 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_types.h"
-#include "resize.h"
+#include "resize_types.h"
 
 namespace resize_op {
 

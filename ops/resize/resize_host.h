@@ -14,7 +14,7 @@
 
 #include "common/stable_checks.h"
 #include "common/stable_ops.h"
-#include "resize.h"
+#include "resize_types.h"
 
 namespace resize_op {
 

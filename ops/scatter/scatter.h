@@ -10,18 +10,9 @@
 #include <cstdint>
 
 #include "common/host_device.h"
+#include "scatter_types.h"
 
 namespace scatter {
-
-enum class Reduce : int { kSum = 0, kMean = 1, kMax = 2, kMin = 3 };
-
-struct Shape {
-  int64_t B, E, K, N;
-};
-
-struct IndexStrides {
-  int64_t b, e, k;
-};
 
 OPS_HOST_DEVICE int64_t index_at(const int64_t* index, const IndexStrides& s, int64_t b,
                                  int64_t e, int64_t k) {
@@ -51,17 +42,5 @@ template <Reduce R, typename T>
 OPS_HOST_DEVICE bool better(T v, T best) {
   return R == Reduce::kMax ? v > best : v < best;
 }
-
-// Error record of the CUDA bounds check that runs without a host sync: the kernel writes
-// the first bad index it meets into host-mapped memory, the host reads it later.
-enum class IndexErrorKind : int { kNone = 0, kOutOfRange = 1, kNotSorted = 2 };
-
-struct IndexError {
-  int flag;  // 0 = nothing recorded; set once with atomicCAS
-  int kind;  // IndexErrorKind
-  long long value;
-  long long position;
-  long long dim_size;
-};
 
 }  // namespace scatter

@@ -39,7 +39,7 @@
 
 #include "common/checks.h"
 #include "common/cuda_host.h"
-#include "scatter.h"
+#include "scatter_types.h"
 #include "scatter_cuda.h"
 #include "scatter_host.h"
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "scatter.h"
+#include "scatter_types.h"
 
 namespace scatter {
 

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <tuple>
 
-#include "scatter.h"
+#include "scatter_types.h"
 
 namespace scatter {
 

@@ -1,11 +1,12 @@
 // sigmoid: schema and CPU host side (checks, layout, dtype dispatch; common/pointwise.h).
-// The math is in sigmoid.h; the CPU loops over it are compiled in sigmoid_cpu.cpp.
+// The math is in sigmoid.h, compiled in the CPU loops of sigmoid_cpu.cpp; this unit sees
+// only the tag types (sigmoid_types.h).
 #include "common/host_glue.h"  // first: the unit compiles at -O1 (see there)
 
 #include <torch/csrc/stable/library.h>
 
 #include "common/pointwise.h"
-#include "sigmoid.h"
+#include "sigmoid_types.h"
 
 STABLE_TORCH_LIBRARY(sigmoid, m) {
   m.def("forward(Tensor x) -> Tensor");

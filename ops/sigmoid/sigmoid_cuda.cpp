@@ -5,7 +5,7 @@
 #include <torch/csrc/stable/library.h>
 
 #include "common/pointwise_cuda.h"
-#include "sigmoid.h"
+#include "sigmoid_types.h"
 
 STABLE_TORCH_LIBRARY_IMPL(sigmoid, CUDA, m) {
   m.impl("forward", TORCH_BOX(&ops_common::pointwise_forward_cuda<sigmoid_op::Forward>));

@@ -14,8 +14,9 @@ NAME = "new"
 HELP = "scaffold a new op folder (schema, kernels, Python surface, reference, tests)"
 DESCRIPTION = """\
 Create the folder of a new op, NAME, that builds and passes its tests as generated: NAME.h
-(the math, torch-free, shared by CPU and CUDA), NAME.cpp (schema and CPU kernels),
-NAME_host.h (argument checks), NAME.py (Python surface: fake kernels, autograd, a function
+(the math, torch-free, shared by CPU and CUDA), NAME_cpu.cpp and NAME_cpu.h (the CPU loops
+over the math), NAME.cpp (schema and the CPU kernels' host side), NAME_host.h (argument
+checks), NAME.py (Python surface: fake kernels, autograd, a function
 and an nn.Module), reference.py (plain-PyTorch reference, example_inputs, check_cases,
 TOLERANCES), __init__.py and test_NAME.py; with --cuda also NAME_cuda.cu (torch-free kernels
 and launchers), NAME_cuda.h and NAME_cuda.cpp (the CUDA host side). The op computes y = x *
