@@ -145,11 +145,23 @@ def test_nvcc_flags_nvrtc_cannot_take_are_refused(tmp_path):
                               cache_dir=tmp_path, include_dirs=[], nvcc_flags=["--weird-flag"])
 
 
+# Every kernel of every scaffold kind, one instantiation each (the .cu is the same for both ABIs).
+SCAFFOLD_KERNELS = {
+    "elementwise": ["forward_kernel<float>", "backward_kernel<ops_common::half_t>"],
+    "rowwise": ["forward_kernel<float>", "backward_x_kernel<ops_common::bfloat16_t>",
+                "weight_partials_kernel<double>", "sum_partials_kernel<ops_common::half_t>"],
+}
+
+
 @needs_cuda_build
-def test_a_scaffolded_op_compiles_through_nvrtc(tmp_path):
-    plan = scaffold.create("probe_rtc", tmp_path, cuda=True)
+@pytest.mark.parametrize("kind", list(SCAFFOLD_KERNELS))
+def test_a_scaffolded_op_compiles_through_nvrtc(tmp_path, kind):
+    """Every op the scaffold makes swaps a kernel edit: its kernels compile with NVRTC."""
+    plan = scaffold.create("probe_rtc", tmp_path, cuda=True, kind=kind,
+                           schema="probe_rtc(Tensor x, Tensor w, float a) -> Tensor"
+                           if kind == "elementwise" else None)
     cu = plan.op_dir / "probe_rtc_cuda.cu"
-    names = ["probe_rtc_op::forward_kernel<float>", "probe_rtc_op::backward_kernel<ops_common::half_t>"]
+    names = [f"probe_rtc_op::{k}" for k in SCAFFOLD_KERNELS[kind]]
     kernels = nvrtc.compile_for_op("probe_rtc", plan.op_dir, cu, names, arch=ARCH,
                                    cache_dir=tmp_path / "c")
     assert set(kernels.lowered) == set(names)
