@@ -91,7 +91,8 @@ template <typename T>
 __device__ constexpr const T& max(const T& a, const T& b) { return a < b ? b : a; }
 }  // namespace std
 #else
-#include <algorithm>  // std::min, std::max
+// <algorithm> stays out (every nvcc phase of every .cu edit would parse it again): std::min
+// and std::max come with libstdc++'s <cmath>, and tests/test_nvrtc.py compiles them here.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
