@@ -183,6 +183,31 @@ def test_cpu_op_builds_and_its_tests_pass(cpu_op):
     assert cpu_op.skipped == 0, cpu_op.output  # a CPU-only op has no CUDA cases to skip
 
 
+SUITE_CASES = """
+    import importlib.util, json, sys
+    spec = importlib.util.spec_from_file_location("bench_op", sys.argv[1])
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cases = bench.suite_cases("cpu", "tiny")
+    fns = cases[0].build()
+    print(json.dumps({"cases": [c.label for c in cases], "impls": sorted(fns),
+                      "ran": all(fn() is not None for fn in fns.values())}))
+"""
+
+
+def test_the_generated_benchmark_times_the_op_and_joins_the_suite(cpu_op):
+    """bench_<op>.py: the op against its reference (eager; compiled on a GPU) with
+    jit_loader.bench, and the same cases for the repository's suite."""
+    bench = cpu_op.op_dir.parent.parent / "experiments" / "bench_scaffold_cpu_op.py"
+    run = _run([bench, "--device", "cpu", "--quick"], cwd=bench.parent, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("## scaffold_cpu_op ") == 4  # two sizes, forward and forward+backward
+    assert "| ours " in run.stdout and "| eager " in run.stdout
+    out = json_result(run_python(SUITE_CASES, bench, env=_env()))
+    assert out == {"cases": ["scaffold_cpu_op forward 64x32 float32"], "impls": ["eager", "ours"],
+                   "ran": True}
+
+
 def test_schema_op_follows_its_schema_on_both_abis(schema_op, schema_aten_op):
     """--schema writes the op on either ABI (the stable one by default), every file
     following the schema, and its tests pass as generated."""
