@@ -87,7 +87,7 @@ def fields(schema: Schema, kind: str, abi: str) -> dict[str, str]:
         rule_kwargs=", ".join(f"{a.name}={a.name}" for a in schema.arguments),
         backward_args=", ".join(f'"{n}"' for n in ["grad", *(a.name for a in schema.arguments)]),
         # register_autograd_op's gives: the first tensor unless said otherwise.
-        gives_kwarg=(f"\n                                gives=[{', '.join(repr(t).replace(chr(39), chr(34)) for t in tensors)}],"
+        gives_kwarg=("\n" + " " * 32 + "gives=[" + ", ".join(f'"{t}"' for t in tensors) + "],"
                      if multi else ""),
         tensor_list=", ".join(tensors),
         tensor_names=", ".join(f'"{t}"' for t in tensors) + ("," if not multi else ""),
