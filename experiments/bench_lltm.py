@@ -33,7 +33,9 @@ import jit_loader
 from experiments import benchutil
 from ops.lltm.reference import LLTMReference
 
-SIZES = [(16, 32, 128), (256, 256, 1024), (4096, 512, 2048)]
+# The tutorial's size (launch-bound), a middle size where the forward is one GEMM of about
+# 19M multiply-adds (host-bound in eager mode), a GEMM-bound size and the largest.
+SIZES = [(16, 32, 128), (64, 128, 256), (256, 256, 1024), (4096, 512, 2048)]
 # On CPU the largest size is too slow to time (two 129-GFLOP GEMMs per iteration).
 CPU_SKIP = {(4096, 512, 2048)}
 KERNEL_COUNT_COLUMNS = ["size", "impl", "kernels_fwd", "kernels_fwd_bwd"]
@@ -93,13 +95,13 @@ def _size_fns(op, device, size, with_compile: bool = True) -> dict[str, dict]:
     return timed
 
 
-def kernel_counts(device, sizes) -> list[dict]:
+def kernel_counts(device, sizes, with_compile: bool = True) -> list[dict]:
     """GPU kernels (and memsets) one iteration of each cell launches, per size (CUDA)."""
     _tf32_off()
     op = jit_loader.load("lltm")
     rows = []
     for size in sizes:
-        for name, fns in _size_fns(op, device, size).items():
+        for name, fns in _size_fns(op, device, size, with_compile).items():
             rows.append({"size": "x".join(map(str, size)), "impl": name,
                          "kernels_fwd": _count_kernels(fns["fwd"], device),
                          "kernels_fwd_bwd": _count_kernels(fns["fwd_bwd"], device)})
@@ -112,21 +114,24 @@ def _tf32_off() -> None:
     torch.set_float32_matmul_precision("highest")
 
 
-# Suite sizes (experiments/bench.py); the seed size carries the targets of issue 4.
-SUITE_SIZES = {"tiny": SIZES[:1], "quick": SIZES[:2], "full": SIZES}
+# Suite sizes (experiments/bench.py); suite_cases names the targets of each.
+SUITE_SIZES = {"tiny": SIZES[:1], "quick": SIZES[:3], "full": SIZES}
 OURS = ("op lltm (C++ autograd)", "op LLTMFunction (Python)")
 
 
-def suite_cases(device: str, scale: str) -> list[benchutil.Case | benchutil.Skipped]:
+def suite_cases(device: str, scale: str,
+                with_compile: bool | None = None) -> list[benchutil.Case | benchutil.Skipped]:
     """Forward and forward+backward per size, for the suite (fp32, TF32 off); on a CPU the
     largest size is listed as skipped.
 
     Baselines: the reference in eager mode and under torch.compile (on a CPU only at full
-    scale: Inductor's C++ builds take minutes there). Targets (issue 4): GPU, seed size:
-    forward 3x and forward+backward 2.5x eager; GPU, largest size: forward+backward at
-    least torch.compile's speed; CPU, seed size: forward 1.3x eager."""
+    scale: Inductor's C++ builds take minutes there; ``with_compile`` False: never).
+    Targets: GPU, seed size: forward 3x and forward+backward 2.5x eager; GPU, middle size:
+    forward+backward 2.5x eager; GPU, largest size: forward+backward at least
+    torch.compile's speed; CPU, seed size: forward 1.3x eager."""
     on_gpu = torch.device(device).type == "cuda"
-    with_compile = on_gpu or scale == "full"
+    if with_compile is None:
+        with_compile = on_gpu or scale == "full"
     built = {}  # the cells of the last size: its two passes share one build
 
     def make(size, key):
@@ -147,7 +152,7 @@ def suite_cases(device: str, scale: str) -> list[benchutil.Case | benchutil.Skip
                                            f"two {gemm_gflop:.0f}-GFLOP GEMMs per iteration"))
             continue
         gemm = 2 * batch * (features + state) * 3 * state
-        seed, largest = size == SIZES[0], size == SIZES[-1]
+        seed, middle, largest = size == SIZES[0], size == SIZES[1], size == SIZES[-1]
         for key, direction, flops in (("fwd", "forward", gemm),
                                       ("fwd_bwd", "forward+backward", 3 * gemm)):
             targets = {}
@@ -155,6 +160,8 @@ def suite_cases(device: str, scale: str) -> list[benchutil.Case | benchutil.Skip
                 targets["reference eager"] = 3.0 if key == "fwd" else 2.5
             elif seed and key == "fwd":
                 targets["reference eager"] = 1.3
+            if middle and on_gpu and key == "fwd_bwd":
+                targets["reference eager"] = 2.5
             if largest and on_gpu and key == "fwd_bwd":
                 targets["reference torch.compile"] = 1.0
             cases.append(benchutil.Case(
@@ -214,12 +221,14 @@ def main(argv=None) -> int:
         if args.json:
             benchutil.save_json(args.json, rows, op=args.op or "ops/lltm")
         return 0
-    status = bench.run_view(args, suite_cases, "lltm")
+    status = bench.run_view(args, lambda device, scale: suite_cases(
+        device, scale, with_compile=False if args.no_compile else None), "lltm")
     device = args.device or benchutil.default_device()
     if torch.device(device).type == "cuda":
         scale = "tiny" if args.tiny else "quick" if args.quick else "full"
         print("# GPU kernels and memsets per iteration")
-        print(benchutil.format_table(kernel_counts(device, SUITE_SIZES[scale]),
+        print(benchutil.format_table(kernel_counts(device, SUITE_SIZES[scale],
+                                                   with_compile=not args.no_compile),
                                      KERNEL_COUNT_COLUMNS))
     return status
 

@@ -1,9 +1,11 @@
 """Train a small sequence model built on the LLTM op with DistributedDataParallel.
 
 The model embeds tokens, runs one or more LLTM cells over the sequence and predicts the
-next token. The data is generated locally: an order-2 Markov chain over ``--vocab``
-symbols (its true model's loss, the floor, is printed next to the uniform guess), or
-the characters of any local text file (``--data README.md``). Nothing is downloaded.
+next token (experiments/lltm_lm.py; experiments/ddp_step.py holds a rank's process group
+and the step's switches). The data is generated locally: an order-2 Markov chain over
+``--vocab`` symbols (its true model's loss, the floor, is printed next to the uniform
+guess), or the characters of any local text file (``--data README.md``). Nothing is
+downloaded.
 
     python -m experiments.train_lltm --backend cpp                          # one process, CPU
     torchrun --standalone --nproc-per-node 2 -m experiments.train_lltm --backend cpp   # gloo
@@ -20,6 +22,16 @@ epoch, and rank ``r`` takes its ``r``-th slice; each rank's loss is the mean ove
 tokens, and DDP averages the gradients of the ranks, so N ranks compute the same update
 as one process with ``N * batch_size`` sequences.
 
+A step never waits for the GPU: the batch indices are sliced on the device, the losses
+stay there until a report (``--log-every``, each one a synchronisation of the ranks) or
+the end. DDP's options (``--bucket-cap-mb``, ``--[no-]grad-as-bucket-view``,
+``--[no-]static-graph``; on by default), the fused AdamW (``--[no-]fused-adam``, on) and
+``--cuda-graph`` (forward,
+backward with DDP's all-reduce, clipping and the optimizer step captured once and replayed
+each step) are switches, so experiments/ddp_scaling.py can compare them in one run;
+``--profile-dir`` records a few steps of each rank with torch.profiler and summarises
+where the step time went (experiments/step_profile.py).
+
 Checkpoints (``--checkpoint PATH``) hold the step, the model, the optimizer, every rank's
 RNG state and the per-step losses; they are written to a temporary file and published by
 ``os.replace``, so a run killed at any moment leaves the previous checkpoint intact. A run
@@ -28,38 +40,40 @@ order: the order is a function of the seed and the step), so ``torchrun --max-re
 recovers from a failed rank by itself.
 
 ``--json PATH`` writes a summary (losses, samples/s, each rank's build info and parameter
-digest); ``--table FILE...`` prints the samples/s table of such summaries
-(experiments/ddp_run.sh).
+digest); experiments/ddp_scaling.py tabulates such summaries.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
-import glob
-import hashlib
 import json
 import math
 import os
 import random
 import signal
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
-from experiments import benchutil
+from experiments.ddp_step import (Dist, StepTimer, check_step_options, gather,
+                                  make_optimizer, set_lr, setup_distributed, sync, wrap_ddp)
+from experiments.lltm_lm import (CHECKPOINT_FORMAT, RESUME_KEYS, BatchOrder, Data,
+                                 LLTMLanguageModel, check_resumable, load_checkpoint, loss_fn,
+                                 make_data, param_digest, remove_stale_temporaries, rng_state,
+                                 save_checkpoint, set_rng_state)
 
-CHECKPOINT_FORMAT = 1
-# Settings a checkpoint must share with the run that resumes it: they fix the model, the
-# data and its order. Backend, device and the number of steps may change.
-RESUME_KEYS = ("data", "data_sha256", "vocab", "seq_len", "num_sequences", "batch_size",
-               "world_size", "embed", "state", "layers", "dropout", "lr", "warmup",
-               "weight_decay", "clip", "seed", "dtype")
+# What changes how a step runs, not what it computes: the DDP options and the step mode.
+# experiments/ddp_scaling.py compares them; a checkpoint does not pin them.
+STEP_OPTIONS = ("indices_on", "fused_adam", "bucket_cap_mb", "grad_as_bucket_view",
+                "static_graph", "cuda_graph")
+DDP_ONLY_OPTIONS = ("bucket_cap_mb", "grad_as_bucket_view", "static_graph")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -71,6 +85,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="device of the reference backend (auto: cuda when visible)")
     p.add_argument("--dist-backend", choices=("gloo", "nccl"),
                    help="process group backend (default: gloo on CPU, nccl on GPU)")
+    p.add_argument("--dist-timeout", type=float, default=300,
+                   help="seconds a collective may wait for the other ranks before failing")
+    p.add_argument("--pin-cpus", action="store_true",
+                   help="keep each rank of a host on its own share of the cores")
     data = p.add_argument_group("data")
     data.add_argument("--data", default="markov",
                       help="'markov' (generated order-2 chain) or the path of a text file")
@@ -94,15 +112,41 @@ def parse_args(argv=None) -> argparse.Namespace:
     opt.add_argument("--weight-decay", type=float, default=0.01)
     opt.add_argument("--clip", type=float, default=1.0, help="gradient norm clip (0: off)")
     opt.add_argument("--seed", type=int, default=0)
+    step = p.add_argument_group("how a step runs (the same update either way)")
+    step.add_argument("--indices-on", choices=("device", "host"), default="device",
+                      help="where a step's batch indices are sliced; host: a copy per step "
+                      "from pageable memory, which waits for the GPU (for comparison)")
+    on = dict(action=argparse.BooleanOptionalAction, default=True)
+    step.add_argument("--fused-adam", **on,
+                      help="AdamW's fused implementation (one kernel per step for all parameters)")
+    step.add_argument("--bucket-cap-mb", type=float,
+                      help="DDP gradient bucket size in MiB (default: DDP's, 25)")
+    step.add_argument("--grad-as-bucket-view", **on,
+                      help="DDP: gradients are views of the all-reduce buckets (no copy)")
+    step.add_argument("--static-graph", **on,
+                      help="DDP: the same parameters are used every step")
+    step.add_argument("--cuda-graph", action="store_true",
+                      help="capture forward, backward (with DDP's all-reduce), clipping and the "
+                      "optimizer step as one CUDA graph after --graph-warmup eager steps, and "
+                      "replay it (CUDA only; no checkpoints)")
+    step.add_argument("--graph-warmup", type=int, default=11,
+                      help="eager steps before the capture (DDP needs 11)")
     run = p.add_argument_group("run")
     run.add_argument("--checkpoint", help="checkpoint file: resumed from when it exists, "
                      "rewritten every --checkpoint-every steps and at the end")
     run.add_argument("--checkpoint-every", type=int, default=100)
     run.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
     run.add_argument("--log-every", type=int, default=10,
-                     help="steps between loss reports (each one synchronises the ranks)")
+                     help="steps between loss reports (each one synchronises the ranks; "
+                     "0: only at checkpoints and at the end)")
     run.add_argument("--timing-warmup", type=int, default=5,
                      help="first steps of this run left out of samples/s")
+    run.add_argument("--profile-dir",
+                     help="record --profile-steps steps after the warm-up with torch.profiler "
+                     "(CPU and CUDA activity) and write each rank's trace and summary here; "
+                     "samples/s is then timed after them")
+    run.add_argument("--profile-steps", type=int, default=5)
+    run.add_argument("--tag", default="run", help="name of this run in profile files")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--threads", type=int, help="CPU threads per rank (torch.set_num_threads); "
                      "torchrun sets OMP_NUM_THREADS=1 itself when it starts several ranks")
@@ -110,76 +154,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     run.add_argument("--fail-at-step", type=int,
                      help="fault injection: the last rank kills itself (SIGKILL) after this "
                      "step, on the first attempt only (TORCHELASTIC_RESTART_COUNT=0)")
-    run.add_argument("--table", nargs="+", metavar="JSON",
-                     help="print the samples/s table of these summaries and exit")
     return p.parse_args(argv)
 
 
 # --------------------------------------------------------------------------------------
-# Processes and devices
+# Training
 # --------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Dist:
-    rank: int
-    world_size: int
-    local_rank: int
-    device: torch.device
-    backend: str | None  # process group backend; None when running alone
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def run_device(args) -> torch.device:
-    if args.backend == "cpp":
-        return torch.device("cpu")
-    if args.backend == "cuda" or (args.device == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise SystemExit(f"--backend {args.backend} needs a CUDA GPU and none is visible")
-        return torch.device("cuda")
-    return torch.device(args.device if args.device != "auto" else "cpu")
-
-
-def setup_distributed(args) -> Dist:
-    """Join torchrun's process group when launched by it; else run alone."""
-    device = run_device(args)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if device.type == "cuda":
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    if world_size == 1:
-        return Dist(0, 1, 0, device, None)
-    backend = args.dist_backend or ("nccl" if device.type == "cuda" else "gloo")
-    kwargs = {"device_id": device} if backend == "nccl" else {}
-    store, _, _ = next(dist.rendezvous("env://", rank, world_size))
-    # torchrun keeps one TCP store across restarts (--max-restarts): without a prefix per
-    # attempt a new rank can read the address a dead rank of the last attempt published.
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    dist.init_process_group(backend, store=dist.PrefixStore(f"attempt-{attempt}", store),
-                            rank=rank, world_size=world_size, **kwargs)
-    return Dist(rank, world_size, local_rank, device, backend)
-
-
-def gather(d: Dist, obj) -> list:
-    """``obj`` of every rank, in rank order."""
-    if d.world_size == 1:
-        return [obj]
-    out = [None] * d.world_size
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def load_cell(args, d: Dist):
+def load_cell(args):
     """The LLTM cell class of the backend, and this rank's loader BuildInfo (or None)."""
     if args.backend == "reference":
         from ops.lltm.reference import LLTMReference
@@ -188,193 +171,10 @@ def load_cell(args, d: Dist):
     # Every rank loads: one compiles under the loader's build lock, the others wait for
     # the lock and then find the finished build in the cache.
     op = jit_loader.load("lltm")
-    return op.LLTM, dataclasses.asdict(op.build)
-
-
-# --------------------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Data:
-    tokens: torch.Tensor        # (num_sequences, seq_len + 1) int64
-    vocab: int
-    description: str
-    floor: float | None         # mean loss of the true model on these targets, if known
-    sha256: str | None          # of the text file, so a resumed run checks it is unchanged
-
-
-def markov_data(vocab: int, seq_len: int, num_sequences: int, seed: int) -> Data:
-    """Sequences of an order-2 Markov chain with a random, peaked transition table.
-
-    The first two symbols are uniform; each later one depends on the two before it, so
-    the model has to carry state across steps to reach the floor.
-    """
-    g = torch.Generator().manual_seed(seed)
-    table = torch.softmax(3.0 * torch.randn(vocab, vocab, vocab, generator=g, dtype=torch.float64), -1)
-    seqs = torch.empty(num_sequences, seq_len + 1, dtype=torch.int64)
-    seqs[:, :2] = torch.randint(vocab, (num_sequences, 2), generator=g)
-    nll = torch.full((num_sequences,), math.log(vocab), dtype=torch.float64)  # target 1
-    for t in range(2, seq_len + 1):
-        probs = table[seqs[:, t - 2], seqs[:, t - 1]]
-        seqs[:, t] = torch.multinomial(probs, 1, generator=g).squeeze(1)
-        nll -= probs.gather(1, seqs[:, t:t + 1]).squeeze(1).log()
-    return Data(seqs, vocab, f"order-2 Markov chain, vocab {vocab}, {num_sequences} sequences "
-                f"of {seq_len}", floor=(nll.sum() / (num_sequences * seq_len)).item(), sha256=None)
-
-
-def text_data(path: str, seq_len: int) -> Data:
-    """Non-overlapping windows of ``seq_len + 1`` characters of a local text file."""
-    raw = Path(path).read_bytes()
-    text = raw.decode("utf-8", errors="replace")
-    chars = sorted(set(text))
-    index = {c: i for i, c in enumerate(chars)}
-    ids = torch.tensor([index[c] for c in text], dtype=torch.int64)
-    n = (len(ids) - 1) // seq_len
-    if n < 1:
-        raise SystemExit(f"{path}: {len(ids)} characters, too short for --seq-len {seq_len}")
-    seqs = ids[: n * seq_len + 1].unfold(0, seq_len + 1, seq_len)
-    return Data(seqs.contiguous(), len(chars), f"characters of {path}, vocab {len(chars)}, "
-                f"{n} sequences of {seq_len}", floor=None, sha256=hashlib.sha256(raw).hexdigest())
-
-
-def make_data(args) -> Data:
-    if args.data == "markov":
-        return markov_data(args.vocab, args.seq_len, args.num_sequences, args.seed)
-    return text_data(args.data, args.seq_len)
-
-
-class BatchOrder:
-    """Which sequences each rank trains on at each step: a pure function of the seed and
-    the step, so a resumed run continues the very same order."""
-
-    def __init__(self, num_sequences: int, batch_size: int, d: Dist, seed: int):
-        self.global_batch = batch_size * d.world_size
-        if self.global_batch > num_sequences:
-            raise SystemExit(f"global batch {self.global_batch} exceeds the {num_sequences} "
-                             "sequences of the data")
-        self.steps_per_epoch = num_sequences // self.global_batch
-        self.n, self.b, self.rank, self.seed = num_sequences, batch_size, d.rank, seed
-        self._epoch, self._perm = -1, None
-
-    def indices(self, step: int) -> torch.Tensor:
-        epoch, i = divmod(step, self.steps_per_epoch)
-        if epoch != self._epoch:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-            self._epoch, self._perm = epoch, torch.randperm(self.n, generator=g)
-        start = i * self.global_batch + self.rank * self.b
-        return self._perm[start:start + self.b]
-
-
-# --------------------------------------------------------------------------------------
-# Model
-# --------------------------------------------------------------------------------------
-
-
-class LLTMLanguageModel(nn.Module):
-    """Embedding, ``layers`` LLTM cells unrolled over time, and a next-token head."""
-
-    def __init__(self, cell, vocab: int, embed: int, state: int, layers: int, dropout: float):
-        super().__init__()
-        self.state = state
-        self.embed = nn.Embedding(vocab, embed)
-        self.cells = nn.ModuleList(cell(embed if i == 0 else state, state) for i in range(layers))
-        self.drop = nn.Dropout(dropout)
-        self.head = nn.Linear(state, vocab)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """``tokens`` (batch, time) -> logits (time, batch, vocab)."""
-        x = self.drop(self.embed(tokens.t()))  # time-major: each step reads a contiguous slice
-        for cell in self.cells:
-            h = c = x.new_zeros(x.shape[1], self.state)
-            outputs = []
-            for x_t in x.unbind(0):
-                h, c = cell(x_t, (h, c))
-                outputs.append(h)
-            x = self.drop(torch.stack(outputs))
-        return self.head(x)
-
-
-def loss_fn(model, batch: torch.Tensor) -> torch.Tensor:
-    logits = model(batch[:, :-1])
-    return F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].t().flatten())
-
-
-# --------------------------------------------------------------------------------------
-# Checkpoints
-# --------------------------------------------------------------------------------------
-
-
-def rng_state(device: torch.device) -> dict:
-    return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-            "python": random.getstate()}
-
-
-def set_rng_state(state: dict, device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    if device.type == "cuda" and state["cuda"] is not None:
-        torch.cuda.set_rng_state(state["cuda"], device)
-    random.setstate(state["python"])
-
-
-def save_checkpoint(path: str | os.PathLike, checkpoint: dict) -> None:
-    """Write to a temporary file beside ``path``, flush it to disk, then ``os.replace``:
-    readers see the old checkpoint or the new one, never a partial file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(checkpoint, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # make the rename itself durable
-    finally:
-        os.close(fd)
-
-
-def remove_stale_temporaries(path: str | os.PathLike) -> None:
-    """Temporary files of writers killed mid-write (they are never read)."""
-    path = Path(path)
-    for stale in glob.glob(str(path.with_name(f".{path.name}.tmp-*"))):
-        Path(stale).unlink(missing_ok=True)
-
-
-def load_checkpoint(path: str | os.PathLike) -> dict:
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    if checkpoint.get("format") != CHECKPOINT_FORMAT:
-        raise SystemExit(f"{path}: checkpoint format {checkpoint.get('format')!r}, "
-                         f"this script reads format {CHECKPOINT_FORMAT}")
-    return checkpoint
-
-
-def check_resumable(checkpoint: dict, config: dict, path) -> None:
-    diffs = [f"{k}={checkpoint['config'].get(k)!r} (this run: {config[k]!r})"
-             for k in RESUME_KEYS if checkpoint["config"].get(k) != config[k]]
-    if diffs:
-        raise SystemExit(f"{path} was written by a run with other settings: {', '.join(diffs)}."
-                         " Resume with the same settings, or pass --fresh to start over.")
-
-
-def param_digest(model: nn.Module) -> str:
-    h = hashlib.sha256()
-    for name, t in model.state_dict().items():
-        h.update(name.encode())
-        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-# --------------------------------------------------------------------------------------
-# Training
-# --------------------------------------------------------------------------------------
+    build = dataclasses.asdict(op.build)
+    # Whether calls take the loader's fast entry (a shared piece; torch.ops until it is built).
+    build["fast_entry"] = op.module._FORWARD is not torch.ops.lltm.forward.default
+    return op.LLTM, build
 
 
 def run_config(args, data: Data, d: Dist) -> dict:
@@ -392,7 +192,9 @@ def describe_builds(builds: list) -> str:
     who = (f"compiled by rank {', '.join(map(str, compiled))} in "
            f"{max(builds[r]['seconds'] for r in compiled):.1f} s, the other ranks waited and "
            "loaded it" if compiled else "loaded from the cache by every rank")
-    return f"lltm op build {', '.join(sorted(keys))}: {who}"
+    fast = sum(bool(b.get("fast_entry")) for b in builds)
+    return (f"lltm op build {', '.join(sorted(keys))}: {who}; the fast call entry on {fast} of "
+            f"{len(builds)} rank(s)")
 
 
 def progress_bar(args, d: Dist, start_step: int):
@@ -406,19 +208,22 @@ def progress_bar(args, d: Dist, start_step: int):
 def train(args) -> dict | None:
     d = setup_distributed(args)
     try:
-        return _train(args, d)
+        return run(args, d)
     finally:
         if d.world_size > 1:
             dist.destroy_process_group()
 
 
-def _train(args, d: Dist) -> dict | None:
+def run(args, d: Dist) -> dict | None:
+    """One training run on this rank, in the process group ``d`` (experiments/ddp_scaling.py
+    runs several in one group); returns the summary on rank 0."""
+    check_step_options(args, d)
     if args.threads:
         torch.set_num_threads(args.threads)
     if d.device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = args.tf32
         torch.backends.cudnn.allow_tf32 = args.tf32
-    cell, build = load_cell(args, d)
+    cell, build = load_cell(args)
     builds = gather(d, build)
     data = make_data(args)
     config = run_config(args, data, d)
@@ -427,7 +232,7 @@ def _train(args, d: Dist) -> dict | None:
     torch.manual_seed(args.seed)  # the same initial parameters on every rank
     model = LLTMLanguageModel(cell, data.vocab, args.embed, args.state, args.layers,
                               args.dropout).to(d.device, dtype)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    optimizer = make_optimizer(args, model, d.device)
     torch.manual_seed(args.seed + 1 + d.rank)  # each rank its own dropout stream
     random.seed(args.seed + 1 + d.rank)
 
@@ -444,22 +249,42 @@ def _train(args, d: Dist) -> dict | None:
         resumed = start_step
         del checkpoint
 
-    ddp = model
-    if d.world_size > 1:
-        ddp = nn.parallel.DistributedDataParallel(
-            model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
-    order = BatchOrder(len(data.tokens), args.batch_size, d, args.seed)
-    tokens = data.tokens.to(d.device)
+    # A captured step runs on a side stream from the start: DDP is built there and the
+    # eager warm-up steps run there too (cuBLAS and DDP set up their state for that stream).
+    stream = torch.cuda.Stream(d.device) if args.cuda_graph else None
+    if stream is not None:
+        stream.wait_stream(torch.cuda.current_stream(d.device))
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        ddp = wrap_ddp(args, model, d)
+        if d.main:
+            n_params = sum(p.numel() for p in model.parameters())
+            print(f"train_lltm: backend {args.backend} on {d.device.type}, {d.world_size} "
+                  f"rank(s){f' ({d.backend})' if d.backend else ''} x batch {args.batch_size}; "
+                  f"model: embed {args.embed}, state {args.state}, {args.layers} LLTM layer(s), "
+                  f"{n_params} parameters, {args.dtype}; data: {data.description}; step: "
+                  + ", ".join(f"{k} {getattr(args, k)}" for k in STEP_OPTIONS), flush=True)
+            print(f"train_lltm: {describe_builds(builds)}", flush=True)
+            if resumed is not None:
+                print(f"train_lltm: resumed from {args.checkpoint} at step {resumed}", flush=True)
+        result = _loop(args, d, model, ddp, optimizer, data, config, start_step, losses, stream)
+    if result is None:
+        return None
+    result.update(builds=builds, resumed_from=resumed, start_step=start_step)
+    report(result)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return result
 
-    if d.main:
-        n_params = sum(p.numel() for p in model.parameters())
-        print(f"train_lltm: backend {args.backend} on {d.device.type}, {d.world_size} rank(s)"
-              f"{f' ({d.backend})' if d.backend else ''} x batch {args.batch_size}; model: "
-              f"embed {args.embed}, state {args.state}, {args.layers} LLTM layer(s), "
-              f"{n_params} parameters, {args.dtype}; data: {data.description}", flush=True)
-        print(f"train_lltm: {describe_builds(builds)}", flush=True)
-        if resumed is not None:
-            print(f"train_lltm: resumed from {args.checkpoint} at step {resumed}", flush=True)
+
+def _loop(args, d: Dist, model, ddp, optimizer, data: Data, config: dict, start_step: int,
+          losses: list, stream) -> dict | None:
+    from experiments import step_profile
+
+    order = BatchOrder(len(data.tokens), args.batch_size, d.rank, d.world_size, args.seed,
+                       device=d.device if args.indices_on == "device" else None)
+    tokens = data.tokens.to(d.device)
+    params = list(model.parameters())
 
     def checkpoint_now(step: int) -> None:
         rngs = gather(d, rng_state(d.device))
@@ -482,27 +307,84 @@ def _train(args, d: Dist) -> dict | None:
         losses.extend(window.tolist())
         pending.clear()
 
+    profiler = None
+    phase = contextlib.nullcontext  # torch.profiler.record_function while profiling
+
+    def batch_indices(step: int) -> torch.Tensor:
+        return order.indices(step).to(d.device)  # a no-op where the order lives on the device
+
+    def eager_step(step: int) -> torch.Tensor:
+        with phase("data"):
+            batch = tokens[batch_indices(step)]
+        with phase("forward"):
+            loss = loss_fn(ddp, batch)
+        with phase("backward"):
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        with phase("optimizer"):
+            if args.clip:
+                nn.utils.clip_grad_norm_(params, args.clip)
+            optimizer.step()
+        return loss.detach()
+
+    graph = None
+    graph_from = start_step + args.graph_warmup if args.cuda_graph else None
+    static_batch = static_loss = None
+
+    def capture() -> None:
+        nonlocal graph, static_batch, static_loss
+        static_batch = tokens[batch_indices(graph_from)]
+        optimizer.zero_grad(set_to_none=True)  # the captured backward allocates the grads
+        sync(d.device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            static_loss = loss_fn(ddp, static_batch)
+            static_loss.backward()
+            if args.clip:
+                nn.utils.clip_grad_norm_(params, args.clip)
+            optimizer.step()
+
+    def graph_step(step: int) -> torch.Tensor:
+        with phase("data"):
+            torch.index_select(tokens, 0, batch_indices(step), out=static_batch)
+        with phase("replay"):
+            graph.replay()
+        return static_loss.detach().clone()
+
     bar = progress_bar(args, d, start_step)
     ddp.train()
-    timed_from = min(start_step + args.timing_warmup, args.steps)
+    first_timed = start_step + max(args.timing_warmup,
+                                   args.graph_warmup + 1 if args.cuda_graph else 0)
+    profile_from = min(first_timed, args.steps) if args.profile_dir else None
+    profile_to = min(first_timed + args.profile_steps, args.steps) if args.profile_dir else None
+    timed_from = min(profile_to if args.profile_dir else first_timed, args.steps)
+    timer = StepTimer(d.device, args.steps - timed_from)
+    profile = None
     t_timed = time.perf_counter()
     t_window, window_start = time.perf_counter(), start_step
     for step in range(start_step, args.steps):
+        if step == profile_from:
+            sync(d.device)
+            profiler = step_profile.start(d.device)
+            phase = torch.profiler.record_function
         if step == timed_from:
             sync(d.device)
             t_timed = time.perf_counter()
-        for group in optimizer.param_groups:
-            group["lr"] = args.lr * min(1.0, (step + 1) / max(1, args.warmup))
-        batch = tokens[order.indices(step).to(d.device)]
-        loss = loss_fn(ddp, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if args.clip:
-            nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-        optimizer.step()
-        pending.append(loss.detach())
+        if step >= timed_from:
+            timer.mark()
+        if step == graph_from:
+            capture()
+        with phase("train_step"):
+            set_lr(optimizer, args.lr * min(1.0, (step + 1) / max(1, args.warmup)))
+            loss = graph_step(step) if graph is not None else eager_step(step)
+            pending.append(loss)
         done = step + 1
-        if done % args.log_every == 0 or done == args.steps:
+        if done == profile_to:
+            sync(d.device)
+            profile = step_profile.finish(profiler, Path(args.profile_dir),
+                                          f"{args.tag}_rank{d.rank}", done - profile_from)
+            profiler, phase = None, contextlib.nullcontext
+        if (args.log_every and done % args.log_every == 0) or done == args.steps:
             flush_losses()
             if bar is not None:
                 now = time.perf_counter()
@@ -517,6 +399,7 @@ def _train(args, d: Dist) -> dict | None:
         if args.fail_at_step == done and d.rank == d.world_size - 1 \
                 and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
             os.kill(os.getpid(), signal.SIGKILL)
+    timer.mark()
     sync(d.device)
     elapsed = time.perf_counter() - t_timed
     if bar is not None:
@@ -524,28 +407,29 @@ def _train(args, d: Dist) -> dict | None:
     flush_losses()
 
     timed_steps = args.steps - timed_from
+    step_ms = timer.step_ms()
     digests = gather(d, param_digest(model))
+    profiles = gather(d, profile) if args.profile_dir else None
     if not d.main:
         return None
-    summary = {
+    return {
         "backend": args.backend, "device": d.device.type,
         "device_name": torch.cuda.get_device_name(d.device) if d.device.type == "cuda" else None,
         "dist_backend": d.backend, "world_size": d.world_size,
         "batch_per_rank": args.batch_size, "global_batch": order.global_batch,
         "size": f"b{args.batch_size}xT{args.seq_len}xE{args.embed}xS{args.state}xL{args.layers}",
         "dtype": args.dtype, "tf32": args.tf32,
-        "steps": args.steps, "start_step": start_step, "resumed_from": resumed,
-        "timed_steps": timed_steps,
+        "step_options": {k: getattr(args, k) for k in STEP_OPTIONS},
+        "steps": args.steps, "timed_steps": timed_steps,
         "samples_per_s": timed_steps * order.global_batch / elapsed if timed_steps > 0 else None,
         "step_ms": elapsed / timed_steps * 1e3 if timed_steps > 0 else None,
+        # The GPU timeline's step periods (CUDA events): the median is robust to a rare
+        # stall, the max shows one.
+        "step_ms_gpu_median": statistics.median(step_ms) if step_ms else None,
+        "step_ms_gpu_max": max(step_ms) if step_ms else None,
         "uniform_loss": math.log(data.vocab), "floor_loss": data.floor, "losses": losses,
-        "builds": builds, "param_sha256": digests, "torch": torch.__version__,
+        "param_sha256": digests, "torch": torch.__version__, "profile": profiles,
     }
-    report(summary)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(summary, indent=1))
-    return summary
 
 
 def report(s: dict) -> None:
@@ -557,43 +441,15 @@ def report(s: dict) -> None:
               f"{sum(losses[-k:]) / k:.3f} (last {k}); uniform guess {s['uniform_loss']:.3f}"
               f"{floor}", flush=True)
     if s["samples_per_s"]:
+        gpu = (f"; GPU step median {s['step_ms_gpu_median']:.2f} ms, max "
+               f"{s['step_ms_gpu_max']:.2f} ms" if s["step_ms_gpu_median"] else "")
         print(f"train_lltm: {s['samples_per_s']:.0f} samples/s, {s['step_ms']:.2f} ms/step over "
               f"{s['timed_steps']} steps ({s['world_size']} rank(s) x batch "
-              f"{s['batch_per_rank']})", flush=True)
-
-
-# --------------------------------------------------------------------------------------
-# Scaling table of several runs (experiments/ddp_run.sh)
-# --------------------------------------------------------------------------------------
-
-TABLE_COLUMNS = ["size", "backend", "device", "ranks", "samples_per_s", "step_ms",
-                 "scaling_vs_1", "speedup_vs_reference", "final_loss"]
-
-
-def scaling_table(paths) -> str:
-    runs = [json.loads(Path(p).read_text()) for p in paths]
-    by = {(r["size"], r["backend"], r["device"], r["world_size"]): r for r in runs}
-    rows = []
-    for r in sorted(runs, key=lambda r: (r["size"], r["device"], r["backend"], r["world_size"])):
-        one = by.get((r["size"], r["backend"], r["device"], 1))
-        ref = by.get((r["size"], "reference", r["device"], r["world_size"]))
-        k = max(1, min(10, len(r["losses"]) // 4))
-        rows.append({
-            "size": r["size"], "backend": r["backend"],
-            "device": r["device_name"] or r["device"], "ranks": r["world_size"],
-            "samples_per_s": r["samples_per_s"], "step_ms": r["step_ms"],
-            "scaling_vs_1": r["samples_per_s"] / one["samples_per_s"] if one else "-",
-            "speedup_vs_reference": r["samples_per_s"] / ref["samples_per_s"] if ref else "-",
-            "final_loss": sum(r["losses"][-k:]) / k})
-    return benchutil.format_table(rows, TABLE_COLUMNS)
+              f"{s['batch_per_rank']}){gpu}", flush=True)
 
 
 def main(argv=None) -> None:
-    args = parse_args(argv)
-    if args.table:
-        print(scaling_table(args.table))
-        return
-    train(args)
+    train(parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ so the tolerance table below is the op's own accuracy in each dtype.
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 import torch
 
@@ -19,10 +22,13 @@ DTYPES = list(TOL)
 
 # (batch, input_features, state_size): the tutorial's size, batch 1, sizes that are not
 # multiples of the CUDA block (32 features x 8 rows), batches past one block row of
-# the bias reduction (64), and one past the CUDA one-launch forward (2^22 multiply-adds:
-# 48 x 480 x 224 takes the cuBLAS route; the others the single kernel).
+# the bias reduction (64). On CUDA the route depends on the multiply-adds
+# (batch x 3 state x (state + features)) against the crossover (2^25, lltm_cuda.h): the
+# middle size 64 x 128 x 256 (19M) takes the one-launch kernels both ways; 96 x 128 x 320
+# (41M) the cuBLAS route, with the bias gradient's partial sums; 300 x 8 x 24 the
+# one-launch forward and, past 256 rows, the pointwise backward with GEMMs.
 SHAPES = [(16, 32, 128), (1, 32, 128), (1, 1, 1), (7, 5, 33), (65, 17, 40), (130, 3, 70),
-          (48, 64, 160)]
+          (48, 64, 160), (64, 128, 256), (96, 128, 320), (300, 8, 24)]
 
 NAMES = ("input", "weights", "bias", "old_h", "old_cell")
 
@@ -163,11 +169,12 @@ MASKS = [[i == k for i in range(5)] for k in range(5)] + [[False, True, True, Fa
 
 
 @pytest.mark.parametrize("shape", [(16, 32, 128), (3, 2, 5), (0, 3, 4), (300, 4, 8),
-                                   (48, 64, 160)], ids=lambda s: "x".join(map(str, s)))
+                                   (64, 128, 256), (96, 128, 320)],
+                         ids=lambda s: "x".join(map(str, s)))
 def test_backward_op_output_masks(op, device, shape):
-    """Every output mask of lltm.backward, on small cells, a batch past the small
-    backward's rows, and a cell past its multiply-adds: what the mask asks for matches the
-    float64 reference, and nothing else is returned."""
+    """Every output mask of lltm.backward, on small cells, the middle size, a batch past the
+    small backward's rows, and a cell past its multiply-adds: what the mask asks for matches
+    the float64 reference, and nothing else is returned."""
     torch.manual_seed(sum(shape))
     inputs = [t.detach() for t in example_inputs(device, torch.float32, *shape)]
     new_h, new_cell, gates, hx = torch.ops.lltm.forward(*inputs)
@@ -424,3 +431,57 @@ def test_cuda_matches_cpu_on_large_batch(op):
     want = torch.autograd.grad(op.lltm(*cpu), cpu, go)
     for g, w in zip(got, want):
         torch.testing.assert_close(g.cpu(), w, **TOL[torch.float64])
+
+
+# The CUDA route of each shape, by the kernels it launches: the one-launch forward or not.
+ROUTE_CODE = """
+import json
+import torch
+import jit_loader
+from ops.lltm.reference import TOLERANCES, example_inputs, lltm_reference
+op = jit_loader.load("lltm")
+routes = {}
+for shape in ([16, 32, 128], [64, 128, 256]):
+    torch.manual_seed(sum(shape))
+    inputs = example_inputs("cuda", torch.float32, *shape)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = op.lltm(*inputs)
+        torch.cuda.synchronize()
+    cotangents = [torch.randn_like(out[0]), torch.randn_like(out[0])]
+    got = [*out, *torch.autograd.grad(out, inputs, cotangents)]
+    ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
+    ref_out = lltm_reference(*ref_inputs)
+    want = [*ref_out, *torch.autograd.grad(ref_out, ref_inputs, [g.double() for g in cotangents])]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.double(), w, **TOLERANCES[torch.float32])
+    routes["x".join(map(str, shape))] = any("forward_small" in e.name for e in prof.events())
+print(json.dumps(routes))
+"""
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("macs, one_launch", [("0", False), ("100000000", True),
+                                              ("", True)], ids=["0", "1e8", "unset"])
+def test_crossover_override_picks_the_route(op, macs, one_launch):
+    """LLTM_SMALL_MACS moves the crossover between the one-launch kernels and the cuBLAS
+    route (read once per process, hence a new one each): at 0 no cell takes the one-launch
+    forward, at 1e8 and by default the tutorial's and the middle size do; every route
+    matches the reference."""
+    from subproc import ROOT, run_python
+
+    proc = run_python(ROUTE_CODE, env=dict(os.environ, PYTHONPATH=str(ROOT), LLTM_SMALL_MACS=macs))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"16x32x128": one_launch,
+                                                      "64x128x256": one_launch}
+
+
+@pytest.mark.cuda
+def test_crossover_override_rejects_a_bad_value(op):
+    from subproc import ROOT, run_python
+
+    code = ("import torch, jit_loader\nfrom ops.lltm.reference import example_inputs\n"
+            "jit_loader.load('lltm').lltm(*example_inputs('cuda'))")
+    proc = run_python(code, env=dict(os.environ, PYTHONPATH=str(ROOT), LLTM_SMALL_MACS="2e6"))
+    assert proc.returncode != 0
+    assert "LLTM_SMALL_MACS must be a count of multiply-adds (an integer >= 0), got '2e6'" \
+        in proc.stderr

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments import train_lltm
+from experiments import ddp_scaling, lltm_lm, step_profile, train_lltm
 from subproc import private_env, run_interpreter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,6 +141,59 @@ def test_interrupted_run_resumes_exactly(cold_start, tmp_path):
     assert not list(tmp_path.glob(".*.tmp-*"))
 
 
+def test_sweep_compares_configurations_in_one_launch_per_rank_count(cold_start, tmp_path):
+    """experiments/ddp_scaling.py on 1 and 2 gloo ranks: every configuration is a complete
+    run; on one rank the configurations that differ in DDP options only are one run; DDP's
+    bucket size changes how the gradients travel, not the update (bit-identical
+    parameters); the table gives each 2-rank run its efficiency."""
+    env = cold_start["env"]
+    base = ["-m", "experiments.ddp_scaling", "sweep", "--out", str(tmp_path), "--device", "cpu",
+            "--sizes", "tiny", "--backends", "cpp", "--steps", "8", "--warmup", "3"]
+    sweep = [*base, "--configs", "fixed", "tuned", "bucket100"]
+    two_ranks = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    run(sweep, env)
+    run([*two_ranks, *sweep], env)
+    run([*two_ranks, *base, "--configs", "tuned", "--pin-cpus", "--suffix", "+pin"], env)
+    one = {c: summary(tmp_path / f"tiny_cpp_{c}_gpu1.json") for c in ("fixed", "tuned", "bucket100")}
+    two = {c: summary(tmp_path / f"tiny_cpp_{c}_gpu2.json") for c in ("fixed", "tuned", "bucket100")}
+    assert one["bucket100"]["same_run_as"] == "tiny_cpp_tuned_gpu1"
+    assert "same_run_as" not in one["tuned"] and "same_run_as" not in one["fixed"]
+    assert two["bucket100"]["step_options"]["bucket_cap_mb"] == 100
+    assert two["tuned"]["step_options"]["grad_as_bucket_view"] is True
+    assert two["tuned"]["param_sha256"] == two["bucket100"]["param_sha256"]
+    assert all(s["world_size"] == 2 and s["timed_steps"] == 5 for s in two.values())
+    rows = ddp_scaling.scaling_rows(sorted(tmp_path.glob("tiny_*.json")))
+    efficiency = {(r["config"], r["ranks"]): r["efficiency"] for r in rows}
+    assert efficiency[("fixed", 1)] == pytest.approx(1.0)
+    assert efficiency[("tuned", 2)] == pytest.approx(
+        two["tuned"]["samples_per_s"] / (2 * one["tuned"]["samples_per_s"]))
+    # A launch's variant (each rank on its own cores) against its configuration's 1-GPU run.
+    pinned = summary(tmp_path / "tiny_cpp_tuned+pin_gpu2.json")
+    assert pinned["config"] == "tuned+pin" and pinned["pinned_cpus"] is True
+    assert pinned["param_sha256"] == two["tuned"]["param_sha256"]
+    assert efficiency[("tuned+pin", 2)] == pytest.approx(
+        pinned["samples_per_s"] / (2 * one["tuned"]["samples_per_s"]))
+
+
+def test_profile_summarises_a_real_trace(cold_start, tmp_path):
+    """--profile-dir records the steps after the warm-up, writes the trace and a summary
+    whose phases are the training step's, and times samples/s after the recorded steps."""
+    env = cold_start["env"]
+    single_process([*TINY, "--batch-size", "4", "--steps", "9", "--timing-warmup", "2",
+                    "--profile-dir", str(tmp_path), "--profile-steps", "3", "--tag", "cpu",
+                    "--json", str(tmp_path / "s.json")], env)
+    s = summary(tmp_path / "s.json")
+    assert s["timed_steps"] == 9 - 2 - 3
+    prof = json.loads((tmp_path / "summary_cpu_rank0.json").read_text())
+    assert s["profile"] == [prof]
+    assert prof["steps"] == prof["steps_recorded"] == 3
+    assert set(prof["phase_cpu_ms"]) == {"data", "forward", "backward", "optimizer"}
+    assert all(v > 0 for v in prof["phase_cpu_ms"].values())
+    assert sum(prof["phase_cpu_ms"].values()) <= prof["step_cpu_ms"]
+    assert prof["gpu_busy_ms"] is None and prof["device_item_calls"] == 0  # CPU only
+    assert (tmp_path / "trace_cpu_rank0.json.gz").stat().st_size > 0
+
+
 # --------------------------------------------------------------------------------------
 # In-process: no op build, no subprocess.
 # --------------------------------------------------------------------------------------
@@ -148,15 +201,15 @@ def test_interrupted_run_resumes_exactly(cold_start, tmp_path):
 
 def test_checkpoint_write_interrupted_midway_keeps_the_previous_one(tmp_path, monkeypatch):
     path = tmp_path / "ckpt.pt"
-    train_lltm.save_checkpoint(path, {"step": 3, "w": torch.arange(4.0)})
+    lltm_lm.save_checkpoint(path, {"step": 3, "w": torch.arange(4.0)})
 
     def dies_midway(obj, f):
         f.write(b"partial")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train_lltm.torch, "save", dies_midway)
+    monkeypatch.setattr(lltm_lm.torch, "save", dies_midway)
     with pytest.raises(KeyboardInterrupt):
-        train_lltm.save_checkpoint(path, {"step": 6, "w": torch.zeros(4)})
+        lltm_lm.save_checkpoint(path, {"step": 6, "w": torch.zeros(4)})
     monkeypatch.undo()
     kept = torch.load(path, weights_only=True)
     assert kept["step"] == 3 and torch.equal(kept["w"], torch.arange(4.0))
@@ -164,7 +217,7 @@ def test_checkpoint_write_interrupted_midway_keeps_the_previous_one(tmp_path, mo
 
     # A writer killed by SIGKILL leaves its temporary file; the next run removes it.
     (tmp_path / ".ckpt.pt.tmp-12345").write_bytes(b"partial")
-    train_lltm.remove_stale_temporaries(path)
+    lltm_lm.remove_stale_temporaries(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
 
 
@@ -181,8 +234,7 @@ def test_resuming_with_other_settings_is_refused(tmp_path):
 
 def test_batches_split_the_global_batch_across_ranks():
     def order(rank, world, batch):
-        d = train_lltm.Dist(rank, world, 0, torch.device("cpu"), None)
-        return train_lltm.BatchOrder(40, batch, d, seed=5)
+        return lltm_lm.BatchOrder(40, batch, rank, world, seed=5)
 
     one = order(0, 1, 8)
     for step in (0, 4, 5, 11):  # 5 steps per epoch: 5 and 11 are in later epochs
@@ -193,17 +245,77 @@ def test_batches_split_the_global_batch_across_ranks():
     assert not torch.equal(one.indices(5), one.indices(0))  # and each epoch reshuffles
 
 
-def test_scaling_table_reports_ratios(tmp_path):
-    def run_json(backend, ranks, rate):
-        data = {"size": "b64", "backend": backend, "device": "cuda", "device_name": "GPU",
-                "world_size": ranks, "samples_per_s": rate, "step_ms": 1.0, "losses": [2.0]}
-        path = tmp_path / f"{backend}{ranks}.json"
+def test_scaling_table_reports_efficiency_per_configuration(tmp_path):
+    def run_json(backend, config, ranks, rate):
+        data = {"size": "b64", "backend": backend, "config": config, "device": "cuda",
+                "device_name": "GPU", "world_size": ranks, "samples_per_s": rate,
+                "step_ms": 1.0, "losses": [2.0]}
+        path = tmp_path / f"{backend}{config}{ranks}.json"
         path.write_text(json.dumps(data))
         return path
 
-    paths = [run_json("reference", 1, 100.0), run_json("reference", 2, 190.0),
-             run_json("cuda", 1, 300.0), run_json("cuda", 2, 570.0)]
-    table = train_lltm.scaling_table(paths)
-    rows = {tuple(c.strip() for c in line.split("|")[2:5]): line for line in table.splitlines()[2:]}
-    assert "| 1.9 " in rows[("cuda", "GPU", "2")]  # 570 / 300
-    assert "| 3 " in rows[("cuda", "GPU", "1")]    # 300 / 100
+    paths = [run_json("reference", "fixed", 1, 100.0), run_json("reference", "fixed", 2, 190.0),
+             run_json("cuda", "fixed", 1, 300.0), run_json("cuda", "fixed", 2, 480.0),
+             run_json("cuda", "graph", 1, 400.0), run_json("cuda", "graph", 2, 760.0)]
+    rows = {(r["backend"], r["config"], r["ranks"]): r for r in ddp_scaling.scaling_rows(paths)}
+    assert rows[("cuda", "fixed", 2)]["efficiency"] == pytest.approx(480 / 600)
+    assert rows[("cuda", "graph", 2)]["efficiency"] == pytest.approx(760 / 800)  # its own 1-GPU run
+    assert rows[("cuda", "fixed", 1)]["speedup_vs_reference"] == pytest.approx(3.0)
+    assert rows[("reference", "fixed", 2)]["efficiency"] == pytest.approx(0.95)
+    assert rows[("cuda", "graph", 2)]["speedup_vs_reference"] == "-"  # no reference graph run
+    best = ddp_scaling.best_rows(list(rows.values()))
+    assert "graph" in best.splitlines()[2] and "760" in best
+
+
+def test_step_profile_summary_of_a_trace():
+    """The summary's arithmetic on a trace of two steps, hand-made: GPU work belongs to the
+    step and phase of its launch; busy time is the union over streams; NCCL time is split
+    into what ran beside compute kernels and what ran alone; the tail is how long the last
+    NCCL kernel ended after the backward's last kernel."""
+    def x(cat, name, ts, dur, **args):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": 0,
+                "args": args}
+
+    events = []
+    for k, t0 in enumerate((0.0, 1000.0)):
+        c = 10 * k
+        events += [
+            x("user_annotation", "train_step", t0, 900.0),
+            x("user_annotation", "data", t0, 10.0),
+            x("user_annotation", "forward", t0 + 10, 190.0),
+            x("user_annotation", "backward", t0 + 200, 500.0),
+            x("user_annotation", "optimizer", t0 + 700, 100.0),
+            x("cuda_runtime", "cudaLaunchKernel", t0 + 20, 5.0, correlation=c + 1),
+            x("cuda_runtime", "cudaLaunchKernel", t0 + 300, 5.0, correlation=c + 2),
+            x("cuda_driver", "cuLaunchKernelEx", t0 + 400, 5.0, correlation=c + 3),
+            x("cuda_runtime", "cudaLaunchKernel", t0 + 710, 5.0, correlation=c + 4),
+            # a .item() that waits (a copy inside it) and one that does not (a CPU tensor's)
+            x("cpu_op", "aten::_local_scalar_dense", t0 + 4, 6.0),
+            x("cuda_runtime", "cudaStreamSynchronize", t0 + 5, 4.0),
+            x("cpu_op", "aten::_local_scalar_dense", t0 + 800, 1.0),
+            # forward GEMM 100-300, backward LLTM kernel 300-600, NCCL 500-650 on its own
+            # stream (100 beside the LLTM kernel, 50 alone), optimizer 650-700
+            x("kernel", "sm90_xmma_gemm_f32", t0 + 100, 200.0, correlation=c + 1, device=1),
+            x("kernel", "lltm::backward_kernel<float>", t0 + 300, 300.0, correlation=c + 2),
+            x("kernel", "ncclDevKernel_AllReduce_Sum_f32", t0 + 500, 150.0, correlation=c + 3),
+            x("kernel", "multi_tensor_apply_kernel", t0 + 650, 50.0, correlation=c + 4),
+        ]
+    s = step_profile.summarize({"traceEvents": events})
+    assert s["steps"] == 2 and s["step_cpu_ms"] == pytest.approx(0.9)
+    assert s["phase_cpu_ms"] == pytest.approx({"data": 0.01, "forward": 0.19,
+                                               "backward": 0.5, "optimizer": 0.1})
+    assert s["gpu_busy_ms"] == pytest.approx(0.6)  # 100 to 700, no gap
+    assert s["gpu_idle_in_step_ms"] == pytest.approx(0.0)
+    assert s["gpu_idle_between_steps_ms"] == pytest.approx(0.4)  # 700 to 1100
+    assert s["gpu_period_ms"] == pytest.approx(1.0)
+    assert s["family_ms"] == pytest.approx({"gemm": 0.2, "lltm": 0.3, "nccl": 0.15, "other": 0.05})
+    assert s["phase_gpu_ms"] == pytest.approx({"forward": 0.2, "backward": 0.3, "optimizer": 0.05})
+    assert s["nccl_ms"] == pytest.approx(0.15) and s["nccl_calls"] == 1
+    assert s["nccl_overlapped_ms"] == pytest.approx(0.1)
+    assert s["nccl_exposed_ms"] == pytest.approx(0.05)
+    assert s["nccl_tail_after_backward_ms"] == pytest.approx(0.05)  # 650 after 600
+    assert s["host_waits"] == {"cudaStreamSynchronize": pytest.approx({"calls": 1, "ms": 0.004})}
+    assert s["device_item_calls"] == 1
+    assert s["gpu_devices"] == [1]
+    assert s["top_kernels"][0]["name"] == "lltm::backward_kernel<float>"
+    assert step_profile.summarize({"traceEvents": []}) == {"steps": 0}

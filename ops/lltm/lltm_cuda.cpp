@@ -1,13 +1,15 @@
 // LLTM: CUDA host side. Argument checks, device guard, stream, dtype dispatch and
 // allocation around the torch-free launchers of lltm_cuda.cu; the GEMMs of large cells
-// are at::mm (cuBLAS) in the shared host composition (lltm.cpp). Small cells skip cuBLAS: the forward is the single launch of
-// forward_small, the backward that of backward_small (plus the input and old_h GEMMs where
-// those gradients are asked for).
+// are at::mm (cuBLAS) in the shared host composition (lltm.cpp). Small cells skip cuBLAS:
+// the forward is the single launch of forward_small, the backward that of backward_small
+// (plus backward_small_dhx where the input or old_h gradient is asked for).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/EmptyTensor.h>
 #include <torch/library.h>
+
+#include <cstdlib>
 
 #include "common/cuda_host.h"
 #include "lltm_compose.h"
@@ -39,6 +41,20 @@ Vector<const cuda_t<scalar_t>> const_vector(const at::Tensor& t) {
 // element, so no deterministic fill is needed either.
 at::Tensor new_buffer(at::IntArrayRef sizes, const at::Tensor& like) {
   return at::detail::empty_cuda(sizes, like.scalar_type(), like.device(), std::nullopt);
+}
+
+// kSmallForwardMacs, or LLTM_SMALL_MACS where set (see lltm_cuda.h).
+int64_t small_macs() {
+  static const int64_t value = [] {
+    const char* text = std::getenv("LLTM_SMALL_MACS");
+    if (text == nullptr || *text == '\0') return kSmallForwardMacs;
+    char* end = nullptr;
+    const long long parsed = std::strtoll(text, &end, 10);
+    TORCH_CHECK(*end == '\0' && parsed >= 0, "lltm: LLTM_SMALL_MACS must be a count of "
+                "multiply-adds (an integer >= 0), got '", text, "'");
+    return static_cast<int64_t>(parsed);
+  }();
+  return value;
 }
 
 void forward_cuda_pointwise(const at::Tensor& gates, const at::Tensor& bias,
@@ -105,14 +121,15 @@ ForwardResult forward_cuda(const at::Tensor& input, const at::Tensor& weights,
                            const at::Tensor& old_cell) {
   const ForwardShape shape = check_forward(input, weights, bias, old_h, old_cell);
   const int64_t macs = shape.batch * 3 * shape.state * (shape.state + shape.features);
-  if (shape.batch * shape.state > 0 && macs <= kSmallForwardMacs) {
+  if (shape.batch * shape.state > 0 && macs <= small_macs()) {
     return forward_small_cuda(shape, input, weights, bias, old_h, old_cell);
   }
   return compose_forward(&forward_cuda_pointwise, shape, input, weights, bias, old_h, old_cell);
 }
 
-// The whole backward of a small cell in one launch (backward_small), plus a GEMM for each
-// of d_input and d_old_h where asked. Only the gradients asked for are allocated.
+// The whole backward of a small cell in one launch (backward_small), plus one for d_input
+// and d_old_h where either is asked (backward_small_dhx). Only the gradients asked for are
+// allocated.
 BackwardResult backward_small_cuda(const BackwardShape& shape, const at::Tensor& grad_h,
                                    const at::Tensor& grad_cell, const at::Tensor& new_cell,
                                    const at::Tensor& gates, const at::Tensor& hx,
@@ -144,9 +161,24 @@ BackwardResult backward_small_cuda(const BackwardShape& shape, const at::Tensor&
     d_weights = need_weights ? d_weights.zero_() : d_weights;
     d_bias = need_bias ? d_bias.zero_() : d_bias;
   }
-  return {need_input ? at::mm(d_gates, weights.narrow(1, state, features)) : at::Tensor(),
-          d_weights, d_bias,
-          need_old_h ? at::mm(d_gates, weights.narrow(1, 0, state)) : at::Tensor(), d_old_cell};
+  at::Tensor d_input = maybe_empty(need_input, {batch, features});
+  at::Tensor d_old_h = maybe_empty(need_old_h, {batch, state});
+  if (state == 0) {  // d_gates has no columns: the sums over them are zero
+    d_input = need_input ? d_input.zero_() : d_input;
+  } else if (need_input || need_old_h) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, new_cell.scalar_type(),
+                                    "lltm_backward_small_dhx_cuda", [&] {
+      using T = cuda_t<scalar_t>;
+      const auto out = [](const at::Tensor& t) {
+        return t.defined() ? matrix<scalar_t>(t) : Matrix<T>{nullptr, 0, 0};
+      };
+      OPS_CHECK_LAUNCH(backward_small_dhx(
+          ops_common::current_stream(), batch, features, state,
+          const_matrix<scalar_t>(d_gates), const_matrix<scalar_t>(weights), out(d_input),
+          out(d_old_h)));
+    });
+  }
+  return {d_input, d_weights, d_bias, d_old_h, d_old_cell};
 }
 
 BackwardResult backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_cell,
@@ -155,7 +187,7 @@ BackwardResult backward_cuda(const at::Tensor& grad_h, const at::Tensor& grad_ce
                              std::array<bool, 5> output_mask) {
   const BackwardShape shape = check_backward(grad_h, grad_cell, new_cell, gates, hx, weights);
   const int64_t macs = shape.batch * 3 * shape.state * (shape.state + shape.features);
-  if (shape.batch <= kSmallBackwardBatch && macs <= kSmallForwardMacs) {
+  if (shape.batch <= kSmallBackwardBatch && macs <= small_macs()) {
     return backward_small_cuda(shape, grad_h, grad_cell, new_cell, gates, hx, weights,
                                output_mask);
   }

@@ -1,16 +1,16 @@
-// CUDA kernels of the LLTM cell, torch-free; the GEMMs go to cuBLAS through the host
-// composition (lltm_cuda.cpp, lltm.cpp). At the tutorial's size the cell is
+// CUDA kernels of the LLTM cell, torch-free; the GEMMs of large cells go to cuBLAS through
+// the host composition (lltm_cuda.cpp, lltm.cpp). At the tutorial's size the cell is
 // launch-bound, so each direction fuses all its elementwise work into one kernel: forward
 // is cat + GEMM + 1 kernel, backward 1 kernel + one GEMM per gradient needed. Small cells
-// (up to kSmallForwardMacs multiply-adds, the tutorial's size among them) skip cuBLAS:
-// forward_small_kernel computes the gates as dot products and runs the cell in the same
-// kernel, and backward_small_kernel computes the weight and bias gradients with the
-// pointwise stage (a cuBLAS call costs more host time than the whole cell at that size;
-// the input and old_h gradients, where asked, stay GEMMs on its d_gates). Blocks are 32 features x 8 rows, so a warp reads 32
-// consecutive features of a row (coalesced for any row stride). Backward also reduces the
-// bias gradient over its rows in shared memory; past kOneBlockRowBatch rows a second
-// kernel adds up the per-block-row partial sums in a fixed order (deterministic, no
-// atomics).
+// (up to kSmallForwardMacs multiply-adds, the tutorial's size among them) skip cuBLAS, whose
+// host call costs more than the whole cell at that size: forward_small_kernel computes the
+// gates as dot products and runs the cell in the same kernel; backward_small_kernel
+// computes the weight and bias gradients with the pointwise stage, and
+// backward_small_dhx_kernel the input and old_h gradients from its d_gates, where asked.
+// Blocks of the pointwise kernels are 32 features x 8 rows, so a warp reads 32 consecutive
+// features of a row (coalesced for any row stride). Backward also reduces the bias
+// gradient over its rows in shared memory; past kOneBlockRowBatch rows a second kernel adds
+// up the per-block-row partial sums in a fixed order (deterministic, no atomics).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -63,14 +63,23 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One warp per (row b, feature j): the three gate pre-activations are dot products of
-// hx[b] = [old_h[b], input[b]] with weight rows j, state + j and 2 state + j. Lanes stride
-// over the state + features columns, so every warp reads its weight rows and hx row
-// coalesced; the weights are read once per batch row, from L2 after the first. A shuffle
-// reduction gives lane 0 the sums, and lane 0 runs the cell. The warps of feature 0 also
-// write hx, which backward needs. Sums are in the compute type, as cuBLAS's are.
+// One warp per feature j and kSmallRows rows b: the three gate pre-activations of a row
+// are dot products of hx[b] = [old_h[b], input[b]] with weight rows j, state + j and
+// 2 state + j. Lanes stride over the state + features columns, so every warp reads its
+// weight rows and hx rows coalesced; each weight element read serves kSmallRows rows, and
+// the 3 kSmallRows sums of a lane are independent multiply-adds (with one row a warp, a
+// lane's three sums each waited on its loads, and the kernel took several times the GPU
+// time of the cuBLAS route's kernels at 64x128x256; experiments/RESULTS.md, section lltm).
+// Consecutive warps take consecutive row groups of one feature:
+// the warps of a block read the same three weight rows at about the same time (one L2
+// read, then L1 hits). A shuffle reduction gives every lane the sums; lane r runs the
+// cell of row r of the group. The warps of feature 0 also write hx, which backward needs.
+// Sums are in the compute type, as cuBLAS's are; each is added up in the same order as
+// with one row a warp.
 constexpr int kSmallWarps = 8;
+constexpr int kSmallRows = 4;
 static_assert(kSmallWarps * 32 == kThreads, "one resident-block count for every kernel");
+static_assert(kSmallRows <= 32, "a lane runs the cell of each row of its warp's group");
 
 template <typename scalar_t>
 __global__ void __launch_bounds__(kSmallWarps * 32)
@@ -82,36 +91,58 @@ __global__ void __launch_bounds__(kSmallWarps * 32)
                          Matrix<scalar_t> new_cell) {
   using opmath_t = acc_t<scalar_t>;
   const int64_t columns = state + features;
+  const int64_t groups = (batch + kSmallRows - 1) / kSmallRows;
   const int lane = threadIdx.x % 32;
-  // The loop bound is the same for every lane of a warp, so whole warps enter the shuffles.
-  for (int64_t w = int64_t(blockIdx.x) * kSmallWarps + threadIdx.x / 32; w < batch * state;
+  // The loop bound, j and b0 are the same for every lane of a warp, so whole warps enter
+  // the shuffles, and a row past the batch is skipped by the whole warp.
+  for (int64_t w = int64_t(blockIdx.x) * kSmallWarps + threadIdx.x / 32; w < groups * state;
        w += int64_t(gridDim.x) * kSmallWarps) {
-    const int64_t b = w / state;
-    const int64_t j = w % state;
-    opmath_t zi = 0, zo = 0, zc = 0;
-#pragma unroll 4
-    for (int64_t k = lane; k < columns; k += 32) {
-      const scalar_t x = k < state ? ld(old_h(b, k)) : ld(input(b, k - state));
-      if (j == 0) {
-        hx(b, k) = x;
-      }
-      const opmath_t xa = to_acc(x);
-      zi += xa * to_acc(ld(weights(j, k)));
-      zo += xa * to_acc(ld(weights(state + j, k)));
-      zc += xa * to_acc(ld(weights(2 * state + j, k)));
+    const int64_t j = w / groups;
+    const int64_t b0 = (w % groups) * kSmallRows;
+    opmath_t z[kSmallRows][3];
+#pragma unroll
+    for (int r = 0; r < kSmallRows; ++r) {
+      z[r][0] = z[r][1] = z[r][2] = opmath_t(0);
     }
-    zi = ops_common::warp_sum(zi);
-    zo = ops_common::warp_sum(zo);
-    zc = ops_common::warp_sum(zc);
-    if (lane == 0) {
-      const auto r =
-          cell_forward(zi + to_acc(ld(bias(j))), zo + to_acc(ld(bias(state + j))),
-                       zc + to_acc(ld(bias(2 * state + j))), to_acc(ld(old_cell(b, j))));
-      gates(b, j) = from_acc<scalar_t>(r.input_gate);
-      gates(b, state + j) = from_acc<scalar_t>(r.output_gate);
-      gates(b, 2 * state + j) = from_acc<scalar_t>(r.candidate);
-      new_cell(b, j) = from_acc<scalar_t>(r.new_cell);
-      new_h(b, j) = from_acc<scalar_t>(r.new_h);
+    for (int64_t k = lane; k < columns; k += 32) {
+      const opmath_t wi = to_acc(ld(weights(j, k)));
+      const opmath_t wo = to_acc(ld(weights(state + j, k)));
+      const opmath_t wc = to_acc(ld(weights(2 * state + j, k)));
+#pragma unroll
+      for (int r = 0; r < kSmallRows; ++r) {
+        const int64_t b = b0 + r;
+        if (b < batch) {
+          const scalar_t x = k < state ? ld(old_h(b, k)) : ld(input(b, k - state));
+          if (j == 0) {
+            hx(b, k) = x;
+          }
+          const opmath_t xa = to_acc(x);
+          z[r][0] += xa * wi;
+          z[r][1] += xa * wo;
+          z[r][2] += xa * wc;
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kSmallRows; ++r) {
+#pragma unroll
+      for (int g = 0; g < 3; ++g) {
+        z[r][g] = ops_common::warp_sum(z[r][g]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kSmallRows; ++r) {
+      const int64_t b = b0 + r;
+      if (lane == r && b < batch) {
+        const auto c =
+            cell_forward(z[r][0] + to_acc(ld(bias(j))), z[r][1] + to_acc(ld(bias(state + j))),
+                         z[r][2] + to_acc(ld(bias(2 * state + j))), to_acc(ld(old_cell(b, j))));
+        gates(b, j) = from_acc<scalar_t>(c.input_gate);
+        gates(b, state + j) = from_acc<scalar_t>(c.output_gate);
+        gates(b, 2 * state + j) = from_acc<scalar_t>(c.candidate);
+        new_cell(b, j) = from_acc<scalar_t>(c.new_cell);
+        new_h(b, j) = from_acc<scalar_t>(c.new_h);
+      }
     }
   }
 }
@@ -255,6 +286,71 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The input and old_h gradients of a small cell, d_hx = d_gates @ W, split at column
+// `state` into d_old_h and d_input (a null one is skipped): one launch where the cuBLAS
+// route is two GEMM calls, each costing more host time than the cell's whole backward
+// kernel. A block takes kDhxRows rows and 32 consecutive columns k (lanes: W's rows are
+// read coalesced, a row's d_gates broadcast); its warps split the 3 state rows of W (the
+// reduction axis) and add their partial sums in shared memory in a fixed order:
+// deterministic, no atomics.
+constexpr int kDhxRows = 4;
+
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads)
+    backward_small_dhx_kernel(int64_t batch, int64_t features, int64_t state,
+                              Matrix<const scalar_t> d_gates, Matrix<const scalar_t> weights,
+                              Matrix<scalar_t> d_input, Matrix<scalar_t> d_old_h) {
+  using opmath_t = acc_t<scalar_t>;
+  __shared__ opmath_t partial[kThreads / 32][kDhxRows][32];
+  const int64_t columns = state + features;
+  const int64_t chunks = (columns + 31) / 32;
+  const int64_t tiles = (batch + kDhxRows - 1) / kDhxRows * chunks;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  // Every thread of a block walks the same tiles, so all reach each __syncthreads.
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t b0 = tile / chunks * kDhxRows;
+    const int64_t k = tile % chunks * 32 + lane;
+    opmath_t sum[kDhxRows];
+#pragma unroll
+    for (int r = 0; r < kDhxRows; ++r) {
+      sum[r] = opmath_t(0);
+    }
+    if (k < columns) {
+      for (int64_t g = warp; g < 3 * state; g += kThreads / 32) {
+        const opmath_t w = to_acc(ld(weights(g, k)));
+#pragma unroll
+        for (int r = 0; r < kDhxRows; ++r) {
+          if (b0 + r < batch) {
+            sum[r] += to_acc(ld(d_gates(b0 + r, g))) * w;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kDhxRows; ++r) {
+      partial[warp][r][lane] = sum[r];
+    }
+    __syncthreads();
+    const int64_t b = b0 + warp;  // warp r adds up row r of the tile
+    if (warp < kDhxRows && b < batch && k < columns) {
+      opmath_t total = 0;
+#pragma unroll
+      for (int w = 0; w < kThreads / 32; ++w) {
+        total += partial[w][warp][lane];
+      }
+      if (k < state) {
+        if (d_old_h.data != nullptr) {
+          d_old_h(b, k) = from_acc<scalar_t>(total);
+        }
+      } else if (d_input.data != nullptr) {
+        d_input(b, k - state) = from_acc<scalar_t>(total);
+      }
+    }
+    __syncthreads();  // partial is rewritten by the next tile
+  }
+}
+
 template <typename scalar_t>
 __global__ void sum_partials_kernel(const acc_t<scalar_t>* __restrict__ partial, int64_t rows,
                                     int64_t cols, scalar_t* __restrict__ out) {
@@ -308,8 +404,9 @@ cudaError_t forward_small(cudaStream_t stream, int64_t batch, int64_t features, 
                           Matrix<const T> old_h, Matrix<const T> old_cell, Matrix<T> hx,
                           Matrix<T> gates, Matrix<T> new_h, Matrix<T> new_cell) {
   if (batch * state == 0) return cudaSuccess;
+  const int64_t warps = ops_common::ceil_div(batch, kSmallRows) * state;
   const auto blocks = static_cast<unsigned>(
-      ops_common::min_of(ops_common::ceil_div(batch * state, kSmallWarps), resident_blocks()));
+      ops_common::min_of(ops_common::ceil_div(warps, kSmallWarps), resident_blocks()));
   return ops_common::launch(forward_small_kernel<T>, blocks, kSmallWarps * 32, 0, stream, batch,
                             features, state, input, weights, bias, old_h, old_cell, hx, gates,
                             new_h, new_cell);
@@ -354,6 +451,18 @@ cudaError_t backward_small(cudaStream_t stream, int64_t batch, int64_t features,
                             d_old_cell, d_bias, d_weights);
 }
 
+template <typename T>
+cudaError_t backward_small_dhx(cudaStream_t stream, int64_t batch, int64_t features,
+                               int64_t state, Matrix<const T> d_gates, Matrix<const T> weights,
+                               Matrix<T> d_input, Matrix<T> d_old_h) {
+  if (batch * (state + features) == 0) return cudaSuccess;
+  const int64_t tiles =
+      ops_common::ceil_div(batch, kDhxRows) * ops_common::ceil_div(state + features, 32);
+  const auto blocks = static_cast<unsigned>(ops_common::min_of(tiles, resident_blocks()));
+  return ops_common::launch(backward_small_dhx_kernel<T>, blocks, kThreads, 0, stream, batch,
+                            features, state, d_gates, weights, d_input, d_old_h);
+}
+
 #define LLTM_INSTANTIATE(T)                                                                    \
   template cudaError_t forward_pointwise<T>(cudaStream_t, int64_t, int64_t, Matrix<T>,         \
                                             Vector<const T>, Matrix<const T>, Matrix<T>,       \
@@ -368,7 +477,10 @@ cudaError_t backward_small(cudaStream_t stream, int64_t batch, int64_t features,
   template cudaError_t backward_small<T>(cudaStream_t, int64_t, int64_t, int64_t,              \
                                          Matrix<const T>, Matrix<const T>, Matrix<const T>,    \
                                          Matrix<const T>, Matrix<const T>, Matrix<T>,          \
-                                         Matrix<T>, T*, Matrix<T>);
+                                         Matrix<T>, T*, Matrix<T>);                            \
+  template cudaError_t backward_small_dhx<T>(cudaStream_t, int64_t, int64_t, int64_t,          \
+                                             Matrix<const T>, Matrix<const T>, Matrix<T>,       \
+                                             Matrix<T>);
 LLTM_INSTANTIATE(float)
 LLTM_INSTANTIATE(double)
 LLTM_INSTANTIATE(ops_common::half_t)

@@ -30,9 +30,15 @@ struct Vector {
 };
 
 // Forwards up to this many multiply-adds (batch * 3 state * (state + features)) run as
-// one launch (forward_small): the tutorial's size is launch-bound. So do backwards of at
-// most kSmallBackwardBatch rows (backward_small; its gradients of a row sit in shared memory).
-constexpr int64_t kSmallForwardMacs = int64_t(1) << 22;
+// one launch (forward_small), and so do backwards of at most kSmallBackwardBatch rows
+// (backward_small; the gradients of a feature's rows sit in shared memory). Below it the
+// cuBLAS route's host time (a cat, a GEMM call and the pointwise kernel forward; a GEMM
+// call backward, which alone costs more host time than a small cell's whole backward)
+// exceeds what the one-launch kernels spend on the GPU, which re-read hx once per feature
+// (about 1.3 bytes per multiply-add from L2 each way); above it cuBLAS's GEMMs win.
+// LLTM_SMALL_MACS overrides the crossover (read once per process), so one build can time
+// both routes (experiments/ddp_run.sh, stage bench).
+constexpr int64_t kSmallForwardMacs = int64_t(1) << 25;
 constexpr int64_t kSmallBackwardBatch = 256;
 
 // gates (batch x 3 state) holds hx @ W^T without bias on entry, the activated gates on exit.
@@ -60,7 +66,7 @@ cudaError_t backward_pointwise(cudaStream_t stream, int64_t batch, int64_t state
                                ops_common::acc_t<T>* workspace);
 
 // The backward of a small cell in one launch: d_weights (3 state x (state + features)),
-// d_bias, and where their data is not null d_gates (for the input and old_h GEMMs) and
+// d_bias, and where their data is not null d_gates (for backward_small_dhx) and
 // d_old_cell; a null d_weights or d_bias is skipped. batch <= kSmallBackwardBatch.
 template <typename T>
 cudaError_t backward_small(cudaStream_t stream, int64_t batch, int64_t features, int64_t state,
@@ -68,5 +74,12 @@ cudaError_t backward_small(cudaStream_t stream, int64_t batch, int64_t features,
                            Matrix<const T> new_cell, Matrix<const T> gates, Matrix<const T> hx,
                            Matrix<T> d_gates, Matrix<T> d_old_cell, T* d_bias,
                            Matrix<T> d_weights);
+
+// d_old_h = d_gates @ weights[:, :state] and d_input = d_gates @ weights[:, state:] of a
+// small cell, after backward_small wrote d_gates; a null d_input or d_old_h is skipped.
+template <typename T>
+cudaError_t backward_small_dhx(cudaStream_t stream, int64_t batch, int64_t features,
+                               int64_t state, Matrix<const T> d_gates, Matrix<const T> weights,
+                               Matrix<T> d_input, Matrix<T> d_old_h);
 
 }  // namespace lltm
