@@ -29,6 +29,7 @@ Usage::
 Environment variables:
 
     JIT_LOADER_CACHE       cache directory (default: $XDG_CACHE_HOME/jit_loader)
+    JIT_LOADER_CUDA        0 builds op folders without their CUDA sources (CPU only)
     JIT_LOADER_CUDA_ARCH   CUDA arch list, e.g. "9.0" or "8.0;9.0+PTX"
                            (default: TORCH_CUDA_ARCH_LIST, else the visible GPUs,
                            else DEFAULT_CUDA_ARCH)
@@ -50,6 +51,7 @@ from pathlib import Path
 from typing import Sequence
 
 from jit_tools import dropin as _dropin
+from jit_tools import key as _keys
 from jit_tools import pipeline as _pipeline
 from jit_tools import prebuilt as _prebuilt
 from jit_tools import registry as _registry
@@ -57,7 +59,7 @@ from jit_tools import sources as _sources
 from jit_tools.builder.toolchain import (DEFAULT_CUDA_ARCH, cuda_arch_list, cuda_home, cxx_compiler,
                                          why_no_cuda)
 from jit_tools.errors import BuildError, CacheError, JitLoaderError, OpNotFoundError
-from jit_tools.fake import check_same_device
+from jit_tools.fake import check_same_device, op_rules
 from jit_tools.handle import ExtensionModule, Op
 from jit_tools.key import DEFAULT_CFLAGS, DEFAULT_CUDA_CFLAGS, DEFAULT_LDFLAGS
 from jit_tools.sources import OPS_DIR, available_ops
@@ -81,7 +83,9 @@ __all__ = [
     "loaded_ops",
     "check",
     "check_op",
+    "bench",
     "check_same_device",
+    "op_rules",
     "register_autograd_op",
     "fast_op",
     "Op",
@@ -112,7 +116,9 @@ def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] |
     ``load("gelu")`` or ``load(path)``: the name of a folder under ops/ or the path of
     any op folder; returns an :class:`Op`. Calling it again checks for edited sources,
     headers and Python code and reloads what changed; the :class:`Op` always resolves
-    to the newest build.
+    to the newest build. ``with_cuda=False`` (or ``JIT_LOADER_CUDA=0``) builds the folder
+    without its ``.cu`` and ``*_cuda.cpp`` files, under a key of its own: a CPU edit loop
+    that never waits for nvcc; the op's CUDA calls raise saying so.
 
     ``load(name="lltm_cpp", sources=["lltm.cpp"], ...)``: the
     ``torch.utils.cpp_extension.load`` call, with torch's meaning of ``sources``,
@@ -130,15 +136,21 @@ def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] |
                  extra_ldflags=_dropin.flags(extra_ldflags),
                  extra_include_paths=_dropin.paths(extra_include_paths), cuda_arch=cuda_arch)
     if sources is None and name is None:
+        with_cuda = torch_options.pop("with_cuda", None)
         if torch_options:
             raise TypeError(f"load: {', '.join(sorted(torch_options))}: only with sources=[...] "
                             "(the torch.utils.cpp_extension form)")
         if name_or_path is None:
             raise TypeError("load: give an op folder name or path, or name= and sources=")
         op_dir = _sources.resolve_op_dir(name_or_path)
-        if _prebuilt.selected(op_dir):  # JIT_LOADER_PREBUILT: an ahead-of-time build instead
-            return _prebuilt.load(op_dir, surface=True)
-        return Op(_pipeline.load(op_dir, verbose, **flags))
+        if with_cuda and why_no_cuda():
+            raise JitLoaderError(f"load({name_or_path!r}, with_cuda=True), but CUDA cannot be "
+                                 f"built: {why_no_cuda()}")
+        cpu_only = with_cuda is False or _keys.cpu_only_reason({}) is not None
+        if not cpu_only and _prebuilt.selected(op_dir):
+            return _prebuilt.load(op_dir, surface=True)  # JIT_LOADER_PREBUILT: built ahead of time
+        return Op(_pipeline.load(op_dir, verbose, **flags,
+                                 with_cuda=False if with_cuda is False else None))
     if name is not None and name_or_path is not None:
         raise TypeError("load: give the name once (first argument or name=)")
     name = name if name is not None else os.fspath(name_or_path)
@@ -180,6 +192,14 @@ def load_library(name_or_path: str | os.PathLike, *, verbose: bool | None = None
     return Op(_pipeline.load_library(
         op_dir, verbose, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
         extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, cuda_arch=cuda_arch))
+
+
+def bench(fn, *args, **options):
+    """Time ``fn(*args)`` against ``baselines={name: callable}`` (and their
+    ``torch.compile``) with the benchmark suite's protocol; returns a result that prints as a
+    table (jit_tools/tools/bench.py: ``bytes``, ``backward``, ``compile``, ``host_bound``)."""
+    from jit_tools.tools.bench import bench as run  # a tool: imported only when used
+    return run(fn, *args, **options)
 
 
 def register_autograd_op(op: str, backward: str, args: Sequence[str],

@@ -2,11 +2,13 @@
 # One call on a GPU machine (plain python3 with torch, no venv): CUDA tests, checks and
 # benchmarks, each stage's output kept under $OUT.
 # Stages: env build tests loadertests alltests demo bench suite overhead opbench variants hostopt
-#   loader editloop stable cppedit xv rest kernels lltmtimes   (suite runs both sections of
+#   loader editloop stable cppedit xv rest kernels lltmtimes yourop   (suite runs both sections of
 #   experiments/bench.py, or the kernel cases of SUITE_OPS only; overhead only the call
 #   overhead, then profile_call on PROFILE_DEVICES, default "cuda cpu", "" for none; xv:
 #   deploy/check_cross_version.sh check dist/xv, steps XV_STEPS; lltmtimes: GPU time per
-#   LLTM kernel)
+#   LLTM kernel; yourop: the scaffold's ops on the GPU (both kinds, both ABIs, their kernel
+#   swaps), the reduction helper, the bad-argument table of every bundled op, and a
+#   rowwise op's benchmark)
 #   bash experiments/gpu_run.sh env build tests       # default: all stages
 #   PYTEST_WORKERS=15 ALLTESTS_TIMEOUT=560 bash experiments/gpu_run.sh env alltests
 #   LOADER_ARGS="--ops toy,sigmoid,lltm" bash experiments/gpu_run.sh loader
@@ -94,6 +96,15 @@ for stage in "${stages[@]}"; do
     kernels) python3 -m experiments.bench --only cases --no-progress ${SUITE_OPS:+--ops "$SUITE_OPS"} \
               --out "$OUT/kernels" 2>&1 | grep -v "^building" | tee "$OUT/kernels.txt" | head -40 || status=1
             python3 -m experiments.bench --render "$OUT/kernels/bench.json" --results > "$OUT/kernels/results_section.md" ;;
+    yourop) python3 -m pytest -q -rs -p no:cacheprovider tests/test_scaffold.py tests/test_common.py \
+              tests/test_op_rules.py tests/test_hotswap.py tests/test_kernel_swap.py \
+              -k "cuda or gpu or swap or block_and_warp or rule" 2>&1 | tee "$OUT/pytest_yourop.txt" | tail -15 || status=1
+            python3 -m pytest -q -rs -p no:cacheprovider tests/test_scatter.py tests/test_lltm.py tests/test_resize.py \
+              tests/test_roi_align.py tests/test_sigmoid.py tests/test_gelu.py -k "bad_arguments or cuda" 2>&1 \
+              | tee "$OUT/pytest_yourop_ops.txt" | tail -8 || status=1
+            rm -rf /tmp/yourop && python3 -m jit_loader new yourop_norm --kind rowwise --cuda --dir /tmp/yourop >/dev/null \
+              && python3 /tmp/yourop/yourop_norm/bench_yourop_norm.py --device cuda --quick 2>&1 \
+              | tee "$OUT/bench_yourop_norm.txt" | tail -30 || status=1 ;;
     *) echo "unknown stage $stage"; status=1 ;;
   esac
 done

@@ -1,4 +1,5 @@
-"""Where the host time of one op call goes, layer by layer, for sigmoid, resize and the LLTM.
+"""Where the host time of one op call goes, layer by layer, for sigmoid, resize, the LLTM or
+any op.
 
 A call ``op.sigmoid(x)`` passes through: the handle's attribute lookup (``jit_tools/handle.py``:
 handles follow reloads), the surface function (``ops/sigmoid/sigmoid.py``), the
@@ -27,6 +28,11 @@ rungs for forward+backward: the backward op alone (no engine), its weight GEMM a
 autograd engine's floor (``autograd.grad`` of one clone).
 
     python -m experiments.profile_call [--device cuda] [--ops sigmoid,resize,lltm] [--calls 2000]
+    python -m experiments.profile_call --ops my_op,path/to/other_op   # any op with a reference.py
+
+Any other op (a name under ops/ or an op folder's path) is profiled on the first case of its
+``reference.check_cases``: the call of its surface function, the dispatcher op that function
+calls, and its reference in place of a native twin.
 
 On CUDA each run ends with one sync (the rate a Python loop of enqueues sustains).
 """
@@ -35,11 +41,15 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
+import importlib.util
 import os
 import pstats
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -88,16 +98,79 @@ def layer_of(filename: str, function: str) -> str:
     return "other Python"
 
 
-def cases(op_name: str, device: str):
-    """``(op, args, native, packet_name, surface_name)`` of a tiny call of ``op_name``."""
+@dataclasses.dataclass
+class CallCase:
+    """A tiny call of an op: the surface function and its arguments, the dispatcher op it
+    calls and that op's arguments, and the native twin (or the op's reference)."""
+
+    op: object             # the op's handle (jit_loader.load)
+    surface_name: str      # the surface function, module.<surface_name>
+    surface_args: tuple    # its arguments
+    overload: object       # the dispatcher op the surface calls (an OpOverload)
+    args: tuple            # that op's arguments
+    native: Callable[[], object]
+    twin: str = "native twin"
+
+    @property
+    def x(self) -> torch.Tensor:
+        """The input that needs grad for forward+backward: the first floating tensor."""
+        return next(a for a in self.surface_args
+                    if isinstance(a, torch.Tensor) and a.is_floating_point())
+
+
+def cases(op_name: str, device: str, pass_: str = "forward") -> CallCase:
+    """A tiny call of ``op_name`` (a bundled op's name or any op folder's path): sigmoid's and
+    resize's against their native twins; any other op's from its reference.py."""
+    op = jit_loader.load(op_name)
     if op_name == "sigmoid":
-        x = torch.randn(64, device=device)
-        return x, (x,), lambda: torch.sigmoid(x), "forward", "sigmoid", ()
+        x = torch.randn(64, device=device, requires_grad=pass_ != "forward")
+        return CallCase(op, "sigmoid", (x,), torch.ops.sigmoid.forward.default, (x,),
+                        lambda: torch.sigmoid(x))
     if op_name == "resize":
-        x = torch.randn(1, 1, 4, 4, device=device)
+        x = torch.randn(1, 1, 4, 4, device=device, requires_grad=pass_ != "forward")
         native = lambda: F.interpolate(x, size=(8, 8), mode="bilinear", align_corners=False)
-        return x, (x, [8, 8], "half_pixel", None), native, "forward", "resize_bilinear", ((8, 8),)
-    raise SystemExit(f"profile_call: no case for op {op_name!r} (sigmoid, resize, lltm)")
+        return CallCase(op, "resize_bilinear", (x, (8, 8)), torch.ops.resize.forward.default,
+                        (x, [8, 8], "half_pixel", None), native)
+    return reference_case(op, device, pass_)
+
+
+def reference_case(op, device: str, pass_: str) -> CallCase:
+    """The first case of the op's ``reference.check_cases(device)`` in float32: its surface
+    function and inputs, the dispatcher op that function calls (the first op of the op's
+    namespaces a dispatch mode sees) with the arguments it gets, and the reference as the
+    twin."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    spec = importlib.util.spec_from_file_location(f"_profile_{op.name}_reference",
+                                                  Path(op.path) / "reference.py")
+    if spec is None or not (Path(op.path) / "reference.py").is_file():
+        raise SystemExit(f"profile_call: op {op.name!r} has no reference.py with check_cases "
+                         "to take a call from")
+    reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference)
+    case = next(iter(reference.check_cases(device).values()))
+    inputs = tuple(a.detach().to(device=device, dtype=torch.float32)
+                   if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                   for a in case["inputs"])
+    first = next(a for a in inputs if isinstance(a, torch.Tensor) and a.is_floating_point())
+    first.requires_grad_(pass_ != "forward")
+    surface = getattr(op.module, case["fn"])
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.namespace in op.namespaces and not seen:
+                seen.append((func, args))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        surface(*inputs)
+    if not seen:
+        raise SystemExit(f"profile_call: {case['fn']}(...) of op {op.name!r} called no op of its "
+                         f"namespaces {op.namespaces}")
+    overload, args = seen[0]
+    return CallCase(op, case["fn"], inputs, overload, tuple(args),
+                    lambda: case["reference"](*inputs), twin="reference (eager)")
 
 
 def batched(call, batch: int, then=None):
@@ -120,19 +193,21 @@ def batched(call, batch: int, then=None):
 FAST_RUNG = "+ fast entry in place of torch.ops: jit_loader.fast_op(overload)(*args)"
 
 
+def _first(result):
+    return result[0] if isinstance(result, (tuple, list)) else result
+
+
 def rungs(op_name: str, device: str, pass_: str, batch: int):
     """``{rung: fn}``: each fn makes ``batch`` calls entered at that layer."""
-    op = jit_loader.load(op_name)
-    x, args, native, packet_name, surface_name, surface_args = cases(op_name, device)
-    x.requires_grad_(pass_ != "forward")
-    ns = getattr(torch.ops, op_name)
-    packet = getattr(ns, packet_name)
-    overload = packet.default
-    module_fn = getattr(op.module, surface_name)
+    case = cases(op_name, device, pass_)
+    op, overload, args, x = case.op, case.overload, case.args, case.x
+    ns_name, packet_name = overload._schema.name.split("::")
+    packet = overload.overloadpacket
+    module_fn = getattr(op.module, case.surface_name)
     below = torch._C._AutoDispatchBelowAutograd
 
     def loop(call):
-        return batched(call, batch, None if pass_ == "forward" else lambda y: y.sum().backward())
+        return batched(call, batch, None if pass_ == "forward" else lambda y: _first(y).sum().backward())
 
     def guarded(call):
         def fn():
@@ -150,16 +225,16 @@ def rungs(op_name: str, device: str, pass_: str, batch: int):
         out[".sum().backward() of the input alone (the loss)"] = loop(lambda: x)
     out["+ autograd kernel: OpOverload(*args)"] = loop(lambda: overload(*args))
     out["+ packet overload resolution: packet(*args)"] = loop(lambda: packet(*args))
-    out[f"+ torch.ops lookups: torch.ops.{op_name}.{packet_name}(*args)"] = loop(
-        lambda: getattr(getattr(torch.ops, op_name), packet_name)(*args))
+    out[f"+ torch.ops lookups: torch.ops.{ns_name}.{packet_name}(*args)"] = loop(
+        lambda: getattr(getattr(torch.ops, ns_name), packet_name)(*args))
     fast = jit_loader.fast_op(overload)
     out[FAST_RUNG] = loop(lambda: fast(*args))
-    out[f"+ surface: module.{surface_name}(...)"] = loop(lambda: module_fn(x, *surface_args))
-    out[f"+ handle: op.{surface_name}(...)"] = loop(
-        lambda: getattr(op, surface_name)(x, *surface_args))
-    out["native twin"] = loop(native)
+    out[f"+ surface: module.{case.surface_name}(...)"] = loop(lambda: module_fn(*case.surface_args))
+    out[f"+ handle: op.{case.surface_name}(...)"] = loop(
+        lambda: getattr(op, case.surface_name)(*case.surface_args))
+    out[case.twin] = loop(case.native)
     if pass_ == "forward":
-        result = native().detach()
+        result = _first(case.native()).detach()
         out["allocation alone: torch.empty_like(result)"] = loop(lambda: torch.empty_like(result))
     return out
 
@@ -239,7 +314,8 @@ def top_rung(op_name: str, device: str, pass_: str):
     """The fn of one call at the top rung (what a user writes)."""
     if op_name == "lltm":
         return lltm_rungs(device, pass_, 1)[LLTM_TOP]
-    return rungs(op_name, device, pass_, 1)[f"+ handle: op.{cases(op_name, device)[4]}(...)"]
+    return next(fn for name, fn in rungs(op_name, device, pass_, 1).items()
+                if name.startswith("+ handle: "))
 
 
 TIMER_RUNG = "nothing: the timer's own cost"
@@ -272,8 +348,8 @@ def ladder(op_name, device, pass_, calls, batch, clock=time.perf_counter, cold=F
                      "layer adds us": (us - below) if layered and below is not None else None})
         if name.startswith("+ "):
             below = us
-        elif not name.startswith(("native", "allocation", "the backward op", "its weight",
-                                  "engine floor", "nothing")):
+        elif not name.startswith(("native", "reference", "allocation", "the backward op",
+                                  "its weight", "engine floor", "nothing")):
             below = us
     return rows
 

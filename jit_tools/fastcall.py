@@ -17,7 +17,11 @@ the autograd machinery and the loader's reload handling treat it as the op; only
 from Python differs. Anything the entry does not take itself (a tensor subclass, a
 ``__torch_function__`` mode, an argument of another type, a keyword it does not know) goes
 to the overload, which is what a call through ``torch.ops`` does. Results and errors are
-the same either way (``tests/test_fastcall.py``).
+the same either way (``tests/test_fastcall.py``), with one exception, for the loader's own
+ops: where the overload raises because a tensor argument got ``None`` or a non-tensor, or an
+argument of the wrong type, the error is one ``TypeError`` line naming the op, the argument
+and the value (``sigmoid.forward: x must be a Tensor, got None``) instead of the
+dispatcher's text; only the error path pays for it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from types import ModuleType
 from jit_tools import _torch_private, prebuilt
 from jit_tools.builder import shared
 from jit_tools.log import logger
+from jit_tools.state import loaded_states
 
 ENV = "JIT_LOADER_FASTCALL"
 
@@ -79,8 +84,12 @@ def fast_op(overload):
     if module is None:
         return overload
     schema = overload._schema
+    namespace = schema.name.split("::", 1)[0]
+    # The loader's own ops explain a wrong argument in one line; other ops (aten's) raise
+    # exactly what torch.ops raises.
+    explain = any(namespace in state.namespaces for state in loaded_states())
     try:
-        call = module.make(overload, schema.name, schema.overload_name)
+        call = module.make(overload, schema.name, schema.overload_name, explain)
     except (ValueError, RuntimeError) as e:  # a schema it does not take, or not a dispatcher
         # op (torch.ops also lists TorchScript's own operators): torch.ops serves
         logger.debug("%s", e)

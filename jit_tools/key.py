@@ -49,14 +49,19 @@ def registry_header(cfg: dict) -> Path:
     return abis.STABLE_REGISTRY_HEADER if cfg.get("abi") == abis.STABLE else REGISTRY_HEADER
 
 
+CUDA_ENV = "JIT_LOADER_CUDA"  # 0: op folders build without their CUDA sources
+
+
 def options(extra_cflags=(), extra_cuda_cflags=(), extra_ldflags=(), extra_include_paths=(),
             cuda_arch=None, with_cuda=None) -> dict:
     """The build options of ``load`` as a canonical dict (empty ones left out).
     ``with_cuda=True`` builds with CUDA (include paths, arch list, CUDA libraries) even
-    without a CUDA source, as torch's ``cpp_extension.load(with_cuda=True)`` does."""
+    without a CUDA source, as torch's ``cpp_extension.load(with_cuda=True)`` does;
+    ``with_cuda=False`` builds an op folder without its CUDA sources (a CPU-only build,
+    another key)."""
     opts = {}
-    if with_cuda:
-        opts["with_cuda"] = True
+    if with_cuda is not None:
+        opts["with_cuda"] = bool(with_cuda)
     if extra_cflags:
         opts["extra_cflags"] = list(extra_cflags)
     if extra_cuda_cflags:
@@ -70,12 +75,25 @@ def options(extra_cflags=(), extra_cuda_cflags=(), extra_ldflags=(), extra_inclu
     return opts
 
 
+def cpu_only_reason(opts: dict, folder: bool = True) -> str | None:
+    """Why a build leaves its CUDA sources out by request, else None: ``load(...,
+    with_cuda=False)``, or for an op folder loaded without ``with_cuda``,
+    ``JIT_LOADER_CUDA=0``. One text for both, so that both name one build."""
+    off = opts.get("with_cuda") is False or (
+        folder and "with_cuda" not in opts
+        and os.environ.get(CUDA_ENV, "").strip().lower() in ("0", "false", "no", "off"))
+    return f"a CPU-only build was asked for (with_cuda=False or {CUDA_ENV}=0)" if off else None
+
+
 def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
-           cuda_only: Callable[[Path], bool] | None = None, abi: str = abis.ATEN) -> dict:
-    """Everything besides file contents that decides what the build produces."""
+           cuda_only: Callable[[Path], bool] | None = None, abi: str = abis.ATEN,
+           folder: bool = True) -> dict:
+    """Everything besides file contents that decides what the build produces (``folder``:
+    the sources are an op folder's, not a list given to ``load``)."""
     cuda_only = cuda_only or (lambda p: sources.is_cuda_source(p, name))
+    cpu_only = cpu_only_reason(opts, folder)
     has_cuda_sources = opts.get("with_cuda", False) or any(cuda_only(p) for p in all_sources)
-    no_cuda = toolchain.why_no_cuda() if has_cuda_sources else None
+    no_cuda = (cpu_only or toolchain.why_no_cuda()) if has_cuda_sources else None
     with_cuda = has_cuda_sources and no_cuda is None
     home = toolchain.cuda_home() if with_cuda else None
     cuda_includes = ([f"-isystem {shlex.quote(d)}" for d in toolchain.pip_cuda_includes(home)]
@@ -100,6 +118,8 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
         "include_dirs": [str(p) for p in sources.include_dirs(op_dir, opts)],
         "no_cuda_reason": no_cuda,
     }
+    if cpu_only and has_cuda_sources:
+        cfg["cpu_only"] = True  # asked for: its own key, even where a CUDA build is possible
     return stable_config(cfg) if abi == abis.STABLE else cfg
 
 
@@ -197,7 +217,7 @@ def _inputs(name, op_dir, opts, source_list):
             f"op {name!r}: no C++/CUDA source ({', '.join(sources.SOURCE_SUFFIXES)}) in {op_dir}")
     dirs = sources.include_dirs(op_dir, opts)
     abi = abis.folder_abi(name, all_sources, dirs)
-    cfg = config(name, op_dir, opts, all_sources, cuda_only, abi)
+    cfg = config(name, op_dir, opts, all_sources, cuda_only, abi, folder=source_list is None)
     compiled = [p for p in all_sources if cfg["with_cuda"] or not cuda_only(p)]
     headers = sources.local_headers(all_sources, dirs)
     hashed = {p: sources.sha256(p) for p in set(compiled) | set(headers)}

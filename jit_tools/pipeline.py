@@ -87,9 +87,11 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
         state.ext_module = surface.import_extension(so, state.name, key)
     no_cuda = manifest["config"].get("no_cuda_reason")
     if no_cuda and namespaces:
+        fix = ("load it without with_cuda=False (and JIT_LOADER_CUDA unset) to build them"
+               if manifest["config"].get("cpu_only") else "reload after fixing that to get them")
         state.loader_libs += registry.missing_cuda_kernels(
-            namespaces, f"op {state.name!r} was built for CPU only because {no_cuda}. "
-                        "Reload after fixing that to get the CUDA kernels.")
+            namespaces, f"op {state.name!r} was built without its CUDA sources because "
+                        f"{no_cuda}; {fix}.")
 
 
 def _free_for_new_schemas(state: OpState, refusal: JitLoaderError, qualnames: list[str]) -> None:
@@ -201,7 +203,7 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
         seconds=time.perf_counter() - started, log_path=log_path,
         with_cuda=config["with_cuda"], cuda_arch=config["cuda_arch"],
         no_cuda_reason=config.get("no_cuda_reason"), origin=origin)
-    if config.get("no_cuda_reason") and compiled:
+    if config.get("no_cuda_reason") and compiled and not config.get("cpu_only"):
         logger.warning("built %r for CPU only: %s", state.name, config["no_cuda_reason"])
     return True
 

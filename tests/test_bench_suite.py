@@ -405,3 +405,25 @@ def test_load_warning(monkeypatch):
     assert "load average 4.0 on 2 cores" in benchutil.load_warning()
     monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))
     assert benchutil.load_warning() is None
+
+
+def test_jit_loader_bench_times_an_op_against_its_baselines_with_the_suites_protocol():
+    """jit_loader.bench (installed, jit_tools/tools/bench.py): every implementation checked,
+    then timed interleaved; a row per implementation, ratio = baseline time / ours."""
+    import jit_loader
+
+    x = torch.randn(4096)
+    eager = lambda t: 1 / (1 + torch.exp(-t))  # noqa: E731
+    result = jit_loader.bench(torch.sigmoid, x, baselines={"eager": eager}, bytes=2 * 4 * 4096,
+                              reps=20, compile=False)
+    rows = result.rows()
+    assert [r["impl"] for r in rows] == ["ours", "eager"]
+    assert all(r["median us"] > 0 and r["GB/s"] > 0 for r in rows)
+    assert rows[0]["ratio"] is None
+    assert rows[1]["ratio"] == pytest.approx(result.timings["eager"].median / result.timings["ours"].median)
+    assert result.timings["ours"].reps == 20 and "| ours" in str(result)
+    backward = jit_loader.bench(torch.sigmoid, x, baselines={"eager": eager}, backward=True, reps=5,
+                                compile=False)
+    assert set(backward.ratios) == {"eager"}
+    with pytest.raises(AssertionError, match="bench: ours disagrees with tanh, so nothing was timed"):
+        jit_loader.bench(torch.sigmoid, x, baselines={"tanh": torch.tanh}, compile=False)

@@ -195,3 +195,19 @@ def test_ops_under_each_cpu_capability(probe, capability):
     result = run_python(CHECK_UNDER_CAPABILITY, capability, PROBE, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"ok {capability}" in result.stdout
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_block_and_warp_reductions(probe, dtype):
+    """common/reduce.cuh: one block of 256 threads per row, row lengths below, at and past a
+    warp and a block; a NaN wins the maximum, as in torch."""
+    for cols in (1, 31, 32, 33, 255, 256, 257, 1000, 100_003):
+        x = torch.randn(7, cols, dtype=dtype, device="cuda")
+        x[3, cols // 2] = float("nan")
+        sums, maxima, warp_sums = probe.row_reductions(x)
+        tol = dict(rtol=1e-5, atol=1e-5 * cols ** 0.5) if dtype == torch.float32 else {}
+        torch.testing.assert_close(sums, x.sum(1), equal_nan=True, **tol)
+        torch.testing.assert_close(maxima, x.amax(1), equal_nan=True)
+        torch.testing.assert_close(warp_sums, x[:, :32].sum(1), equal_nan=True, **tol)
+        assert maxima[3].isnan() and not maxima[[0, 1, 2, 4, 5, 6]].isnan().any()

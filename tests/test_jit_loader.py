@@ -342,6 +342,40 @@ def test_without_nvcc_builds_cpu_only_and_cuda_calls_explain(tmp_path):
     assert "CUDA_HOME" in out["cuda_error"]
 
 
+CPU_ONLY = """
+    import json, os, torch, jit_loader
+    op = jit_loader.load({path!r}, **({{}} if os.environ.get("JIT_LOADER_CUDA") else {{"with_cuda": False}}))
+    out = {{"cpu": torch.ops.toy_cuda.offset(torch.zeros(2)).tolist(), "compiled": op.build.compiled,
+           "key": op.build.key, "with_cuda": op.build.with_cuda,
+           "cuda_key": jit_loader.op_key({path!r}, with_cuda=None)[0]}}
+    keyset = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+    try:
+        torch.ops.toy_cuda.offset.default.redispatch(keyset, torch.zeros(2))
+    except Exception as e:
+        out["cuda_error"] = str(e)
+    print(json.dumps(out))
+"""
+
+
+def test_with_cuda_false_builds_an_op_folder_without_its_cuda_sources(tmp_path):
+    """load(folder, with_cuda=False), or JIT_LOADER_CUDA=0: no .cu compiles (a CPU edit loop
+    that never waits for nvcc), under a key of its own; CUDA calls say why they can't run."""
+    op_dir = copy_op("toy_cuda", tmp_path)
+    cache = tmp_path / "cache"
+    first = json_result(run_python(CPU_ONLY.format(path=str(op_dir)), env=private_env(cache)))
+    assert first["cpu"] == [1.0, 1.0] and first["compiled"] and first["with_cuda"] is False
+    assert first["key"] != first["cuda_key"]
+    assert "toy_cuda_kernel" not in ninja_log(cache, "toy_cuda")  # nvcc never ran
+    assert first["cuda_error"] == (
+        "toy_cuda::offset has no CUDA kernel: op 'toy_cuda' was built without its CUDA sources "
+        "because a CPU-only build was asked for (with_cuda=False or JIT_LOADER_CUDA=0); load it "
+        "without with_cuda=False (and JIT_LOADER_CUDA unset) to build them.")
+    again = json_result(run_python(CPU_ONLY.format(path=str(op_dir)),
+                                   env=private_env(cache, JIT_LOADER_CUDA="0")))
+    assert again["key"] == first["key"] and not again["compiled"]  # the same build, from the cache
+    assert again["cuda_error"] == first["cuda_error"]
+
+
 # --------------------------------------------------------------------------------------
 # Bad input: each gives one clear error naming the thing and what to do.
 # --------------------------------------------------------------------------------------

@@ -431,3 +431,44 @@ def test_prebuilt_read_only_first_layer(tmp_path):
     assert r["compiled"] is True and r["y"] == [6.0] * 3
     assert _tree(prebuilt) == before
     assert list((local / "toy_op" / "builds").glob("*/toy_op.so"))
+
+
+SHARED_HEADER = {
+    "semi.h": "#pragma once\ninline float semi_scale(float x) {\n  float y;\n  y = x * 2.0f\n  return y;\n}\n",
+    "semi.cpp": ('#include <torch/csrc/stable/library.h>\n#include <torch/csrc/stable/tensor.h>\n'
+                 '#include "semi.h"\nusing torch::stable::Tensor;\n'
+                 "Tensor ident(const Tensor& x) { return x; }\n"
+                 'STABLE_TORCH_LIBRARY(semi, m) { m.def("ident(Tensor x) -> Tensor"); }\n'
+                 'STABLE_TORCH_LIBRARY_IMPL(semi, CPU, m) { m.impl("ident", TORCH_BOX(&ident)); }\n'),
+    "semi_cuda.cu": ('#include <cuda_runtime.h>\n#include "semi.h"\n'
+                     "__global__ void twice(float* y) { y[0] = semi_scale(y[0]); }\n"),
+}
+
+
+@pytest.mark.skipif(toolchain.why_no_cuda() is not None, reason="CUDA sources are not built here")
+def test_an_error_in_a_shared_header_is_reported_at_the_exact_line(tmp_path):
+    """g++ and nvcc both compile a header that .cpp and .cu units share; nvcc's front end
+    puts a missing ';' on the next line. The first line names the line of the mistake,
+    whichever compiler Ninja heard first."""
+    op_dir = tmp_path / "semi"
+    op_dir.mkdir()
+    for name, text in SHARED_HEADER.items():
+        (op_dir / name).write_text(text)
+    message = json_result(run_python(BROKEN_BUILD.format(path=str(op_dir)), cache=tmp_path / "cache"))
+    assert message.splitlines()[0] == f"{op_dir / 'semi.h'}:4: expected ‘;’ before ‘return’", message
+    assert f"{op_dir / 'semi.h'}(5): error: expected a \";\"" in message  # nvcc's, in the tail
+
+
+def test_the_earliest_line_of_the_first_file_wins_whichever_compiler_came_first(tmp_path):
+    """The log order of the real build above is a race: here nvcc's report comes first."""
+    from jit_tools.builder import ninja
+
+    header = tmp_path / "semi.h"
+    log = (f"FAILED: [code=2] semi_cuda.cuda.o\n{header}(5): error: expected a \";\"\n"
+           f"FAILED: [code=1] semi.o\nIn file included from {tmp_path}/semi.cpp:3:\n"
+           f"{header}:4:15: error: expected ‘;’ before ‘return’\n"
+           f"{tmp_path}/other.h:2:1: error: an error in another file, later\n")
+    assert ninja.first_error(log, [tmp_path]) == (str(header), 4, "expected ‘;’ before ‘return’")
+    outside = "/usr/include/x.h:1:1: error: not the user's\n"
+    assert ninja.first_error(outside + log, [tmp_path])[1] == 4
+    assert ninja.first_error(outside, [tmp_path]) == ("/usr/include/x.h", 1, "not the user's")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -144,11 +145,23 @@ def test_nvcc_flags_nvrtc_cannot_take_are_refused(tmp_path):
                               cache_dir=tmp_path, include_dirs=[], nvcc_flags=["--weird-flag"])
 
 
+# Every kernel of every scaffold kind, one instantiation each (the .cu is the same for both ABIs).
+SCAFFOLD_KERNELS = {
+    "elementwise": ["forward_kernel<float>", "backward_kernel<ops_common::half_t>"],
+    "rowwise": ["forward_kernel<float>", "backward_x_kernel<ops_common::bfloat16_t>",
+                "weight_partials_kernel<double>", "sum_partials_kernel<ops_common::half_t>"],
+}
+
+
 @needs_cuda_build
-def test_a_scaffolded_op_compiles_through_nvrtc(tmp_path):
-    plan = scaffold.create("probe_rtc", tmp_path, cuda=True)
+@pytest.mark.parametrize("kind", list(SCAFFOLD_KERNELS))
+def test_a_scaffolded_op_compiles_through_nvrtc(tmp_path, kind):
+    """Every op the scaffold makes swaps a kernel edit: its kernels compile with NVRTC."""
+    plan = scaffold.create("probe_rtc", tmp_path, cuda=True, kind=kind,
+                           schema="probe_rtc(Tensor x, Tensor w, float a) -> Tensor"
+                           if kind == "elementwise" else None)
     cu = plan.op_dir / "probe_rtc_cuda.cu"
-    names = ["probe_rtc_op::forward_kernel<float>", "probe_rtc_op::backward_kernel<ops_common::half_t>"]
+    names = [f"probe_rtc_op::{k}" for k in SCAFFOLD_KERNELS[kind]]
     kernels = nvrtc.compile_for_op("probe_rtc", plan.op_dir, cu, names, arch=ARCH,
                                    cache_dir=tmp_path / "c")
     assert set(kernels.lowered) == set(names)
@@ -219,3 +232,84 @@ def test_without_a_temporary_folder_nvrtc_compiles_without_the_header(tmp_path, 
     monkeypatch.setattr(nvrtc.tempfile, "mkdtemp", no_folder)
     kernels = _probe_compile(tmp_path, tmp_path / "c")
     assert kernels.image[:4] == b"\x7fELF" and not nvrtc._PCH_ROOT
+
+
+def _std_lite_math() -> tuple[list[str], list[str], list[str]]:
+    """The unary, binary and other math names ops/common/std_lite.h gives NVRTC."""
+    text = (sources.OPS_DIR / "common" / "std_lite.h").read_text()
+    unary = re.findall(r"^OPS_STD_LITE_UNARY\((\w+)\)", text, re.M)
+    binary = re.findall(r"^OPS_STD_LITE_BINARY\((\w+)\)", text, re.M)
+    other = sorted(set(re.findall(r"^__device__ (?:inline|constexpr) [\w&\s]*? (\w+)\(", text, re.M))
+                   - set(unary) - set(binary))
+    return unary, binary, other
+
+
+def _math_probe() -> str:
+    """Device-and-host code calling every math name of std_lite.h, as an op's math header
+    would: std::NAME on float and double, and ops_common::rsqrt."""
+    unary, binary, other = _std_lite_math()
+    calls = [f"std::{n}(x)" for n in unary] + [f"std::{n}(x, y)" for n in binary]
+    special = {"abs": ["std::abs(x)", "T(std::abs(-3))"], "fma": ["std::fma(x, y, x)"],
+               "pow": ["T(std::pow(x, 2))"],  # a float and an int: computed in double
+               "min": ["std::min(x, y)", "T(std::min(3, 4))"], "max": ["std::max(x, y)"]}
+    for name in other:
+        calls += special.get(name, [f"T(std::{name}(x))"])
+    calls.append("ops_common::rsqrt(x)")
+    body = " +\n         ".join(calls)
+    return ('#include "common/std_lite.h"\n'
+            "template <typename T>\n"
+            f"OPS_HOST_DEVICE T all_math(T x, T y) {{\n  return {body};\n}}\n"
+            "#if defined(__CUDACC__)\n"
+            "template <typename T>\n"
+            "__global__ void math_kernel(const T* x, T* y) { y[0] = all_math(x[0], x[1]); }\n"
+            "#else\n"
+            "template float all_math<float>(float, float);\n"
+            "template double all_math<double>(double, double);\n"
+            "#endif\n")
+
+
+def test_std_lite_gives_nvrtc_the_math_an_op_reaches_for(tmp_path):
+    """A math header may use std::sqrt, log1p, erf, pow, fma, min/max, the hyperbolics...:
+    under NVRTC (a kernel swap) they come from std_lite.h, and the same text builds as host
+    code with the standard headers."""
+    unary, binary, other = _std_lite_math()
+    for name in ("sqrt", "log1p", "expm1", "erf", "exp", "log", "sinh", "cosh", "tanh", "asinh",
+                 "acosh", "atanh"):
+        assert name in unary, name
+    assert {"pow", "fmin", "fmax"} <= set(binary) and {"fma", "min", "max", "abs"} <= set(other)
+    probe = tmp_path / "math_probe.cu"
+    probe.write_text(_math_probe())
+    if nvrtc.why_unavailable():
+        pytest.skip(nvrtc.why_unavailable())
+    names = ["math_kernel<float>", "math_kernel<double>"]
+    kernels = nvrtc.compile_kernels(probe, names, arch=ARCH, cache_dir=tmp_path / "c",
+                                    include_dirs=[sources.OPS_DIR])
+    assert set(kernels.lowered) == set(names) and kernels.image[:4] == b"\x7fELF"
+    host = tmp_path / "math_probe.cpp"
+    host.write_text(probe.read_text())
+    compiled = subprocess.run([jit_loader.cxx_compiler(), "-std=c++17", "-fsyntax-only",
+                               f"-I{sources.OPS_DIR}", str(host)], capture_output=True, text=True,
+                              timeout=120)
+    assert compiled.returncode == 0, compiled.stderr
+
+
+REDUCE_PROBE = """#include "common/reduce.cuh"
+template <typename T>
+__global__ void reduce_kernel(const T* x, T* y) {
+  const T v = x[threadIdx.x];
+  y[0] = ops_common::block_sum(v) + ops_common::block_reduce(v, ops_common::Max{}, T(-1)) +
+         ops_common::block_reduce(v, ops_common::Min{}, T(1)) + ops_common::warp_sum(v);
+}
+"""
+
+
+def test_the_reduction_helpers_compile_through_nvrtc(tmp_path):
+    """common/reduce.cuh needs no header NVRTC lacks: a kernel using it swaps."""
+    if nvrtc.why_unavailable():
+        pytest.skip(nvrtc.why_unavailable())
+    probe = tmp_path / "reduce_probe.cu"
+    probe.write_text(REDUCE_PROBE)
+    names = ["reduce_kernel<float>", "reduce_kernel<double>"]
+    kernels = nvrtc.compile_kernels(probe, names, arch=ARCH, cache_dir=tmp_path / "c",
+                                    include_dirs=[sources.OPS_DIR])
+    assert set(kernels.lowered) == set(names)

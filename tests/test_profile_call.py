@@ -54,3 +54,23 @@ def test_lltm_ladder_in_single_calls(tmp_path):
     for pass_ in ("forward", "forward+backward"):
         got = [r for r in rows if r["pass"] == pass_]
         assert min(got, key=lambda r: r["median call us"])["entered at"] == profile_call.TIMER_RUNG
+
+
+def test_any_op_with_a_reference_takes_its_call_from_check_cases(tmp_path):
+    """An op with no case written here (gelu) is profiled on its reference.py's first check
+    case: its surface function, the dispatcher op that calls, the reference as the twin."""
+    case = profile_call.cases("gelu", "cpu")
+    assert case.surface_name == "gelu" and case.overload is torch.ops.gelu.forward.default
+    assert case.twin == "reference (eager)"
+    path = tmp_path / "profile.json"
+    threads = torch.get_num_threads()
+    try:
+        assert profile_call.main(["--ops", "gelu", "--calls", "40", "--batch", "5", "--cold",
+                                  "--json", str(path)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    rows = json.loads(path.read_text())["tables"]["ladder"]
+    for pass_ in ("forward", "forward+backward"):
+        names = [r["entered at"] for r in rows if r["pass"] == pass_]
+        assert "+ handle: op.gelu(...)" in names and "reference (eager)" in names
+        assert "+ torch.ops lookups: torch.ops.gelu.forward(*args)" in names

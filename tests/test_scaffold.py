@@ -1,12 +1,15 @@
 """``python -m jit_loader new``: the op folder it writes builds, and the tests it writes
-pass unchanged, for a stable-ABI CPU op and CUDA op (the default), an ATen op
-(``--aten``) and an ATen op from a schema; it never overwrites and rejects bad names.
+pass unchanged, for both kinds (elementwise, any schema; rowwise) on both ABIs (stable, the
+default, and ``--aten``); a bad argument reads the same on both; the rowwise op becomes
+RMSNorm exactly with two edits; on a GPU every scaffolded op swaps a kernel edit; it never
+overwrites and rejects bad names, kinds and schemas.
 
 The generated ops are built and tested as a user would: ``python -m jit_loader new`` and
 ``build`` in subprocesses, then pytest on the generated test file in a subprocess from
 outside the repository (so neither the repository's conftest nor its pytest settings
-help). Each op is built once per run; the CUDA op's CUDA tests skip without a GPU and
-must run where one is visible (the ``cuda``-marked test checks that they did).
+help). Each op is built once per run (five, four of them with CUDA sources, which compile
+wherever nvcc is); their CUDA tests skip without a GPU and must run where one is visible
+(the ``cuda``-marked tests check that they did).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch
 
 import jit_loader
 from jit_tools.tools import cli, scaffold
-from subproc import run_interpreter
+from subproc import json_result, run_interpreter, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
@@ -55,12 +58,15 @@ def _aten_headers(path: Path) -> list[str]:
 
 
 def _scaffold_build_and_test(base: Path, name: str, cuda: bool, dir_arg: Path,
-                             test_file: Path, *new_args: str) -> SimpleNamespace:
-    """new, build, then pytest on the generated test file, each in a subprocess."""
+                             test_file: Path, *new_args: str, build_it: bool = True) -> SimpleNamespace:
+    """new, build, then pytest on the generated test file, each in a subprocess
+    (``build_it`` False: new alone)."""
     new = _run(["-m", "jit_loader", "new", name, "--dir", dir_arg, *(["--cuda"] if cuda else []),
                 *new_args], cwd=base, timeout=120)
     assert new.returncode == 0, new.stdout + new.stderr
     op_dir = dir_arg / name
+    if not build_it:
+        return SimpleNamespace(op_dir=op_dir, new=new, test_file=test_file)
     build = _run(["-m", "jit_loader", "build", op_dir], cwd=base, timeout=1200)
     assert build.returncode == 0, build.stdout + build.stderr
     assert f"  {os.path.join('.', test_file.relative_to(base))}\n" in new.stdout, new.stdout
@@ -78,151 +84,254 @@ def _scaffold_build_and_test(base: Path, name: str, cuda: bool, dir_arg: Path,
 
 @pytest.fixture(scope="module")
 def cpu_op(tmp_path_factory):
-    """A stable-ABI CPU op (the default) scaffolded into a project laid out like this
-    repository (ops/ and tests/ side by side): its test file goes to tests/."""
+    """The default op (elementwise, stable ABI, CPU only) scaffolded into a project laid out
+    like this repository (ops/, tests/ and experiments/ side by side): its test file goes to
+    tests/, its benchmark to experiments/."""
     base = tmp_path_factory.mktemp("cpu_project")
     (base / "tests").mkdir()
+    (base / "experiments").mkdir()
     return _scaffold_build_and_test(base, "scaffold_cpu_op", False, base / "ops",
                                     base / "tests" / "test_scaffold_cpu_op.py")
 
 
-@pytest.fixture(scope="module")
-def cuda_op(tmp_path_factory):
-    """A stable-ABI CUDA op scaffolded into a folder of no project: its test file and a
+SCHEMA = "{name}(Tensor x, Tensor weight, float eps=1e-06, int k=2, bool flag=true) -> Tensor"
+
+
+def _anywhere(tmp_path_factory, name: str, *new_args: str) -> SimpleNamespace:
+    """A CUDA op scaffolded into a folder of no project: its test file, benchmark and a
     conftest registering the cuda marker go into the op folder."""
-    base = tmp_path_factory.mktemp("cuda_anywhere")
-    op_dir = base / "my" / "ops_here" / "scaffold_cuda_op"
-    return _scaffold_build_and_test(base, "scaffold_cuda_op", True, op_dir.parent,
-                                    op_dir / "test_scaffold_cuda_op.py")
+    base = tmp_path_factory.mktemp(name)
+    op_dir = base / "my" / "ops_here" / name
+    return _scaffold_build_and_test(base, name, True, op_dir.parent, op_dir / f"test_{name}.py",
+                                    *new_args)
+
+
+@pytest.fixture(scope="module")
+def schema_op(tmp_path_factory):
+    """An elementwise op from a schema of every argument kind, stable ABI, with CUDA."""
+    name = "scaffold_schema_op"
+    return _anywhere(tmp_path_factory, name, "--schema", SCHEMA.format(name=name))
+
+
+@pytest.fixture(scope="module")
+def schema_aten_op(tmp_path_factory):
+    """The same schema with its host side on ATen."""
+    name = "scaffold_schema_aten"
+    return _anywhere(tmp_path_factory, name, "--aten", "--schema", SCHEMA.format(name=name))
+
+
+@pytest.fixture(scope="module")
+def rowwise_op(tmp_path_factory):
+    return _anywhere(tmp_path_factory, "scaffold_rowwise", "--kind", "rowwise")
+
+
+@pytest.fixture(scope="module")
+def rowwise_aten_op(tmp_path_factory):
+    return _anywhere(tmp_path_factory, "scaffold_rowwise_aten", "--kind", "rowwise", "--aten")
+
+
+def _passed(made: SimpleNamespace, at_least: int) -> None:
+    assert made.tests.returncode == 0, made.output
+    assert made.failed == 0 and made.passed >= at_least, made.output
+    if jit_loader.why_no_cuda() is None and (made.op_dir / f"{made.op_dir.name}_cuda.cu").exists():
+        assert "CUDA arch" in made.build.stdout, made.build.stdout  # the CUDA part compiled
+    if not HAS_CUDA and (made.op_dir / f"{made.op_dir.name}_cuda.cu").exists():
+        assert made.skipped > 0 and "no CUDA GPU visible" in made.output
+
+
+def _anatomy(op_dir: Path, stable: bool) -> None:
+    """The op anatomy: the math reaches the CPU loops and the kernels only; the .cu is
+    torch-free and launches through ops_common::launch, host code under the NVRTC guard;
+    a stable op includes no ATen header."""
+    name = op_dir.name
+    math = op_dir / f"{name}.h"
+    assert all(not h.startswith(("ATen", "torch", "c10")) for h in _includes(math)), _includes(math)
+    assert f"{name}.h" in _includes(op_dir / f"{name}_cpu.cpp")
+    for glue in (f"{name}.cpp", f"{name}_host.h", f"{name}_cpu.h", f"{name}_checks.h"):
+        assert f"{name}.h" not in _includes(op_dir / glue), glue
+    cu = op_dir / f"{name}_cuda.cu"
+    if cu.exists():
+        text = cu.read_text()
+        assert not [h for h in _includes(cu) if h.startswith(("ATen", "torch", "c10"))]
+        assert "return ops_common::launch(forward_kernel<T>," in text and "<<<" not in text
+        assert "#if !defined(__CUDACC_RTC__)" in text
+    if stable:
+        for host in op_dir.glob("*.cpp"):
+            assert not _aten_headers(host), host
 
 
 def test_cpu_op_builds_and_its_tests_pass(cpu_op):
     names = sorted(p.name for p in cpu_op.op_dir.iterdir())
     assert names == ["__init__.py", "reference.py", "scaffold_cpu_op.cpp", "scaffold_cpu_op.h",
-                     "scaffold_cpu_op.py", "scaffold_cpu_op_cpu.cpp", "scaffold_cpu_op_cpu.h",
-                     "scaffold_cpu_op_host.h"]
-    assert (cpu_op.op_dir.parent.parent / "tests" / "test_scaffold_cpu_op.py").is_file()
-    math = (cpu_op.op_dir / "scaffold_cpu_op.h").read_text()
-    assert re.findall(r'#include [<"]([^>"]+)[>"]', math) == ["common/host_device.h"]  # torch-free
-    for host in ("scaffold_cpu_op.cpp", "scaffold_cpu_op_cpu.cpp", "scaffold_cpu_op_host.h"):
-        assert not _aten_headers(cpu_op.op_dir / host), host  # stable ABI: no ATen header
-    # The math reaches the CPU loops and the kernels only, never the host glue.
-    assert "scaffold_cpu_op.h" in _includes(cpu_op.op_dir / "scaffold_cpu_op_cpu.cpp")
-    for glue in ("scaffold_cpu_op.cpp", "scaffold_cpu_op_host.h", "scaffold_cpu_op_cpu.h"):
-        assert "scaffold_cpu_op.h" not in _includes(cpu_op.op_dir / glue), glue
+                     "scaffold_cpu_op.py", "scaffold_cpu_op_checks.h", "scaffold_cpu_op_cpu.cpp",
+                     "scaffold_cpu_op_cpu.h", "scaffold_cpu_op_host.h"]
+    base = cpu_op.op_dir.parent.parent
+    assert (base / "tests" / "test_scaffold_cpu_op.py").is_file()
+    assert (base / "experiments" / "bench_scaffold_cpu_op.py").is_file()
+    _anatomy(cpu_op.op_dir, stable=True)
     cpp = (cpu_op.op_dir / "scaffold_cpu_op.cpp").read_text()
     assert "STABLE_TORCH_LIBRARY(scaffold_cpu_op, m) {" in cpp
+    assert 'm.def("forward(Tensor x) -> Tensor");' in cpp
     assert 'm.impl("forward", TORCH_BOX(&forward_cpu));' in cpp
-    assert "OPS_DISPATCH_FLOATING(xc.scalar_type()" in cpp  # the headeronly dispatch
-    host = (cpu_op.op_dir / "scaffold_cpu_op_host.h").read_text()
-    assert 'OP_CHECK_FLOATING("scaffold_cpu_op.forward", "x", x);' in host
-    assert ('STD_TORCH_CHECK(grad.sizes().equals(x.sizes()), '
-            '"scaffold_cpu_op.backward: grad has shape "') in host
-    assert "ok      scaffold_cpu_op  built in" in cpu_op.build.stdout
-    assert cpu_op.tests.returncode == 0, cpu_op.output
-    assert cpu_op.failed == 0 and cpu_op.passed >= 60, cpu_op.output
+    assert "OPS_DISPATCH_FLOATING(x_c.scalar_type()" in cpp  # the headeronly dispatch
+    rules = (cpu_op.op_dir / "scaffold_cpu_op_checks.h").read_text()
+    assert "#define SCAFFOLD_CPU_OP_FORWARD_RULES(RULE) \\\n  RULE(floating, x)\n" in rules
+    assert "SCAFFOLD_CPU_OP_FORWARD_RULES(OPS_CHECK_RULE)" in (cpu_op.op_dir / "scaffold_cpu_op_host.h").read_text()
+    assert 'RULES = jit_loader.op_rules(__file__)' in (cpu_op.op_dir / "scaffold_cpu_op.py").read_text()
+    assert re.match(r"ok      scaffold_cpu_op  (built in|up to date)", cpu_op.build.stdout), cpu_op.build.stdout
+    _passed(cpu_op, 40)
     assert cpu_op.skipped == 0, cpu_op.output  # a CPU-only op has no CUDA cases to skip
 
 
-def test_cuda_op_builds_and_its_tests_pass(cuda_op):
-    names = sorted(p.name for p in cuda_op.op_dir.iterdir() if p.name != "__pycache__")
-    assert names == ["__init__.py", "conftest.py", "reference.py", "scaffold_cuda_op.cpp",
-                     "scaffold_cuda_op.h", "scaffold_cuda_op.py", "scaffold_cuda_op_cpu.cpp",
-                     "scaffold_cuda_op_cpu.h", "scaffold_cuda_op_cuda.cpp",
-                     "scaffold_cuda_op_cuda.cu", "scaffold_cuda_op_cuda.h", "scaffold_cuda_op_host.h",
-                     "test_scaffold_cuda_op.py"]
-    cu = (cuda_op.op_dir / "scaffold_cuda_op_cuda.cu").read_text()
-    includes = re.findall(r'#include [<"]([^>"]+)[>"]', cu)
-    assert not [h for h in includes if h.startswith(("ATen", "torch", "c10"))], includes
-    assert "return ops_common::launch(forward_kernel<T>," in cu and "<<<" not in cu
-    host = cuda_op.op_dir / "scaffold_cuda_op_cuda.cpp"
-    assert not _aten_headers(host) and "common/stable_cuda_host.h" in _includes(host)
-    host_text = host.read_text()
-    assert "STABLE_TORCH_LIBRARY_IMPL(scaffold_cuda_op, CUDA, m) {" in host_text
-    assert "const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());" in host_text
-    assert "ops_common::current_stream(xc)" in host_text
-    if jit_loader.why_no_cuda() is None:
-        assert "CUDA arch" in cuda_op.build.stdout, cuda_op.build.stdout  # the CUDA part compiled
-    assert cuda_op.tests.returncode == 0, cuda_op.output
-    assert cuda_op.failed == 0 and cuda_op.passed >= 60, cuda_op.output
-    if not HAS_CUDA:
-        assert cuda_op.skipped > 0, cuda_op.output
-        assert "no CUDA GPU visible" in cuda_op.output
+SUITE_CASES = """
+    import importlib.util, json, sys
+    spec = importlib.util.spec_from_file_location("bench_op", sys.argv[1])
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cases = bench.suite_cases("cpu", "tiny")
+    fns = cases[0].build()
+    print(json.dumps({"cases": [c.label for c in cases], "impls": sorted(fns),
+                      "ran": all(fn() is not None for fn in fns.values())}))
+"""
 
 
-@pytest.fixture(scope="module")
-def aten_op(tmp_path_factory):
-    """The same op with its host side on ATen (--aten)."""
-    base = tmp_path_factory.mktemp("aten_project")
-    (base / "tests").mkdir()
-    return _scaffold_build_and_test(base, "scaffold_aten_op", False, base / "ops",
-                                    base / "tests" / "test_scaffold_aten_op.py", "--aten")
+def test_the_generated_benchmark_times_the_op_and_joins_the_suite(cpu_op):
+    """bench_<op>.py: the op against its reference (eager; compiled on a GPU) with
+    jit_loader.bench, and the same cases for the repository's suite."""
+    bench = cpu_op.op_dir.parent.parent / "experiments" / "bench_scaffold_cpu_op.py"
+    run = _run([bench, "--device", "cpu", "--quick"], cwd=bench.parent, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("## scaffold_cpu_op ") == 4  # two sizes, forward and forward+backward
+    assert "| ours " in run.stdout and "| eager " in run.stdout
+    out = json_result(run_python(SUITE_CASES, bench, env=_env()))
+    assert out == {"cases": ["scaffold_cpu_op forward 64x32 float32"], "impls": ["eager", "ours"],
+                   "ran": True}
 
 
-def test_aten_op_builds_and_its_tests_pass(aten_op):
-    names = sorted(p.name for p in aten_op.op_dir.iterdir())
-    assert names == ["__init__.py", "reference.py", "scaffold_aten_op.cpp", "scaffold_aten_op.h",
-                     "scaffold_aten_op.py", "scaffold_aten_op_cpu.cpp", "scaffold_aten_op_cpu.h",
-                     "scaffold_aten_op_host.h"]
-    assert "ATen/Parallel.h" in _includes(aten_op.op_dir / "scaffold_aten_op_cpu.cpp")
-    assert "scaffold_aten_op.h" not in _includes(aten_op.op_dir / "scaffold_aten_op.cpp")
-    cpp = aten_op.op_dir / "scaffold_aten_op.cpp"
-    assert {"ATen/ATen.h", "torch/library.h"} <= set(_includes(cpp))
-    assert "TORCH_LIBRARY(scaffold_aten_op, m) {" in cpp.read_text()
-    assert "STABLE_TORCH_LIBRARY" not in cpp.read_text()
-    assert "ok      scaffold_aten_op  built in" in aten_op.build.stdout
-    assert aten_op.tests.returncode == 0, aten_op.output
-    assert aten_op.failed == 0 and aten_op.passed >= 60 and aten_op.skipped == 0, aten_op.output
+def test_schema_op_follows_its_schema_on_both_abis(schema_op, schema_aten_op):
+    """--schema writes the op on either ABI (the stable one by default), every file
+    following the schema, and its tests pass as generated."""
+    for made, stable in ((schema_op, True), (schema_aten_op, False)):
+        name = made.op_dir.name
+        _anatomy(made.op_dir, stable)
+        cpp = (made.op_dir / f"{name}.cpp").read_text()
+        assert ('m.def("forward(Tensor x, Tensor weight, float eps=1e-06, int k=2, bool flag=True) '
+                '-> Tensor");') in cpp
+        assert ('m.def("backward(Tensor grad, Tensor x, Tensor weight, float eps, int k, bool flag) '
+                '-> (Tensor, Tensor)");') in cpp
+        assert ("\nSTABLE_TORCH_LIBRARY(" in cpp) == stable and ("\nTORCH_LIBRARY(" in cpp) != stable
+        rules = (made.op_dir / f"{name}_checks.h").read_text()
+        for rule in ("RULE(floating, x)", "RULE(same_device, weight, x)", "RULE(same_dtype, weight, x)",
+                     "RULE(same_shape, weight, x)"):
+            assert rule in rules
+        surface = (made.op_dir / f"{name}.py").read_text()
+        assert (f"def {name}(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06, k: int = 2, "
+                "flag: bool = True)") in surface
+        assert (f'jit_loader.register_autograd_op("{name}::forward", "{name}::backward", '
+                '["grad", "x", "weight", "eps", "k", "flag"],\n'
+                '                                gives=["x", "weight"], lib=LIB)') in surface
+        _passed(made, 40)
 
 
-def test_schema_needs_aten(tmp_path, capsys):
-    """The schema templates write an ATen op: without --aten, one line says to add it."""
-    assert _new("my_op", "--dir", str(tmp_path), "--schema", "my_op(Tensor x) -> Tensor") == 2
-    err = capsys.readouterr().err
-    assert err == ('new: --schema writes an ATen op; add --aten '
-                   '(python -m jit_loader new my_op --aten --schema "...")\n'), err
-    assert list(tmp_path.iterdir()) == []
+def test_rowwise_op_builds_and_its_tests_pass_on_both_abis(rowwise_op, rowwise_aten_op):
+    """--kind rowwise: an RMSNorm-shaped op (x, weight, eps), its kernels on the block
+    reduction of ops/common/reduce.cuh, correct and gradchecked as generated."""
+    for made, stable in ((rowwise_op, True), (rowwise_aten_op, False)):
+        name = made.op_dir.name
+        _anatomy(made.op_dir, stable)
+        assert "common/reduce.cuh" in _includes(made.op_dir / f"{name}_cuda.cu")
+        assert "block_sum(" in (made.op_dir / f"{name}_cuda.cu").read_text()
+        cpp = (made.op_dir / f"{name}.cpp").read_text()
+        assert 'm.def("forward(Tensor x, Tensor weight, float eps=1e-06) -> Tensor");' in cpp
+        rules = (made.op_dir / f"{name}_checks.h").read_text()
+        assert "RULE(size_as, weight, 0, x, -1)" in rules and "RULE(nonnegative, eps)" in rules
+        _passed(made, 40)
 
 
-RMSNORM_SCHEMA = "scaffold_rmsnorm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor"
+ERRORS = """
+    import json, sys, torch, jit_loader
+    from pathlib import Path
+    from jit_tools.tools import bad_inputs
+    out = {}
+    for folder in sys.argv[1:]:
+        op = jit_loader.load(folder)
+        name = op.name
+        reference = op.module.__name__  # the surface; the reference beside it
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("_r_" + name, Path(folder) / "reference.py")
+        ref = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(ref)
+        args = ref.example_inputs("cpu", torch.float32, (6, 4))
+        call = jit_loader.fast_op(getattr(torch.ops, name).forward.default)
+        names = [a.name for a in call._schema.arguments]
+        rules = jit_loader.op_rules(Path(folder) / (name + "_checks.h"))
+        texts = []
+        for case in (bad_inputs.from_rules(rules, "forward", name + ".forward", names, tuple(args))
+                     + bad_inputs.not_tensors(call, name + ".forward", tuple(args))):
+            try:
+                call(*case.args)
+                texts.append("no error")
+            except Exception as e:
+                texts.append(type(e).__name__ + ": " + str(e).replace(name, "OP"))
+        out[name] = texts
+    print(json.dumps(out))
+"""
 
 
-@pytest.fixture(scope="module")
-def schema_op(tmp_path_factory):
-    """An op scaffolded from an RMSNorm-shaped schema, with its CUDA part (compiled
-    wherever nvcc is, run where a GPU is)."""
-    base = tmp_path_factory.mktemp("schema_project")
-    return _scaffold_build_and_test(base, "scaffold_rmsnorm", True, base / "kernels",
-                                    base / "kernels" / "scaffold_rmsnorm" / "test_scaffold_rmsnorm.py",
-                                    "--aten", "--schema", RMSNORM_SCHEMA)
+def test_bad_arguments_read_the_same_on_both_abis(schema_op, schema_aten_op, rowwise_op,
+                                                   rowwise_aten_op):
+    """The same op on the stable ABI and on ATen: every bad argument, one line each, the
+    same words (the op's name aside)."""
+    folders = [str(m.op_dir) for m in (schema_op, schema_aten_op, rowwise_op, rowwise_aten_op)]
+    out = json_result(run_python(ERRORS, *folders, env=_env()))
+    schema_stable, schema_aten, rowwise_stable, rowwise_aten = out.values()
+    for stable, aten in ((schema_stable, schema_aten), (rowwise_stable, rowwise_aten)):
+        assert stable == aten and len(stable) >= 8
+        assert all("\n" not in t and t.split(": ", 1)[1].startswith("OP.forward: ") for t in stable), stable
+    assert "RuntimeError: OP.forward: weight.size(0) must be x.size(-1) = 4, got 5 (shape [5])" in rowwise_stable
+    assert "TypeError: OP.forward: x must be a Tensor, got None" in rowwise_stable
+    assert "TypeError: OP.forward: eps must be a float, got str 'three'" in schema_stable
 
 
-def test_schema_op_follows_its_schema_builds_and_its_tests_pass(schema_op):
-    op_dir = schema_op.op_dir
-    cpp = (op_dir / "scaffold_rmsnorm.cpp").read_text()
-    assert 'm.def("forward(Tensor x, Tensor weight, float eps=1e-06) -> Tensor");' in cpp
-    assert 'm.def("backward(Tensor grad, Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)");' in cpp
-    host = (op_dir / "scaffold_rmsnorm_host.h").read_text()
-    for check in ('OP_CHECK_FLOATING(op, "x", x);', 'OP_CHECK_SAME_DEVICE(op, "weight", weight, "x", x);',
-                  'OP_CHECK_SAME_DTYPE(op, "weight", weight, "x", x);'):
-        assert check in host
-    surface = (op_dir / "scaffold_rmsnorm.py").read_text()
-    assert "def scaffold_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06)" in surface
-    # The backward op's arguments, and one gradient per tensor (none for eps).
-    assert ('jit_loader.register_autograd_op("scaffold_rmsnorm::forward", "scaffold_rmsnorm::backward", '
-            '["grad", "x", "weight", "eps"],\n                                gives=["x", "weight"], lib=LIB)'
-            in surface)
-    assert "jit_loader.check_same_device(op, x=x, weight=weight)" in surface
-    cu = (op_dir / "scaffold_rmsnorm_cuda.cu").read_text()
-    assert not [h for h in re.findall(r'#include [<"]([^>"]+)[>"]', cu)
-                if h.startswith(("ATen", "torch", "c10"))]
-    if jit_loader.why_no_cuda() is None:
-        assert "CUDA arch" in schema_op.build.stdout, schema_op.build.stdout  # the .cu compiled
-    assert schema_op.tests.returncode == 0, schema_op.output
-    assert schema_op.failed == 0 and schema_op.passed >= 40, schema_op.output
-    for test in ("test_every_gradient_matches_reference", "test_rejects_mismatched_tensor",
-                 "test_fake_kernels_reject_meta_mixed_with_cpu", "test_opcheck", "test_gradcheck"):
-        assert test in (op_dir / "test_scaffold_rmsnorm.py").read_text()
+RMSNORM_MATH = ("  return T(1) / (sum / n + eps);", "  return ops_common::rsqrt(sum / n + eps);",
+                "  return -s * s / n;", "  return -s * s * s / (T(2) * n);")
+RMSNORM_REFERENCE = ("    s = 1 / (mean_square + eps)", "    s = torch.rsqrt(mean_square + eps)")
+
+RMSNORM_CHECK = """
+    import json, sys, torch, torch.nn.functional as F, jit_loader
+    op = jit_loader.load(sys.argv[1])
+    x = torch.randn(5, 7, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(16, dtype=torch.float64, requires_grad=True)
+    y = op.scaffold_rmsnorm(x, w, 1e-5)
+    want = F.rms_norm(x, (16,), w, 1e-5)
+    g = torch.randn_like(y)
+    got_grads = torch.autograd.grad(y, (x, w), g)
+    want_grads = torch.autograd.grad(want, (x, w), g)
+    print(json.dumps({"forward": torch.allclose(y, want, rtol=1e-10, atol=1e-12),
+                      "grads": all(torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+                                   for a, b in zip(got_grads, want_grads))}))
+"""
+
+
+def test_rowwise_op_is_rmsnorm_after_two_edits(tmp_path):
+    """RMSNorm exactly, from the rowwise scaffold: the statistic and its derivative in the
+    math header, the statistic in reference.py; the generated tests still pass, and the op
+    agrees with torch's F.rms_norm, forward and backward."""
+    made = _scaffold_build_and_test(tmp_path, "scaffold_rmsnorm", False, tmp_path / "kernels",
+                                    tmp_path / "kernels" / "scaffold_rmsnorm" / "test_scaffold_rmsnorm.py",
+                                    "--kind", "rowwise", build_it=False)
+    math, ref = made.op_dir / "scaffold_rmsnorm.h", made.op_dir / "reference.py"
+    text = math.read_text()
+    for old, new in zip(RMSNORM_MATH[::2], RMSNORM_MATH[1::2]):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    math.write_text(text)
+    assert RMSNORM_REFERENCE[0] in ref.read_text()
+    ref.write_text(ref.read_text().replace(*RMSNORM_REFERENCE))
+    tests = _run(["-m", "pytest", "-p", "no:cacheprovider", "-q", made.test_file], cwd=tmp_path, timeout=900)
+    assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-3000:]
+    out = json_result(run_python(RMSNORM_CHECK, made.op_dir, env=_env()))
+    assert out == {"forward": True, "grads": True}
 
 
 @pytest.mark.parametrize("schema, message", [
@@ -236,14 +345,15 @@ def test_schema_op_follows_its_schema_builds_and_its_tests_pass(schema_op):
     ("my_op Tensor x", "is not of the form"),
 ])
 def test_rejects_schemas_it_cannot_scaffold(tmp_path, capsys, schema, message):
-    assert _new("my_op", "--dir", str(tmp_path), "--aten", "--schema", schema) == 2
+    assert _new("my_op", "--dir", str(tmp_path), "--schema", schema) == 2
     err = capsys.readouterr().err
     assert err.startswith("new: --schema: ") and message in err, err
     assert list(tmp_path.iterdir()) == []
 
 
 def test_schema_parsing_is_its_own_function():
-    """Other template sets (another host ABI) start from the same parsed schema."""
+    """Every kind and ABI start from the same parsed schema; the dispatcher's spelling of a
+    bool default is True."""
     from jit_tools.tools.op_schema import parse_schema
 
     schema = parse_schema("rms(Tensor x, Tensor weight, float eps=1e-06, bool affine=true) -> Tensor")
@@ -253,27 +363,76 @@ def test_schema_parsing_is_its_own_function():
     assert [a.name for a in schema.tensors] == ["x", "weight"]
     assert schema.arguments[3].py_default == "True"
     assert schema.declaration(with_defaults=False) == "Tensor x, Tensor weight, float eps, bool affine"
+    assert schema.declaration() == "Tensor x, Tensor weight, float eps=1e-06, bool affine=True"
 
 
 def test_every_template_file_is_written(tmp_path, monkeypatch):
-    """The files of templates/ are what the stable and ATen ops above build from: each one
-    is read by some plan, and nothing else is there."""
+    """The files of templates/ are what the ops above build from: each one is read by some
+    plan, and nothing else is there."""
     read = set()
     real = scaffold.template
     monkeypatch.setattr(scaffold, "template", lambda path: read.add(path) or real(path))
-    for cuda in (False, True):
-        for aten in (False, True):
-            scaffold.plan("my_op", tmp_path, cuda=cuda, aten=aten)
+    for kind in ("elementwise", "rowwise"):
+        for cuda in (False, True):
+            for aten in (False, True):
+                scaffold.plan("my_op", tmp_path, cuda=cuda, aten=aten, kind=kind)
     files = {p.relative_to(scaffold.TEMPLATES).as_posix().removesuffix(".tmpl")
              for p in scaffold.TEMPLATES.rglob("*") if p.is_file()}
     assert read == files
 
+
+def test_kind_refusals(tmp_path, capsys):
+    assert _new("my_op", "--dir", str(tmp_path), "--kind", "rowwise", "--schema",
+                "my_op(Tensor x) -> Tensor") == 2
+    assert "new: --kind rowwise takes its own schema" in capsys.readouterr().err
+    with pytest.raises(scaffold.ScaffoldError, match="--kind 'columnwise': the scaffold makes elementwise, rowwise"):
+        scaffold.plan("my_op", tmp_path, kind="columnwise")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.cuda
-def test_cuda_op_runs_its_cuda_tests_on_the_gpu(cuda_op):
-    assert "CUDA arch" in cuda_op.build.stdout, cuda_op.build.stdout  # the CUDA sources were built
-    assert cuda_op.tests.returncode == 0, cuda_op.output
-    assert cuda_op.skipped == 0 and cuda_op.failed == 0, cuda_op.output
-    assert cuda_op.passed >= 120, cuda_op.output  # every case ran on both devices
+@pytest.mark.parametrize("fixture", ["schema_op", "schema_aten_op", "rowwise_op", "rowwise_aten_op"])
+def test_cuda_ops_run_their_cuda_tests_on_the_gpu(request, fixture):
+    made = request.getfixturevalue(fixture)
+    assert made.tests.returncode == 0, made.output
+    assert made.skipped == 0 and made.failed == 0, made.output
+    assert made.passed >= 80, made.output  # every case ran on both devices
+
+
+SWAP = """
+    import json, re, sys, torch, jit_loader
+    from pathlib import Path
+    folder = Path(sys.argv[1])
+    name = folder.name
+    op = jit_loader.load(folder)
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_r", folder / "reference.py")
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    args = ref.example_inputs("cuda", torch.float32, (8, 64))
+    fn = getattr(op, name)
+    before = fn(*args)
+    cu = folder / (name + "_cuda.cu")
+    text = cu.read_text()
+    edited = re.sub(r"from_acc<T>\\(forward\\(", "from_acc<T>(2 * forward(", text, count=1)
+    assert edited != text
+    cu.write_text(edited)
+    jit_loader.load(folder)  # the edit: a kernel body only
+    after = fn(*args)
+    swapped = op.build.swapped_over is not None and not op.build.compiled
+    cu.write_text(text)
+    print(json.dumps({"swapped": swapped, "doubled": torch.allclose(after, 2 * before)}))
+"""
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fixture", ["schema_op", "schema_aten_op", "rowwise_op", "rowwise_aten_op"])
+def test_every_scaffolded_op_swaps_a_kernel_edit_on_the_gpu(request, fixture):
+    """A kernel-body edit of any scaffolded op (both kinds, both ABIs) runs at the next call
+    without a build: NVRTC compiles it into the live process."""
+    made = request.getfixturevalue(fixture)
+    out = json_result(run_python(SWAP, made.op_dir, env=_env()))
+    assert out == {"swapped": True, "doubled": True}
 
 
 def _new(*args: str) -> int:

@@ -223,3 +223,45 @@ def test_bundled_ops_build_against_their_abi(name, abi_name):
     config = jit_loader.op_key(name)[1]
     assert config.get("abi", "aten") == abi_name
     assert ("-DTORCH_TARGET_VERSION=0x020b000000000000" in config["cflags"]) == (abi_name == "stable")
+
+
+CHECKED = """
+    import json, os, torch, jit_loader
+    source = '''
+    #include <torch/csrc/stable/library.h>
+    #include <torch/csrc/stable/ops.h>
+    #include <torch/csrc/stable/tensor.h>
+    #include "common/stable_checks.h"
+    using torch::stable::Tensor;
+    Tensor twice(const Tensor& x, int64_t k) {
+      OP_CHECK_FLOATING("stable_checked.twice", "x", x);
+      OPS_CHECK(k > 0, "stable_checked.twice: k must be positive, got ", k);
+      return torch::stable::clone(x);
+    }
+    STABLE_TORCH_LIBRARY(stable_checked, m) { m.def("twice(Tensor x, int k) -> Tensor"); }
+    STABLE_TORCH_LIBRARY_IMPL(stable_checked, CPU, m) { m.impl("twice", TORCH_BOX(&twice)); }
+    '''
+    jit_loader.load_inline("stable_checked", cpp_sources=[source], is_python_module=False)
+    out = {}
+    for context in ("0", "1"):
+        os.environ["TORCH_SHOW_CPP_STACKTRACES"] = context
+        for case, args in (("dtype", (torch.ones(2, dtype=torch.long), 1)), ("k", (torch.ones(2), -3))):
+            try:
+                torch.ops.stable_checked.twice(*args)
+            except RuntimeError as e:
+                out[case + context] = str(e)
+    print(json.dumps(out))
+"""
+
+
+def test_stable_checks_read_as_aten_checks(tmp_path):
+    """OPS_CHECK and the OP_CHECK_* of common/stable_checks.h raise the message alone, as
+    TORCH_CHECK reads from Python (STD_TORCH_CHECK puts the C++ function and the header's
+    absolute path first); TORCH_SHOW_CPP_STACKTRACES=1 adds the location after it."""
+    out = json_result(run_python(CHECKED, cache=tmp_path / "cache"))
+    assert out["dtype0"] == "stable_checked.twice: x must be a floating-point tensor, got Long"
+    assert out["k0"] == "stable_checked.twice: k must be positive, got -3"
+    for case in ("dtype", "k"):
+        message, context = out[case + "1"].split("\n")
+        assert message == out[case + "0"]
+        assert context.startswith("Exception raised from twice at ") and "stable_checked" in context

@@ -32,7 +32,11 @@ _NVCC_ERROR = re.compile(
 
 
 def first_error(log: str, local_dirs: Sequence[Path]) -> tuple[str, int, str] | None:
-    """First compiler error in the log, preferring one located in the user's files."""
+    """First compiler error in the log, preferring one located in the user's files: of
+    the errors in the first such file, the one on its earliest line. A header that .cpp and
+    .cu units share is compiled by g++ and by nvcc, whose front end reports a missing ';'
+    where the parse fails, on the next line, and Ninja prints whichever compiler finished
+    first; g++ names the line of the mistake."""
     found = []
     for raw in log.splitlines():
         m = _GCC_ERROR.match(raw) or _NVCC_ERROR.match(raw)
@@ -40,11 +44,11 @@ def first_error(log: str, local_dirs: Sequence[Path]) -> tuple[str, int, str] | 
             found.append((m.group("file"), int(m.group("line")), m.group("msg").strip()))
     if not found:
         return None
-    for file, line, msg in found:
-        path = Path(file)
-        if any(str(path).startswith(str(d) + os.sep) for d in local_dirs):
-            return file, line, msg
-    return found[0]
+    local = [e for e in found if any(str(Path(e[0])).startswith(str(d) + os.sep) for d in local_dirs)]
+    if not local:
+        return found[0]
+    first_file = os.path.normpath(local[0][0])
+    return min((e for e in local if os.path.normpath(e[0]) == first_file), key=lambda e: e[1])
 
 
 def _progress_unit(command: str) -> str:

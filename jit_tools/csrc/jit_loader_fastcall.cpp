@@ -22,6 +22,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +45,8 @@ struct Entry {
   PyObject* fallback = nullptr;           // the OpOverload (a strong reference)
   std::vector<ArgSpec> args;
   size_t positional = 0;  // arguments that may be given by position
+  std::string display;    // "ns.op" (".overload" unless default), for explained errors
+  bool explain = false;   // rewrite a wrong argument's error in one line (explain_bad_argument)
 };
 
 constexpr const char* kCapsule = "jit_loader_fastcall.Entry";
@@ -279,6 +282,103 @@ PyObject* results(torch::jit::Stack& stack) {
   return tuple;
 }
 
+// --- a wrong argument, explained ------------------------------------------------------------
+
+const char* expected_type(const ArgSpec& arg) {
+  switch (arg.kind) {
+    case Kind::Tensor: return "a Tensor";
+    case Kind::Int: return "an int";
+    case Kind::Float: return "a float";
+    case Kind::Bool: return "a bool";
+    case Kind::Str: return "a str";
+    case Kind::IntList: return "a list of ints";
+    case Kind::FloatList: return "a list of floats";
+    case Kind::BoolList: return "a list of bools";
+  }
+  return "another type";
+}
+
+// "None", or the type and a short repr: "int 3", "str 'abc'".
+std::string describe(PyObject* obj) {
+  if (obj == Py_None) return "None";
+  std::string out = Py_TYPE(obj)->tp_name;
+  PyObject* repr = PyObject_Repr(obj);
+  if (repr != nullptr) {
+    const char* text = PyUnicode_AsUTF8(repr);
+    if (text != nullptr) {
+      std::string r(text);
+      if (r.size() > 60) r = r.substr(0, 57) + "...";
+      out += " " + r;
+    }
+    Py_DECREF(repr);
+  }
+  PyErr_Clear();
+  return out;
+}
+
+// The call raised through the fallback: where that is because a tensor argument got None or
+// a non-tensor, or because torch's conversion names an argument of the wrong type, the error
+// becomes one TypeError line naming the op, the argument and the value, instead of the
+// dispatcher's text (up to 49 lines for an op whose only tensor is None). Only ever on the
+// error path; any other error stays as raised.
+void explain_bad_argument(const Entry& e, PyObject* const* args, Py_ssize_t nargs,
+                          PyObject* kwnames) {
+  if (!PyErr_ExceptionMatches(PyExc_RuntimeError) && !PyErr_ExceptionMatches(PyExc_TypeError) &&
+      !PyErr_ExceptionMatches(PyExc_NotImplementedError)) {
+    return;
+  }
+  PyObject *type = nullptr, *exc = nullptr, *tb = nullptr;
+  PyErr_Fetch(&type, &exc, &tb);  // no Python call below may run with an error set
+  PyErr_NormalizeException(&type, &exc, &tb);
+  const size_t n = e.args.size();
+  std::vector<PyObject*> given(n, nullptr);
+  for (size_t i = 0; i < n && i < size_t(nargs); ++i) given[i] = args[i];
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+    for (size_t i = 0; i < n; ++i) {
+      if (PyUnicode_CompareWithASCIIString(key, e.args[i].name.c_str()) == 0) given[i] = args[nargs + k];
+    }
+  }
+  const ArgSpec* bad = nullptr;
+  PyObject* value = nullptr;
+  for (size_t i = 0; i < n && bad == nullptr; ++i) {
+    PyObject* obj = given[i];
+    if (obj == nullptr || e.args[i].kind != Kind::Tensor) continue;
+    const bool wrong = obj == Py_None ? !e.args[i].optional
+                                      : !THPVariable_Check(obj) &&
+                                            !PyObject_HasAttrString(obj, "__torch_function__");
+    if (wrong) bad = &e.args[i], value = obj;
+  }
+  if (bad == nullptr && exc != nullptr) {  // torch's conversion names an argument it refused
+    PyObject* text = PyObject_Str(exc);
+    const char* message = text ? PyUnicode_AsUTF8(text) : nullptr;
+    if (message != nullptr && std::strstr(message, "Expected a value of type") != nullptr) {
+      for (size_t i = 0; i < n && bad == nullptr; ++i) {
+        const std::string named = "for argument '" + e.args[i].name + "'";
+        if (given[i] != nullptr && std::strstr(message, named.c_str()) != nullptr) {
+          bad = &e.args[i], value = given[i];
+        }
+      }
+    }
+    Py_XDECREF(text);
+  }
+  const std::string line = bad == nullptr ? std::string()
+                                          : e.display + ": " + bad->name + " must be " +
+                                                expected_type(*bad) +
+                                                (bad->optional ? " or None" : "") + ", got " +
+                                                describe(value);
+  PyErr_Clear();
+  if (bad == nullptr) {
+    PyErr_Restore(type, exc, tb);
+    return;
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(exc);
+  Py_XDECREF(tb);
+  PyErr_SetString(PyExc_TypeError, line.c_str());
+}
+
 struct GilRelease {
   PyThreadState* state = PyEval_SaveThread();
   GilRelease() = default;
@@ -301,7 +401,9 @@ PyObject* call(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs, PyObj
       return results(stack);
     }
   }
-  return PyObject_Vectorcall(e->fallback, args, size_t(nargs), kwnames);
+  PyObject* out = PyObject_Vectorcall(e->fallback, args, size_t(nargs), kwnames);
+  if (out == nullptr && e->explain) explain_bad_argument(*e, args, nargs, kwnames);
+  return out;
   END_HANDLE_TH_ERRORS
 }
 
@@ -317,14 +419,21 @@ void destroy(PyObject* capsule) {
   }
 }
 
-// make(fallback, name, overload_name) -> callable; ValueError for a schema it does not take.
+// make(fallback, name, overload_name, explain=False) -> callable; ValueError for a schema it
+// does not take. explain: a wrong argument's error is rewritten (explain_bad_argument).
 PyObject* make(PyObject*, PyObject* args) {
   PyObject* fallback = nullptr;
   const char* name = nullptr;
   const char* overload = nullptr;
-  if (!PyArg_ParseTuple(args, "Oss", &fallback, &name, &overload)) return nullptr;
+  int explain = 0;
+  if (!PyArg_ParseTuple(args, "Oss|p", &fallback, &name, &overload, &explain)) return nullptr;
   HANDLE_TH_ERRORS
   auto entry = std::make_unique<Entry>();
+  entry->explain = explain != 0;
+  entry->display = name;
+  const size_t sep = entry->display.find("::");
+  if (sep != std::string::npos) entry->display.replace(sep, 2, ".");
+  if (overload[0] != '\0') entry->display += std::string(".") + overload;
   entry->op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
   const std::string refused = read_schema(entry->op->schema(), *entry);
   if (!refused.empty()) {
@@ -359,7 +468,8 @@ PyObject* retire(PyObject*, PyObject* fn) {
 }
 
 PyMethodDef methods[] = {
-    {"make", make, METH_VARARGS, "make(fallback, name, overload_name) -> the op's fast entry"},
+    {"make", make, METH_VARARGS,
+     "make(fallback, name, overload_name, explain=False) -> the op's fast entry"},
     {"retire", retire, METH_O, "retire(entry): every later call goes to the fallback"},
     {nullptr, nullptr, 0, nullptr}};
 

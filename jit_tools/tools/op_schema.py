@@ -1,8 +1,8 @@
 """An op's schema as ``new --schema`` takes it: ``"NAME(Tensor x, Tensor weight, float eps)
 -> Tensor"``, parsed into the arguments every generated file is written from.
 
-Kept apart from the templates (jit_tools/tools/scaffold_schema.py) so that another template set
-(another host ABI) can start from the same parsed schema. The subset is what a scaffold
+Kept apart from the fields the templates take (jit_tools/tools/scaffold_schema.py), which
+every kind and ABI derive from the same parsed schema. The subset is what a scaffold
 can generate consistently: Tensor, float, int and bool arguments (scalars may have a
 default), the first argument a Tensor, one Tensor result.
 """
@@ -79,7 +79,8 @@ class Schema:
 
     def declaration(self, with_defaults: bool = True) -> str:
         """``Tensor x, Tensor weight, float eps=1e-06`` (a schema's argument list)."""
-        return ", ".join(f"{a.type} {a.name}" + (f"={a.default}" if with_defaults and a.default else "")
+        # The dispatcher spells a bool default True or False (true would be refused).
+        return ", ".join(f"{a.type} {a.name}" + (f"={a.py_default}" if with_defaults and a.default else "")
                          for a in self.arguments)
 
 

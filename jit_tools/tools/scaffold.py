@@ -1,29 +1,40 @@
 """``python -m jit_loader new NAME``: a new op folder in the project's op anatomy.
 
 The generated op is small but complete, so that it builds and its tests pass before a
-line of it is changed: ``y = x * |x|`` (a signed square, whose gradient ``2 |x|``
-depends on the input) with a CPU kernel, optionally a CUDA kernel, the Python surface
-with its fake kernels and autograd, a plain-PyTorch reference and a test file. One
-replaces the math in ``<name>.h`` and the reference, then grows the rest.
+line of it is changed. Two kinds (``--kind``):
+
+* ``elementwise`` (default): ``y = x * |x|`` (a signed square, whose gradient ``2 |x|``
+  depends on the input), or with ``--schema "NAME(Tensor x, Tensor weight, float eps) ->
+  Tensor"`` an elementwise placeholder over every argument of the schema;
+* ``rowwise``: ``NAME(x, weight, eps)``, a reduction over the last dimension of x with a
+  weight broadcast over the rows (RMSNorm-shaped: the row's mean square, then ``x s w``),
+  kernels built on ops/common's block reduction.
+
+Either way: a CPU kernel, optionally a CUDA kernel, the argument rules declared once
+(``<name>_checks.h``, read by the C++ checks and the fake kernels), the Python surface with
+its fake kernels and autograd, a plain-PyTorch reference, a test file and a benchmark
+script. One replaces the math in ``<name>.h`` and the reference, then grows the rest.
 
 The math (``<name>.h``) is compiled only by the CPU loops (``<name>_cpu.cpp``) and the CUDA
 kernels (``<name>_cuda.cu``); the host glue includes their declarations (``<name>_cpu.h``,
 ``<name>_cuda.h``), so an edit of the math rebuilds no glue and takes the hot path on a GPU
-(ARCHITECTURE.md, "Header edits").
+(ARCHITECTURE.md, "Header edits"); every kernel starts through ``ops_common::launch``, so
+every generated op swaps a kernel edit on a GPU.
 
-The host side (``<name>.cpp``, ``<name>_cpu.cpp``, ``<name>_host.h``, ``<name>_cuda.cpp``) is written
-against the LibTorch stable ABI by default (``STABLE_TORCH_LIBRARY``, ``TORCH_BOX``,
-``STD_TORCH_CHECK``, the headeronly dispatch): it rebuilds fastest and loads in later torch
-releases. ``--aten`` writes it against ATen instead, for the full API and C++ autograd.
-The math header, the torch-free ``.cu``, the Python surface, the reference and the tests
-are the same for both. With a schema (``new NAME --aten --schema "NAME(Tensor x, Tensor
-weight, float eps) -> Tensor"``) the ATen files of jit_tools/tools/scaffold_schema.py, written
-from its arguments, take the place of these; the stable templates take no schema.
+The host side (``<name>.cpp``, ``<name>_cuda.cpp``) is written against the LibTorch stable
+ABI by default (``STABLE_TORCH_LIBRARY``, ``TORCH_BOX``, ``OPS_CHECK``, the headeronly
+dispatch): it rebuilds fastest and loads in later torch releases. ``--aten`` writes it
+against ATen instead, for the full API and C++ autograd. Everything else is the same for
+both. The files are the templates of jit_tools/tools/templates/ (``<kind>/`` for a kind's
+own files, ``<kind>/<abi>/`` for its host side); jit_tools/tools/scaffold_schema.py computes
+what the schema decides in them.
 
 Where the files go: the op folder ``<dir>/<name>/``. When ``<dir>`` is a folder named
 ``ops`` beside a ``tests`` folder (this repository's layout), the test file goes to
-``tests/test_<name>.py``; anywhere else it goes into the op folder, with a
-``conftest.py`` that registers the ``cuda`` marker. Nothing is ever overwritten.
+``tests/test_<name>.py`` and, where an ``experiments`` folder is there too, the benchmark
+to ``experiments/bench_<name>.py`` (the suite runs it); anywhere else both go into the op
+folder, with a ``conftest.py`` that registers the ``cuda`` marker. Nothing is ever
+overwritten.
 """
 
 from __future__ import annotations
@@ -107,24 +118,41 @@ class Plan:
     def test_file(self) -> Path:
         return next(p for p in self.files if p.name == f"test_{self.name}.py")
 
+    @property
+    def bench_file(self) -> Path:
+        return next(p for p in self.files if p.name == f"bench_{self.name}.py")
+
+
+def template_paths(kind: str, abi: str, cuda: bool) -> list[tuple[str, str]]:
+    """(file in the op folder, its template under templates/) for one kind and ABI: the
+    files both ABIs share, and the host side of ``abi``."""
+    files = [("NAME.h", f"{kind}/NAME.h"), ("NAME_checks.h", f"{kind}/NAME_checks.h"),
+             ("NAME_host.h", "NAME_host.h"), ("NAME_cpu.h", f"{kind}/NAME_cpu.h"),
+             ("NAME_cpu.cpp", f"{kind}/NAME_cpu.cpp"), ("NAME.cpp", f"{kind}/{abi}/NAME.cpp")]
+    if cuda:
+        files += [("NAME_cuda.h", f"{kind}/NAME_cuda.h"), ("NAME_cuda.cu", f"{kind}/NAME_cuda.cu"),
+                  ("NAME_cuda.cpp", f"{kind}/{abi}/NAME_cuda.cpp")]
+    return files + [("NAME.py", "NAME.py"), ("reference.py", f"{kind}/reference.py"),
+                    ("__init__.py", "__init__.py")]
+
 
 def plan(name: str, directory: str | os.PathLike | None = None, cuda: bool = False,
-         schema: str | None = None, aten: bool = False) -> Plan:
+         schema: str | None = None, aten: bool = False, kind: str = "elementwise") -> Plan:
     """The files ``new`` writes, without writing them; raises :class:`ScaffoldError`
-    for a bad name or schema, or when any of them exists already. The host side is on
-    the stable ABI, or on ATen with ``aten``. Without ``schema`` the op is ``y = f(x)``;
-    with one (``"NAME(Tensor x, Tensor weight, float eps) -> Tensor"``, ATen only) every
-    file follows its arguments (jit_tools/tools/scaffold_schema.py)."""
+    for a bad name, kind or schema, or when any of them exists already. The host side is on
+    the stable ABI, or on ATen with ``aten``. ``kind`` is ``elementwise`` (``y = f(x)``, or of
+    every argument of ``schema``, e.g. ``"NAME(Tensor x, Tensor weight, float eps) -> Tensor"``)
+    or ``rowwise`` (a reduction over x's last dimension with a weight,
+    jit_tools/tools/scaffold_schema.py)."""
     validate_name(name)
-    parsed = None
-    if schema is not None and not aten:
-        raise ScaffoldError("--schema writes an ATen op; add --aten "
-                            f"(python -m jit_loader new {name} --aten --schema \"...\")")
-    if schema is not None:
-        try:
-            parsed = op_schema.parse_schema(schema, name)
-        except op_schema.SchemaError as e:
-            raise ScaffoldError(f"--schema: {e}") from None
+    if kind not in scaffold_schema.KINDS:
+        raise ScaffoldError(f"--kind {kind!r}: the scaffold makes {', '.join(scaffold_schema.KINDS)}")
+    try:
+        parsed = scaffold_schema.schema_for(name, kind, schema)
+    except op_schema.SchemaError as e:
+        raise ScaffoldError(f"--schema: {e}") from None
+    except ValueError as e:
+        raise ScaffoldError(str(e)) from None
     base = (Path(directory).expanduser() if directory is not None else default_dir()).resolve()
     if base.exists() and not base.is_dir():
         raise ScaffoldError(f"--dir {str(base)!r} is a file, not a folder")
@@ -134,42 +162,37 @@ def plan(name: str, directory: str | os.PathLike | None = None, cuda: bool = Fal
                             "(choose another name or --dir, or remove that folder)")
     in_repo_layout = base.name == "ops" and (base.parent / "tests").is_dir()
     test_path = base.parent / "tests" / f"test_{name}.py" if in_repo_layout else op_dir / f"test_{name}.py"
-    if test_path.exists():
-        raise ScaffoldError(f"{test_path} already exists; refusing to overwrite it "
-                            "(choose another name, or remove that file)")
+    bench_in_experiments = in_repo_layout and (base.parent / "experiments").is_dir()
+    bench_path = (base.parent / "experiments" / f"bench_{name}.py" if bench_in_experiments
+                  else op_dir / f"bench_{name}.py")
+    for path in (test_path, bench_path):
+        if path.exists():
+            raise ScaffoldError(f"{path} already exists; refusing to overwrite it "
+                                "(choose another name, or remove that file)")
+    beside = 'Path(__file__).resolve().parents[1] / "ops" / "%s"' % name
     fields = dict(
-        name=name, Class=class_name(name),
-        op_dir_expr=(f'Path(__file__).resolve().parents[1] / "ops" / "{name}"' if in_repo_layout
-                     else "Path(__file__).resolve().parent"),
+        scaffold_schema.fields(parsed, kind, "aten" if aten else "stable"),
+        Class=class_name(name),
+        op_dir_expr=beside if in_repo_layout else "Path(__file__).resolve().parent",
+        bench_op_dir_expr=beside if bench_in_experiments else "Path(__file__).resolve().parent",
         devices=(CUDA_DEVICES if cuda else 'DEVICES = ["cpu"]  # the op has no CUDA kernel'),
         devices_note=" on CPU and CUDA" if cuda else " on CPU",
     )
-    if parsed is None:
-        host = "aten" if aten else "stable"  # the C++ host side; the rest is shared
-        paths = ["NAME.h", "NAME_cpu.h", f"{host}/NAME_cpu.cpp", f"{host}/NAME_host.h",
-                 f"{host}/NAME.cpp"]
-        if cuda:
-            paths += ["NAME_cuda.h", "NAME_cuda.cu", f"{host}/NAME_cuda.cpp"]
-        paths += ["NAME.py", "reference.py", "__init__.py"]
-        templates = [(Path(path).name.replace("NAME", name), template(path)) for path in paths]
-        test = template("test_NAME.py") + (template("test_NAME_cuda.py") if cuda else "")
-    else:
-        fields.update(scaffold_schema.fields(parsed))
-        templates = [(string.Template(f).substitute(name=name), t)
-                     for f, t in scaffold_schema.templates(cuda)]
-        test = (scaffold_schema.TEST_PY + (scaffold_schema.TEST_OTHERS_PY if len(parsed.tensors) > 1 else "")
-                + (scaffold_schema.TEST_CUDA_PY if cuda else ""))
-    files = {op_dir / fname: string.Template(text).substitute(fields) for fname, text in templates}
+    for snippet in ("module", "module_test"):
+        fields[snippet] = string.Template(template(f"{kind}/{snippet}.py")).substitute(fields)
+    files = {op_dir / fname.replace("NAME", name): string.Template(template(path)).substitute(fields)
+             for fname, path in template_paths(kind, "aten" if aten else "stable", cuda)}
     if not in_repo_layout:
         files[op_dir / "conftest.py"] = template("conftest.py")
-    files[test_path] = string.Template(test).substitute(fields)
+    files[test_path] = string.Template(template("test_NAME.py")).substitute(fields)
+    files[bench_path] = string.Template(template("bench_NAME.py")).substitute(fields)
     return Plan(name=name, op_dir=op_dir, files=files)
 
 
 def create(name: str, directory: str | os.PathLike | None = None, cuda: bool = False,
-           schema: str | None = None, aten: bool = False) -> Plan:
-    """Write the op folder (and its test file); returns what was written."""
-    p = plan(name, directory, cuda, schema, aten)
+           schema: str | None = None, aten: bool = False, kind: str = "elementwise") -> Plan:
+    """Write the op folder (and its test and benchmark files); returns what was written."""
+    p = plan(name, directory, cuda, schema, aten, kind)
     p.op_dir.parent.mkdir(parents=True, exist_ok=True)
     p.op_dir.mkdir()  # fails, rather than merge, if it appeared since plan()
     for path, text in p.files.items():

@@ -1,23 +1,21 @@
 #pragma once
-// Argument checks shared by every op: each names the argument and shows the bad value.
+// Argument checks of the ATen ops: each names the op and the argument and shows the bad
+// value (common/arg_checks.h, the same texts as the stable-ABI ops').
 #include <ATen/ATen.h>
 
-#define OP_CHECK_FLOATING(op, name, t)                                              \
-  TORCH_CHECK((t).is_floating_point(), op, ": ", name,                               \
-              " must be a floating-point tensor, got ", (t).scalar_type())
+namespace ops_common {
 
-#define OP_CHECK_DIM(op, name, t, d)                                                \
-  TORCH_CHECK((t).dim() == (d), op, ": ", name, " must be a ", d,                    \
-              "-D tensor, got ", (t).dim(), "-D with shape ", (t).sizes())
+// float, double, half, bfloat16: what the ops' dtype dispatch takes.
+inline bool is_floating(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+}
 
-#define OP_CHECK_SAME_DEVICE(op, name, t, ref_name, ref)                            \
-  TORCH_CHECK((t).device() == (ref).device(), op, ": ", name, " is on ",            \
-              (t).device(), " but ", ref_name, " is on ", (ref).device())
+inline at::IntArrayRef shape_of(const at::Tensor& t) { return t.sizes(); }  // prints [3, 4]
+inline at::Device device_name(const at::Tensor& t) { return t.device(); }  // prints cpu, cuda:0
 
-#define OP_CHECK_SAME_DTYPE(op, name, t, ref_name, ref)                             \
-  TORCH_CHECK((t).scalar_type() == (ref).scalar_type(), op, ": ", name, " has dtype ", \
-              (t).scalar_type(), " but ", ref_name, " has dtype ", (ref).scalar_type())
+}  // namespace ops_common
 
-#define OP_CHECK_SIZE(op, name, t, dim, expected)                                   \
-  TORCH_CHECK((t).size(dim) == (expected), op, ": ", name, ".size(", dim,           \
-              ") must be ", expected, ", got ", (t).size(dim), " (shape ", (t).sizes(), ")")
+// OPS_CHECK(condition, message parts...): TORCH_CHECK, under the name the stable ops use.
+#define OPS_CHECK(cond, ...) TORCH_CHECK(cond, __VA_ARGS__)
+
+#include "common/arg_checks.h"

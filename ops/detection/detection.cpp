@@ -208,8 +208,8 @@ std::vector<int64_t> roi_batches(const char* op, const A* rois, int64_t num_rois
   std::vector<int64_t> out(num_rois);
   for (int64_t r = 0; r < num_rois; ++r) {
     const A b = rois[r * 5];
-    STD_TORCH_CHECK(b >= A(0) && b < static_cast<A>(batch), op, ": rois[", r,
-                    ", 0] must be a batch index in [0, ", batch, "), got ", static_cast<double>(b));
+    OPS_CHECK(b >= A(0) && b < static_cast<A>(batch), op, ": rois[", r,
+              ", 0] must be a batch index in [0, ", batch, "), got ", static_cast<double>(b));
     out[r] = static_cast<int64_t>(b);
   }
   return out;

@@ -19,25 +19,25 @@ inline void check_nms_args(const char* op, const torch::stable::Tensor& boxes, c
   OP_CHECK_FLOATING(op, "scores", scores);
   OP_CHECK_DIM(op, "scores", scores, 1);
   OP_CHECK_SAME_DEVICE(op, "scores", scores, "boxes", boxes);
-  STD_TORCH_CHECK(scores.size(0) == boxes.size(0), op, ": boxes and scores must have the same length, got ",
-              boxes.size(0), " boxes and ", scores.size(0), " scores");
+  OPS_CHECK(scores.size(0) == boxes.size(0), op, ": boxes and scores must have the same length, got ",
+            boxes.size(0), " boxes and ", scores.size(0), " scores");
   if (idxs != nullptr) {
-    STD_TORCH_CHECK(ops_common::is_integral(idxs->scalar_type()), op,
-                    ": idxs must be an integer tensor, got ", idxs->scalar_type());
+    OPS_CHECK(ops_common::is_integral(idxs->scalar_type()), op,
+              ": idxs must be an integer tensor, got ", idxs->scalar_type());
     OP_CHECK_DIM(op, "idxs", *idxs, 1);
     OP_CHECK_SAME_DEVICE(op, "idxs", *idxs, "boxes", boxes);
-    STD_TORCH_CHECK(idxs->size(0) == boxes.size(0), op, ": boxes and idxs must have the same length, got ",
-                boxes.size(0), " boxes and ", idxs->size(0), " idxs");
+    OPS_CHECK(idxs->size(0) == boxes.size(0), op, ": boxes and idxs must have the same length, got ",
+              boxes.size(0), " boxes and ", idxs->size(0), " idxs");
   }
 }
 
 inline void check_roi_align_geometry(const char* op, int64_t pooled_height, int64_t pooled_width,
                                      double spatial_scale) {
-  STD_TORCH_CHECK(pooled_height > 0 && pooled_width > 0, op,
-              ": output_size must be positive, got (", pooled_height, ", ", pooled_width, ")");
-  STD_TORCH_CHECK(pooled_height < (1 << 20) && pooled_width < (1 << 20), op,
-              ": output_size is too large, got (", pooled_height, ", ", pooled_width, ")");
-  STD_TORCH_CHECK(std::isfinite(spatial_scale), op, ": spatial_scale must be finite, got ", spatial_scale);
+  OPS_CHECK(pooled_height > 0 && pooled_width > 0, op,
+            ": output_size must be positive, got (", pooled_height, ", ", pooled_width, ")");
+  OPS_CHECK(pooled_height < (1 << 20) && pooled_width < (1 << 20), op,
+            ": output_size is too large, got (", pooled_height, ", ", pooled_width, ")");
+  OPS_CHECK(std::isfinite(spatial_scale), op, ": spatial_scale must be finite, got ", spatial_scale);
 }
 
 inline void check_rois(const char* op, const torch::stable::Tensor& rois, const torch::stable::Tensor& ref, const char* ref_name) {
@@ -63,12 +63,12 @@ inline void check_roi_align_backward_args(const char* op, const torch::stable::T
   OP_CHECK_DIM(op, "grad", grad, 4);
   check_rois(op, rois, grad, "grad");
   check_roi_align_geometry(op, pooled_height, pooled_width, spatial_scale);
-  STD_TORCH_CHECK(batch >= 0 && channels >= 0 && height >= 0 && width >= 0, op,
-              ": input sizes must be non-negative, got (", batch, ", ", channels, ", ", height, ", ", width, ")");
+  OPS_CHECK(batch >= 0 && channels >= 0 && height >= 0 && width >= 0, op,
+            ": input sizes must be non-negative, got (", batch, ", ", channels, ", ", height, ", ", width, ")");
   const std::vector<int64_t> expected{rois.size(0), channels, pooled_height, pooled_width};
-  STD_TORCH_CHECK(ops_common::list_of(expected) == ops_common::shape_of(grad), op,
-                  ": grad must have shape ", ops_common::list_of(expected),
-                  " (rois, channels, output_size), got ", ops_common::shape_of(grad));
+  OPS_CHECK(ops_common::list_of(expected) == ops_common::shape_of(grad), op,
+            ": grad must have shape ", ops_common::list_of(expected),
+            " (rois, channels, output_size), got ", ops_common::shape_of(grad));
 }
 
 }  // namespace detection

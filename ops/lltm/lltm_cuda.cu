@@ -17,6 +17,7 @@
 
 #include "common/cuda_convert.cuh"
 #include "common/launch.h"
+#include "common/reduce.cuh"
 #include "lltm.h"
 #include "lltm_cuda.h"
 
@@ -126,10 +127,7 @@ __global__ void __launch_bounds__(kSmallWarps * 32)
     for (int r = 0; r < kSmallRows; ++r) {
 #pragma unroll
       for (int g = 0; g < 3; ++g) {
-#pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) {
-          z[r][g] += __shfl_xor_sync(0xffffffff, z[r][g], offset);
-        }
+        z[r][g] = ops_common::warp_sum(z[r][g]);
       }
     }
 #pragma unroll
@@ -265,10 +263,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int64_t b = lane; b < batch; b += 32) {
         total += dz[warp][b];
       }
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) {
-        total += __shfl_xor_sync(0xffffffff, total, offset);
-      }
+      total = ops_common::warp_sum(total);
       if (lane == 0) {
         d_bias[warp * state + j] = from_acc<scalar_t>(total);
       }

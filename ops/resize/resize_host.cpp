@@ -11,14 +11,14 @@ CoordinateMode parse_mode(const char* op, const std::string& mode) {
   if (mode == "half_pixel") return CoordinateMode::kHalfPixel;
   if (mode == "align_corners") return CoordinateMode::kAlignCorners;
   if (mode == "asymmetric") return CoordinateMode::kAsymmetric;
-  STD_TORCH_CHECK(false, op, ": coordinate_mode must be one of 'half_pixel', 'align_corners', "
-                  "'asymmetric', got '", mode, "'");
+  OPS_CHECK(false, op, ": coordinate_mode must be one of 'half_pixel', 'align_corners', "
+            "'asymmetric', got '", mode, "'");
 }
 
 void check_spatial(const char* op, const char* name, int64_t h, int64_t w) {
-  STD_TORCH_CHECK(h > 0 && w > 0, op, ": ", name, " must be positive, got [", h, ", ", w, "]");
-  STD_TORCH_CHECK(h <= INT32_MAX && w <= INT32_MAX, op, ": ", name, " must be below 2^31, got [",
-                  h, ", ", w, "]");
+  OPS_CHECK(h > 0 && w > 0, op, ": ", name, " must be positive, got [", h, ", ", w, "]");
+  OPS_CHECK(h <= INT32_MAX && w <= INT32_MAX, op, ": ", name, " must be below 2^31, got [",
+            h, ", ", w, "]");
 }
 
 Plan make_plan(const char* op, const Tensor& big_side, const char* big_name,
@@ -31,10 +31,10 @@ Plan make_plan(const char* op, const Tensor& big_side, const char* big_name,
   plan.scale_h = plan.scale_w = -1.0;
   if (scale_factors.has_value()) {
     const std::vector<double>& sf = *scale_factors;
-    STD_TORCH_CHECK(sf.size() == 2, op, ": scale_factors must have 2 entries (H, W), got ",
-                    ops_common::list_of(sf));
-    STD_TORCH_CHECK(sf[0] > 0 && sf[1] > 0 && std::isfinite(sf[0]) && std::isfinite(sf[1]), op,
-                    ": scale_factors must be positive and finite, got ", ops_common::list_of(sf));
+    OPS_CHECK(sf.size() == 2, op, ": scale_factors must have 2 entries (H, W), got ",
+              ops_common::list_of(sf));
+    OPS_CHECK(sf[0] > 0 && sf[1] > 0 && std::isfinite(sf[0]) && std::isfinite(sf[1]), op,
+              ": scale_factors must be positive and finite, got ", ops_common::list_of(sf));
     plan.scale_h = sf[0];
     plan.scale_w = sf[1];
   }
@@ -53,10 +53,10 @@ Plan make_plan(const char* op, const Tensor& big_side, const char* big_name,
 Plan forward_plan(const char* op, const Tensor& input, const std::vector<int64_t>& output_size,
                   const std::string& coordinate_mode,
                   const std::optional<std::vector<double>>& scale_factors) {
-  STD_TORCH_CHECK(input.dim() == 4, op, ": input must be a 4-D tensor (N, C, H, W), got ",
-                  input.dim(), "-D with shape ", ops_common::shape_of(input));
-  STD_TORCH_CHECK(output_size.size() == 2, op, ": output_size must have 2 entries (H, W), got ",
-                  ops_common::list_of(output_size));
+  OPS_CHECK(input.dim() == 4, op, ": input must be a 4-D tensor (N, C, H, W), got ",
+            input.dim(), "-D with shape ", ops_common::shape_of(input));
+  OPS_CHECK(output_size.size() == 2, op, ": output_size must have 2 entries (H, W), got ",
+            ops_common::list_of(output_size));
   const std::vector<int64_t> in_size(input.sizes().begin(), input.sizes().end());
   return make_plan(op, input, "input", in_size, output_size[0], output_size[1], coordinate_mode,
                    scale_factors);
@@ -65,14 +65,14 @@ Plan forward_plan(const char* op, const Tensor& input, const std::vector<int64_t
 Plan backward_plan(const char* op, const Tensor& grad_output,
                    const std::vector<int64_t>& input_size, const std::string& coordinate_mode,
                    const std::optional<std::vector<double>>& scale_factors) {
-  STD_TORCH_CHECK(grad_output.dim() == 4, op,
-                  ": grad_output must be a 4-D tensor (N, C, H, W), got ", grad_output.dim(),
-                  "-D with shape ", ops_common::shape_of(grad_output));
-  STD_TORCH_CHECK(input_size.size() == 4, op, ": input_size must have 4 entries (N, C, H, W), got ",
-                  ops_common::list_of(input_size));
-  STD_TORCH_CHECK(grad_output.size(0) == input_size[0] && grad_output.size(1) == input_size[1], op,
-                  ": grad_output has shape ", ops_common::shape_of(grad_output), " but input_size is ",
-                  ops_common::list_of(input_size), " (N and C must agree)");
+  OPS_CHECK(grad_output.dim() == 4, op,
+            ": grad_output must be a 4-D tensor (N, C, H, W), got ", grad_output.dim(),
+            "-D with shape ", ops_common::shape_of(grad_output));
+  OPS_CHECK(input_size.size() == 4, op, ": input_size must have 4 entries (N, C, H, W), got ",
+            ops_common::list_of(input_size));
+  OPS_CHECK(grad_output.size(0) == input_size[0] && grad_output.size(1) == input_size[1], op,
+            ": grad_output has shape ", ops_common::shape_of(grad_output), " but input_size is ",
+            ops_common::list_of(input_size), " (N and C must agree)");
   return make_plan(op, grad_output, "grad_output", input_size, grad_output.size(2),
                    grad_output.size(3), coordinate_mode, scale_factors);
 }
