@@ -151,6 +151,9 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
     compiled = False
     log_path = None
     corrupt_retries = changed_retries = 0
+    # The inputs as the key saw them, before any wait for the build lock: an edit made
+    # while another build holds it is then one the build sees (SourcesChanged).
+    hashes = keys.input_hashes(inputs)
     # Held until the build found is held: `clean` never removes it in between.
     with stores.current().loading(state.name):
         while True:
@@ -165,7 +168,7 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                             manifest, log_path = builder.build(
                                 store, state.name, state.op_dir, state.options, key, config,
                                 compiled_sources, toolchain.verbose(verbose), lock_fd,
-                                hashes=keys.input_hashes(inputs))
+                                hashes=hashes)
                             compiled = True
                             with contextlib.suppress(OSError):
                                 store.prune(state.name, key)
@@ -185,6 +188,7 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                     logger.info("%s; building the current sources", e)
                     key, config, compiled_sources, inputs = keys.compute_key(
                         state.name, state.op_dir, state.options, state.sources)
+                    hashes = keys.input_hashes(inputs)
                     snapshot = sources.snapshot(state.op_dir if state.sources is None else None,
                                                 inputs, surface_file(state))
                     continue

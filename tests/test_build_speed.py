@@ -39,12 +39,18 @@ def manifest_of(cache: Path, name: str, key: str) -> dict:
     return json.loads((cache / name / "builds" / key / "manifest.json").read_text())
 
 
-def build_ninja(cache: Path, name: str, op_dir: Path) -> str:
+def work_folder(cache: Path, name: str, op_dir: Path) -> Path:
     for work in (cache / name).glob("work-*"):
-        text = (work / "build.ninja").read_text()
-        if f"-I{op_dir} " in text:
-            return text
+        if f"-I{op_dir} " in (work / "build.ninja").read_text():
+            return work
     raise AssertionError(f"no work folder of {op_dir} in {cache / name}")
+
+
+def build_ninja(cache: Path, name: str, op_dir: Path) -> str:
+    """The op's build.ninja, with the options file of the precompiled header (which its
+    C++ units read, shared.PIECES_RSP) appended."""
+    work = work_folder(cache, name, op_dir)
+    return (work / "build.ninja").read_text() + (work / shared.PIECES_RSP).read_text()
 
 
 def pieces(cache: Path) -> dict[str, float]:
@@ -125,16 +131,22 @@ def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path)
     assert r1["compiled"] and r1["y"] == [2.0, 2.0, 2.0]
     used = manifest_of(cache, "toy_op", r1["key"])["shared"]
     assert not used["pch"] and not used["ccache"], used
-    assert "ccache" not in build_ninja(cache, "toy_op", first)
+    assert shared.PCH_HEADER not in build_ninja(cache, "toy_op", first)
+    # ccache is on the command line (so that it does not change once the pieces exist) but
+    # switched off: it made no store.
+    cxx = re.search(r"^cxx = (.*)$", build_ninja(cache, "toy_op", first), re.M).group(1)
+    assert (shared.unwrap(cxx) != cxx) == (shared.ccache() is not None), cxx
+    assert not (cache / "_ccache").exists()
     # No probe yet: the link tries gold and falls back to the default linker.
     assert used["linker"] == ("gold, else default" if shared.is_gcc("c++") else "default"), used
     if shared.is_gcc("c++") and shutil.which("ld.gold"):
         # Gold where it links this op here: the rule's gold half run again by hand (some
         # toolchains' gold stops where the default linker goes on, e.g. at a libstdc++.so
         # development link that points nowhere; there the default linker made the library).
-        (work,) = [w for w in (cache / "toy_op").glob("work-*") if f"-I{first} " in (w / "build.ninja").read_text()]
+        work = work_folder(cache, "toy_op", first)
         text = (work / "build.ninja").read_text()
         cxx, ldflags = (re.search(rf"^{var} = (.*)$", text, re.M).group(1) for var in ("cxx", "ldflags"))
+        cxx = shared.unwrap(cxx)
         gold_links = subprocess.run(f"{cxx} toy_op.o -fuse-ld=gold {ldflags} -o gold-try.so", shell=True,
                                     cwd=work, capture_output=True).returncode == 0
         (library,) = (cache / "toy_op" / "builds" / r1["key"]).glob("*.so")

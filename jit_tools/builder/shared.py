@@ -556,6 +556,16 @@ def pieces_for(ninja_text: str) -> tuple[str, str]:
     return PCH_HEADER, PCH_TEXT
 
 
+# The options file of the precompiled header in the op's work folder. Ninja recompiles a
+# unit whose command changed, and the pieces change no object: a unit compiled before its
+# flag set's pieces existed is the object it compiles to with them. So what the pieces
+# put on a unit's line, the header and ccache, is there from the first build on, the
+# header's flags inside this file (empty until the header exists) and ccache switched off
+# until the pieces exist; the first edit after they appear recompiles the edited unit
+# only, not every unit again.
+PIECES_RSP = "pieces.rsp"
+
+
 def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
     """Rewrite the op's build.ninja to use the shared pieces; returns the environment
     additions for Ninja (ccache settings) and what was used, under "used"."""
@@ -581,9 +591,13 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
         pch, linker, missing = _pieces_built(later)
     # ccache joins from a flag set's second build, as the other pieces do: the first
     # build of a flag set (often a one-off) is all misses, on each of which ccache hashes
-    # every header the unit read and stores the object.
-    launch = ccache() if not missing else None
-    if launch:
+    # every header the unit read and stores the object. It stays on the command line,
+    # switched off (CCACHE_DISABLE runs the compiler directly), so that the commands are
+    # the same once the pieces exist (see PIECES_RSP).
+    launch = ccache()
+    if launch and missing:
+        env["CCACHE_DISABLE"] = "1"
+    elif launch:
         env.update(ccache_env(root))
         CacheStore(root).ccache_folder().mkdir(parents=True, exist_ok=True)
         used["ccache"] = True
@@ -605,11 +619,14 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
     if linker:
         text = re.sub(r"^ldflags = ", lambda m: f"ldflags = {shlex.join(linker)} ", text, count=1, flags=re.M)
         used["linker"] = "gold"
-    if pch is not None:
-        # First on the line: a precompiled header must come before any other token.
-        text = re.sub(r"^cflags = ", lambda m: "cflags = -include " + shlex.quote(str(pch))
-                      + " -Winvalid-pch ", text, count=1, flags=re.M)
-        used["pch"] = True
+    # First on the line: a precompiled header must come before any other token. Read by
+    # the compiler from a file (GCC's and ccache's @file), so that the units' commands
+    # stay the same whether the header exists yet or not (see PIECES_RSP).
+    (work / PIECES_RSP).write_text(
+        f"-include {shlex.quote(str(pch))} -Winvalid-pch\n" if pch is not None else "")
+    text = re.sub(r"^cflags = ", lambda m: f"cflags = {shlex.quote('@' + str(work / PIECES_RSP))} ",
+                  text, count=1, flags=re.M)
+    used["pch"] = pch is not None
     if "nvcc" in v:
         shim = parallel_nvcc(root, unwrap(v["nvcc"]))
         if shim:
