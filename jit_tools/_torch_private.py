@@ -216,6 +216,18 @@ def reset_compiled_code() -> None:
         torch._dynamo.reset()
 
 
+def forget_argument_layout(function) -> None:
+    """torch.compile keeps the argument layout of each Python function it traced, read
+    from the function's code once and keyed by the function object (dynamo's
+    ``_spec_cache``, torch 2.14): a function whose code the loader replaced in place on a
+    reload (jit_tools/surface.py) would be traced with its old arguments. Dropped for that
+    function; nothing to do where dynamo was never imported."""
+    import sys
+    cache = getattr(sys.modules.get("torch._dynamo.variables.functions"), "_spec_cache", None)
+    if cache is not None:
+        cache.pop(function, None)
+
+
 def torchscript_users(qualnames) -> list[str]:
     """Names of the TorchScript functions and methods that call one of ``qualnames``.
     TorchScript resolves an operator once, at compile time, into a native handle that

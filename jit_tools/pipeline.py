@@ -73,6 +73,7 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
     state.cdll, state.library, state.key, state.namespaces = lib, str(so), key, namespaces
     registry.keepalive(namespaces)
     registry.clear_ops_cache(namespaces)
+    state.publish(surface.handle_attributes(state, state.module))  # the new build's op packets
     if state.held is not None:
         state.held.close()
     with contextlib.suppress(OSError):
