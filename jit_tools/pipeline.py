@@ -241,7 +241,7 @@ def refresh(state: OpState, verbose: bool | None) -> bool:
         native_changed = ensure_current(state, verbose)
         surface_changed = surface_key is not None and (
             state.module is None or state.surface_error is not None
-            or old_surface != state.snapshot.get(surface_key))
+            or old_surface != state.snapshot.get(surface_key) or surface.went_without_pieces(state))
         # Kernels swapped into the same library need no new surface.
         if (native_changed and state.library != old_library) or surface_changed:
             surface.import_surface(state)

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from jit_tools import _torch_private, registry, sources
+from jit_tools.builder import shared
 from jit_tools.log import logger
 from jit_tools.state import OpState
 
@@ -108,6 +109,21 @@ def import_surface(state: OpState) -> None:
         raise
     state.set_module(module, handle_attributes(state, module))
     state.surface_text, state.surface_error = text, None
+    _IMPORTED_AT[name] = shared.pieces_arrived()
+
+
+# Surface module name -> shared.pieces_arrived() when it was last imported.
+_IMPORTED_AT: dict[str, int] = {}
+
+
+def went_without_pieces(state: OpState) -> bool:
+    """Whether a shared piece of the process (the C++ autograd kernel, the fast entry)
+    that was building in the background when the op's surface last imported has been
+    built since: the surface then registered the Python autograd in its place, and
+    imports again at the next load or reload to take the piece up. Costs a dictionary
+    lookup (and a ``waitpid`` per build still running)."""
+    imported = _IMPORTED_AT.get(state.module_name)
+    return imported is not None and imported != shared.pieces_arrived()
 
 
 # What a module object holds from its creation; kept when its text runs again.

@@ -420,19 +420,49 @@ def autograd_piece(root: Path, now: bool = True) -> Path | None:
     return built / AUTOGRAD_LIBRARY if built else None
 
 
-def build_autograd_later(root: Path) -> None:
+def build_autograd_later(root: Path):
     """Build the C++ autograd piece in a detached background process at low priority
-    (an op's first build never waits for it; the Python path serves meanwhile)."""
-    _background({"autograd": str(root)})
+    (an op's first build never waits for it; the Python path serves meanwhile); returns
+    the process, or None where it could not start."""
+    return _background({"autograd": str(root)})
 
 
-def process_piece(build, build_later, loaded: dict, started: set, load, what: str):
+# The background builds of process pieces (below) this process started and has not seen
+# finish: (the piece's build function, folder of pieces) -> the builder. A piece loads at its first use after
+# its build finished; ARRIVED counts those builds, so a caller that went without a piece
+# can tell, with no file system access, that it is worth asking again.
+_BUILDING: dict[tuple[object, str], subprocess.Popen] = {}
+_ARRIVED = [0]
+WAIT_FOR_PIECE_S = 3600  # a watcher thread stops waiting for a piece's build after this
+
+
+def pieces_arrived() -> int:
+    """How many background builds of process pieces this process started have finished
+    (their pieces built or refused): a ``waitpid`` per build still running, no more."""
+    for key, proc in list(_BUILDING.items()):
+        if proc.poll() is not None:
+            del _BUILDING[key]
+            _ARRIVED[0] += 1
+    return _ARRIVED[0]
+
+
+def building(build) -> bool:
+    """Whether a background build of the piece ``build`` makes (``autograd_piece``,
+    ``fastcall_piece``), started by this process, still runs."""
+    pieces_arrived()
+    return any(b is build for b, _ in _BUILDING)
+
+
+def process_piece(build, build_later, loaded: dict, started: set, load, what: str,
+                  when_built=None):
     """A piece this process uses (the C++ autograd kernel, the fast Python entry), loaded
     once per folder of pieces: ``load(path)`` of the path ``build(root, now=...)`` gives, or
     None where it is missing (then ``build_later(root)`` starts a background build, once per
     process, unless ``JIT_LOADER_SHARED_NOW`` builds it now), was refused by the compiler,
     sits in a cache this process cannot write, or does not load. ``loaded`` and ``started``
-    are the caller's: one per piece. ``what`` names the piece and the fallback in messages."""
+    are the caller's: one per piece. ``what`` names the piece and the fallback in messages.
+    ``when_built``: called, in a thread of its own, once a background build this call
+    started has finished (the piece then loads at its next use)."""
     from jit_tools import store as stores  # the cache of this process, as the load path sees it
     root = stores.current().root
     key = str(CacheStore(root).shared_folder())
@@ -443,7 +473,11 @@ def process_piece(build, build_later, loaded: dict, started: set, load, what: st
     except Missing:
         if key not in started:
             started.add(key)
-            build_later(root)
+            proc = build_later(root)
+            if proc is not None:
+                _BUILDING[(build, key)] = proc
+                if when_built is not None:
+                    _watch(proc, when_built)
         return None
     except OSError as e:
         logger.info("%s is not available (%s)", what, e)
@@ -491,10 +525,28 @@ def fastcall_piece(root: Path, now: bool = True) -> Path | None:
     return built / library if built else None
 
 
-def build_fastcall_later(root: Path) -> None:
+def build_fastcall_later(root: Path):
     """Build the fast Python entry in a detached background process at low priority (the
-    ops are called through torch.ops meanwhile)."""
-    _background({"fastcall": str(root)})
+    ops are called through torch.ops meanwhile); returns the process, or None."""
+    return _background({"fastcall": str(root)})
+
+
+def _watch(proc: subprocess.Popen, then) -> None:
+    """Run ``then()`` in a daemon thread once ``proc`` has exited (at most
+    WAIT_FOR_PIECE_S later; a build that takes longer is left to the next use)."""
+    import threading
+
+    def wait() -> None:
+        try:
+            proc.wait(timeout=WAIT_FOR_PIECE_S)
+        except subprocess.TimeoutExpired:
+            return
+        try:
+            then()
+        except Exception as e:  # noqa: BLE001 - a thread has no caller to raise to
+            logger.debug("using a shared piece built in the background failed: %s", e)
+
+    threading.Thread(target=wait, name="jit_loader piece watcher", daemon=True).start()
 
 
 def nvcc_threads() -> int:
@@ -547,6 +599,22 @@ def unwrap(command: str) -> str:
     return shlex.join(tokens)
 
 
+def other_abi(flags: list[str]) -> dict | None:
+    """The flags, header name and text of the other ABI's header set, for the same op
+    folders, compiler and options as ``flags`` (a stable op's flags less the target
+    version, or an ATen op's with it, where the loader's own flags begin): built after a
+    flag set's own pieces, so that an op of the other ABI finds it, as the one loaded first
+    found its own. None where the flags do not show that place."""
+    if abis.TARGET_FLAG in flags:
+        return {"flags": [f for f in flags if f != abis.TARGET_FLAG], "pch_header": PCH_HEADER,
+                "pch_text": PCH_TEXT}
+    if keys.DEFAULT_CFLAGS[0] not in flags:
+        return None
+    at = flags.index(keys.DEFAULT_CFLAGS[0])
+    return {"flags": [*flags[:at], abis.TARGET_FLAG, *flags[at:]], "pch_header": STABLE_PCH_HEADER,
+            "pch_text": abis.STABLE_PCH_TEXT}
+
+
 def pieces_for(ninja_text: str) -> tuple[str, str]:
     """(precompiled header name, its text) for the ABI a build.ninja speaks: a stable
     build's units include the stable registry header and nothing of ATen, so their
@@ -583,7 +651,7 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
     pch_header, pch_text = pieces_for(text)
     ldflags = v.get("ldflags", "")
     later = {"root": str(root), "cxx": cxx, "flags": flags, "post": post, "ldflags": ldflags,
-             "pch_header": pch_header, "pch_text": pch_text}
+             "pch_header": pch_header, "pch_text": pch_text, "other_abi": other_abi(flags)}
     missing: list[str] = []
     if build_now():
         pch, linker = _pieces_now(later)
@@ -683,14 +751,15 @@ def build_later(spec: dict) -> None:
     _background(spec)
 
 
-def _background(spec: dict) -> None:
+def _background(spec: dict) -> subprocess.Popen | None:
     package_parent = Path(__file__).resolve().parents[2]
     try:
-        subprocess.Popen([sys.executable, "-m", "jit_tools.builder.shared", json.dumps(spec)],
-                         cwd=package_parent, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen([sys.executable, "-m", "jit_tools.builder.shared", json.dumps(spec)],
+                                cwd=package_parent, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError as e:
         logger.debug("could not start the background build of shared pieces: %s", e)
+        return None
 
 
 def _main(argv: list[str]) -> int:
@@ -716,6 +785,10 @@ def _main(argv: list[str]) -> int:
     with contextlib.suppress(OSError):
         os.nice(10)
     _pieces_now(spec)
+    other = spec.get("other_abi")
+    if other is not None:
+        precompiled_header(Path(spec["root"]), spec["cxx"], other["flags"], spec["post"],
+                           other["pch_header"], other["pch_text"])
     return 0
 
 
