@@ -238,7 +238,7 @@ def handle_attributes(state: OpState, module: types.ModuleType | None) -> dict:
     attributes: dict = {}
     for ns in state.namespaces:
         packets = getattr(torch.ops, ns)
-        for op in registry.ops_in(ns):
+        for op in registry.held_ops(ns):
             if "." not in op:
                 attributes[op] = getattr(packets, op)
     if state.ext_module is not None:
