@@ -6,8 +6,10 @@ surface (``jit_loader.register_autograd_op``) and served by one of two paths:
   It is a shared piece built once per exact torch build (``shared.autograd_piece``);
 * ``torch.library.register_autograd`` with a setup_context and a backward generated
   from the same declaration, where the piece is not there: while it builds in the
-  background after an op's first build, where it failed to build, for a prebuilt (AOT)
-  op, where no compiler is to run, and with ``JIT_LOADER_CPP_AUTOGRAD=0``.
+  background after an op's first build (the next load or reload after it is built imports
+  the surface again, which then registers the C++ kernel: surface.went_without_pieces),
+  where it failed to build, for a prebuilt (AOT) op, where no compiler is to run, and with
+  ``JIT_LOADER_CPP_AUTOGRAD=0``.
 
 Both compute the same gradients from the same backward op. Either registration belongs to
 the surface's ``torch.library.Library``, so the loader withdraws it with the surface's

@@ -7,9 +7,10 @@ for an op on a small CPU tensor that costs more than the op (``torch.ops.aten.si
 .default`` costs 1.6x ``torch.sigmoid``, RESULTS.md, "Call overhead"). The entry of
 ``csrc/jit_loader_fastcall.cpp`` reads the schema once and converts only what a call
 passes. It is a shared piece, built once per exact torch build and Python
-(``shared.fastcall_piece``); while it builds in the background, where it failed to build,
-for a prebuilt (AOT) op, where no compiler is to run, and with ``JIT_LOADER_FASTCALL=0``,
-``fast_op`` returns the overload itself.
+(``shared.fastcall_piece``). While it builds in the background, ``fast_op`` returns an
+object that calls as the overload does and takes the entry up in place once it is built
+(:func:`upgrade`); where it failed to build, for a prebuilt (AOT) op, where no compiler
+is to run, and with ``JIT_LOADER_FASTCALL=0``, the overload itself.
 
 The object ``fast_op`` returns is an ``OpOverload`` of a subclass made for it: the same
 attributes, schema, hash and Python kernels as the overload, so torch.compile, opcheck,
