@@ -39,7 +39,7 @@ import fcntl, json, os, sys, time, torch, jit_loader
 from pathlib import Path
 from experiments import benchutil
 from jit_tools import _torch_private, store
-from jit_tools.builder import shared
+from jit_tools.builder.process_pieces import autograd_piece, building, fastcall_piece
 op_dir, edit, device, first, n = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1", int(sys.argv[5])
 native = eval(sys.argv[6], {"torch": torch})
 name = op_dir.name
@@ -49,7 +49,7 @@ if first:
     started = time.perf_counter()
     lock = store.current().shared_folder() / "background.lock"
     while True:  # the pieces' background builds: this process's, and the flag set's
-        busy = shared.building(shared.fastcall_piece) or shared.building(shared.autograd_piece)
+        busy = building(fastcall_piece) or building(autograd_piece)
         if not busy and lock.exists():
             fd = os.open(lock, os.O_RDWR)
             try:

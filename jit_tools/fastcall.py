@@ -7,10 +7,10 @@ for an op on a small CPU tensor that costs more than the op (``torch.ops.aten.si
 .default`` costs 1.6x ``torch.sigmoid``, RESULTS.md, "Call overhead"). The entry of
 ``csrc/jit_loader_fastcall.cpp`` reads the schema once and converts only what a call
 passes. It is a shared piece, built once per exact torch build and Python
-(``shared.fastcall_piece``). While it builds in the background, ``fast_op`` returns an
-object that calls as the overload does and takes the entry up in place once it is built
-(:func:`upgrade`); where it failed to build, for a prebuilt (AOT) op, where no compiler
-is to run, and with ``JIT_LOADER_FASTCALL=0``, the overload itself.
+(``process_pieces.fastcall_piece``). While it builds in the background, ``fast_op``
+returns an object that calls as the overload does and takes the entry up in place once it
+is built (:func:`upgrade`); where it failed to build, for a prebuilt (AOT) op, where no
+compiler is to run, and with ``JIT_LOADER_FASTCALL=0``, the overload itself.
 
 The object ``fast_op`` returns is an ``OpOverload`` of a subclass made for it: the same
 attributes, schema, hash and Python kernels as the overload, so torch.compile, opcheck,
@@ -29,7 +29,7 @@ import os
 from types import ModuleType
 
 from jit_tools import _torch_private, prebuilt
-from jit_tools.builder import shared
+from jit_tools.builder import process_pieces
 from jit_tools.log import logger
 from jit_tools.state import LOCK
 
@@ -53,14 +53,15 @@ def extension() -> ModuleType | None:
     built: :func:`upgrade`)."""
     if not enabled():
         return None
-    return shared.process_piece(shared.fastcall_piece, shared.build_fastcall_later, _MODULES,
-                                _STARTED, _import, "the fast Python entry (calls go through "
-                                                   "torch.ops)", when_built=upgrade)
+    pieces = process_pieces
+    return pieces.process_piece(pieces.fastcall_piece, pieces.build_fastcall_later, _MODULES, _STARTED,
+                                _import, "the fast Python entry (calls go through torch.ops)",
+                                when_built=upgrade)
 
 
 def _import(path) -> ModuleType:
-    loader = importlib.machinery.ExtensionFileLoader(shared.FASTCALL_MODULE, str(path))
-    spec = importlib.util.spec_from_file_location(shared.FASTCALL_MODULE, path, loader=loader)
+    loader = importlib.machinery.ExtensionFileLoader(process_pieces.FASTCALL_MODULE, str(path))
+    spec = importlib.util.spec_from_file_location(process_pieces.FASTCALL_MODULE, path, loader=loader)
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     return module
@@ -82,7 +83,7 @@ def fast_op(overload):
         return overload  # a prebuilt (AOT) op: no compiler is to run for it
     module = extension()
     if module is None:
-        if not shared.building(shared.fastcall_piece):
+        if not process_pieces.building(process_pieces.fastcall_piece):
             return overload
         # The entry builds in the background: an object that calls as the overload does
         # until then, and takes the entry up in place once it is built (upgrade), so a

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from jit_tools import _torch_private, registry, sources
-from jit_tools.builder import shared
+from jit_tools.builder import process_pieces
 from jit_tools.log import logger
 from jit_tools.state import OpState
 
@@ -109,10 +109,10 @@ def import_surface(state: OpState) -> None:
         raise
     state.set_module(module, handle_attributes(state, module))
     state.surface_text, state.surface_error = text, None
-    _IMPORTED_AT[name] = shared.pieces_arrived()
+    _IMPORTED_AT[name] = process_pieces.pieces_arrived()
 
 
-# Surface module name -> shared.pieces_arrived() when it was last imported.
+# Surface module name -> process_pieces.pieces_arrived() when it was last imported.
 _IMPORTED_AT: dict[str, int] = {}
 
 
@@ -123,7 +123,7 @@ def went_without_pieces(state: OpState) -> bool:
     imports again at the next load or reload to take the piece up. Costs a dictionary
     lookup (and a ``waitpid`` per build still running)."""
     imported = _IMPORTED_AT.get(state.module_name)
-    return imported is not None and imported != shared.pieces_arrived()
+    return imported is not None and imported != process_pieces.pieces_arrived()
 
 
 # What a module object holds from its creation; kept when its text runs again.

@@ -370,7 +370,7 @@ FIRST_USE = """
     import json, os, sys, time, torch, jit_loader
     from pathlib import Path
     from jit_tools import _torch_private, abi, store
-    from jit_tools.builder import shared
+    from jit_tools.builder.process_pieces import autograd_piece, building, fastcall_piece
     op = jit_loader.load(sys.argv[1])
     module = op.module
     forward = module._FORWARD  # the surface's fast_op object, as the surface made it
@@ -381,11 +381,10 @@ FIRST_USE = """
 
     out = {"fast at first": _torch_private.fast_call_of(forward) is not None,
            "autograd at first": autograd_kernel(),
-           "building": [shared.building(shared.fastcall_piece), shared.building(shared.autograd_piece)]}
+           "building": [building(fastcall_piece), building(autograd_piece)]}
     folder = store.current().shared_folder()
     deadline = time.monotonic() + 900
-    while (shared.building(shared.fastcall_piece) or shared.building(shared.autograd_piece)
-           or len(list(folder.glob("pch-*/ok"))) < 2):
+    while building(fastcall_piece) or building(autograd_piece) or len(list(folder.glob("pch-*/ok"))) < 2:
         assert time.monotonic() < deadline, sorted(os.listdir(folder))
         time.sleep(0.5)
     while _torch_private.fast_call_of(forward) is None and time.monotonic() < deadline:

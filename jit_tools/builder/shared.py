@@ -34,7 +34,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
@@ -159,7 +158,7 @@ def common_flags(cflags: str, name: str, private_dirs) -> list[str]:
 REGISTRY_HEADERS = (str(keys.REGISTRY_HEADER), str(abis.STABLE_REGISTRY_HEADER))
 
 
-def _piece_key(kind: str, cxx: str, flags: list[str], post: str) -> str:
+def piece_key(kind: str, cxx: str, flags: list[str], post: str) -> str:
     ident = toolchain.file_identity(shutil.which(cxx)) or cxx
     text = "\0".join([kind, ident, *flags, post, torch.__version__,
                       str(getattr(torch.version, "git_version", "")), keys.SUPPORT_HASH])
@@ -186,7 +185,7 @@ class Missing(Exception):
     """A piece that is not built yet, and was not to be built now."""
 
 
-def _build_piece(folder: Path, make, now: bool = True) -> Path | None:
+def build_piece(folder: Path, make, now: bool = True) -> Path | None:
     """``folder`` complete (built by ``make(tmp_folder)`` under a lock if missing); None
     when building it failed before (marker) or now. With ``now`` false a missing piece
     raises :class:`Missing` instead of being built."""
@@ -224,7 +223,7 @@ def _build_piece(folder: Path, make, now: bool = True) -> Path | None:
     return folder if ok else None
 
 
-def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[bool, str]:
+def run(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[bool, str]:
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, errors="replace",
                           env=dict(os.environ, **(env or {})))
     return proc.returncode == 0, shlex.join(cmd) + "\n" + proc.stdout + proc.stderr
@@ -238,19 +237,19 @@ def precompiled_header(root: Path, cxx: str, flags: list[str], post: str,
     disabled or refused."""
     if _off("JIT_LOADER_PCH") or not is_gcc(cxx):
         return None
-    folder = CacheStore(root).shared_folder() / f"pch-{_piece_key('pch' + text, cxx, flags, post)}"
+    folder = CacheStore(root).shared_folder() / f"pch-{piece_key('pch' + text, cxx, flags, post)}"
 
     def make(tmp: Path):
         (tmp / header).write_text(text)
         (tmp / "flags.json").write_text(json.dumps(
             {"family": _pch_family(cxx, flags, post, text), "flags": flags}))
-        ok, log = _run([cxx, *flags, "-x", "c++-header", header, "-o", header + ".gch",
+        ok, log = run([cxx, *flags, "-x", "c++-header", header, "-o", header + ".gch",
                         *shlex.split(post)], tmp)
         if ok:  # the piece is whole when it is marked built
             pch_checksum(tmp / (header + ".gch"))
         return ok, log
 
-    built = _build_piece(folder, make, now)
+    built = build_piece(folder, make, now)
     if built is None:
         return None
     pch_checksum(built / (header + ".gch"))
@@ -264,7 +263,7 @@ def _is_define(flag: str) -> bool:
 def _pch_family(cxx: str, flags: list[str], post: str, text: str) -> str:
     """The key of ``flags`` less their macro definitions: precompiled headers of one
     family differ only in ``-D``/``-U`` flags."""
-    return _piece_key("pch" + text, cxx, [f for f in flags if not _is_define(f)], post)
+    return piece_key("pch" + text, cxx, [f for f in flags if not _is_define(f)], post)
 
 
 def sibling_header(root: Path, cxx: str, flags: list[str], post: str,
@@ -325,7 +324,7 @@ def pch_checksum(gch: Path) -> None:
 
 
 def _link_folder(root: Path, cxx: str, ldflags: str) -> Path:
-    return CacheStore(root).shared_folder() / f"link-{_piece_key('link-fuse-ld=gold', cxx, shlex.split(ldflags), '')}"
+    return CacheStore(root).shared_folder() / f"link-{piece_key('link-fuse-ld=gold', cxx, shlex.split(ldflags), '')}"
 
 
 def fast_linker(root: Path, cxx: str, ldflags: str, now: bool = True) -> list[str]:
@@ -340,13 +339,13 @@ def fast_linker(root: Path, cxx: str, ldflags: str, now: bool = True) -> list[st
     folder = _link_folder(root, cxx, ldflags)
 
     def probe(tmp: Path, extra: list[str]):
-        return _run([cxx, flag, *extra, "probe.o", *shlex.split(ldflags), "-o", str(tmp / "probe.so")], tmp)
+        return run([cxx, flag, *extra, "probe.o", *shlex.split(ldflags), "-o", str(tmp / "probe.so")], tmp)
 
     def make(tmp: Path):
         # An object that needs the C++ runtime, as every op does.
         (tmp / "probe.cpp").write_text('#include <string>\nextern "C" int jit_loader_probe(const char* s) '
                                        '{ return static_cast<int>(std::string(s).size()); }\n')
-        ok, log = _run([cxx, "-fPIC", "-c", "probe.cpp", "-o", "probe.o"], tmp)
+        ok, log = run([cxx, "-fPIC", "-c", "probe.cpp", "-o", "probe.o"], tmp)
         if not ok:
             return ok, log
         ok, log = probe(tmp, [])
@@ -365,7 +364,7 @@ def fast_linker(root: Path, cxx: str, ldflags: str, now: bool = True) -> list[st
             (tmp / "runtime-link").write_text(runtime + "\n")
         return ok, log + "\nwith a libstdc++.so link of its own:\n" + second
 
-    built = _build_piece(folder, make, now)
+    built = build_piece(folder, make, now)
     if built is None:
         return []
     return [flag, f"-L{built}"] if (built / "runtime-link").exists() else [flag]
@@ -385,168 +384,6 @@ def _gold_else_default(ninja_text: str, cxx: str) -> tuple[str, bool]:
     new = _LINK_RULE.sub(lambda m: m.group(1) + "$cxx $in -fuse-ld=gold $ldflags -o $out 2>/dev/null"
                          " || $cxx $in $ldflags -o $out", ninja_text, count=1)
     return new, new != ninja_text
-
-
-AUTOGRAD_SOURCE = keys.CSRC / "jit_loader_autograd.cpp"
-AUTOGRAD_LIBRARY = "jit_loader_autograd.so"
-
-
-def autograd_command(cxx: str) -> tuple[list[str], list[str]]:
-    """(compile flags, link flags) of the C++ autograd piece: torch's headers and the
-    C++ ABI of this torch build, linked against libc10 and libtorch_cpu only (no Python)."""
-    cx = toolchain.cpp_extension()
-    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
-    flags = ["-O2", "-fPIC", "-std=c++20", "-fvisibility=hidden",
-             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-             *(f"-isystem{p}" for p in cx.include_paths())]
-    return flags, [f"-L{torch_lib}", "-lc10", "-ltorch_cpu", *keys.DEFAULT_LDFLAGS]
-
-
-def autograd_piece(root: Path, now: bool = True) -> Path | None:
-    """The loader's C++ autograd kernel (``csrc/jit_loader_autograd.cpp``, full ATen and
-    autograd headers) compiled once per exact torch build and compiler: the path of its
-    library, or None where the compiler refused it. With ``now`` false a missing piece
-    raises :class:`Missing`."""
-    cxx = unwrap(toolchain.cxx_compiler())
-    flags, ldflags = autograd_command(cxx)
-    kind = "autograd" + hashlib.sha256(AUTOGRAD_SOURCE.read_bytes()).hexdigest()
-    folder = CacheStore(root).shared_folder() / f"autograd-{_piece_key(kind, cxx, flags + ldflags, '')}"
-
-    def make(tmp: Path):
-        return _run([cxx, *flags, "-shared", str(AUTOGRAD_SOURCE), "-o", str(tmp / AUTOGRAD_LIBRARY),
-                     *ldflags], tmp)
-
-    built = _build_piece(folder, make, now)
-    return built / AUTOGRAD_LIBRARY if built else None
-
-
-def build_autograd_later(root: Path):
-    """Build the C++ autograd piece in a detached background process at low priority
-    (an op's first build never waits for it; the Python path serves meanwhile); returns
-    the process, or None where it could not start."""
-    return _background({"autograd": str(root)})
-
-
-# The background builds of process pieces (below) this process started and has not seen
-# finish: (the piece's build function, folder of pieces) -> the builder. A piece loads at its first use after
-# its build finished; ARRIVED counts those builds, so a caller that went without a piece
-# can tell, with no file system access, that it is worth asking again.
-_BUILDING: dict[tuple[object, str], subprocess.Popen] = {}
-_ARRIVED = [0]
-WAIT_FOR_PIECE_S = 3600  # a watcher thread stops waiting for a piece's build after this
-
-
-def pieces_arrived() -> int:
-    """How many background builds of process pieces this process started have finished
-    (their pieces built or refused): a ``waitpid`` per build still running, no more."""
-    for key, proc in list(_BUILDING.items()):
-        if proc.poll() is not None:
-            del _BUILDING[key]
-            _ARRIVED[0] += 1
-    return _ARRIVED[0]
-
-
-def building(build) -> bool:
-    """Whether a background build of the piece ``build`` makes (``autograd_piece``,
-    ``fastcall_piece``), started by this process, still runs."""
-    pieces_arrived()
-    return any(b is build for b, _ in _BUILDING)
-
-
-def process_piece(build, build_later, loaded: dict, started: set, load, what: str,
-                  when_built=None):
-    """A piece this process uses (the C++ autograd kernel, the fast Python entry), loaded
-    once per folder of pieces: ``load(path)`` of the path ``build(root, now=...)`` gives, or
-    None where it is missing (then ``build_later(root)`` starts a background build, once per
-    process, unless ``JIT_LOADER_SHARED_NOW`` builds it now), was refused by the compiler,
-    sits in a cache this process cannot write, or does not load. ``loaded`` and ``started``
-    are the caller's: one per piece. ``what`` names the piece and the fallback in messages.
-    ``when_built``: called, in a thread of its own, once a background build this call
-    started has finished (the piece then loads at its next use)."""
-    from jit_tools import store as stores  # the cache of this process, as the load path sees it
-    root = stores.current().root
-    key = str(CacheStore(root).shared_folder())
-    if key in loaded:
-        return loaded[key]
-    try:
-        path = build(root, now=build_now())
-    except Missing:
-        if key not in started:
-            started.add(key)
-            proc = build_later(root)
-            if proc is not None:
-                _BUILDING[(build, key)] = proc
-                if when_built is not None:
-                    _watch(proc, when_built)
-        return None
-    except OSError as e:
-        logger.info("%s is not available (%s)", what, e)
-        loaded[key] = None
-        return None
-    obj = None
-    if path is not None:
-        try:
-            obj = load(path)
-        except (ImportError, OSError, AttributeError) as e:
-            logger.info("%s: %s could not be loaded (%s)", what, path, e)
-    loaded[key] = obj
-    return obj
-
-
-FASTCALL_SOURCE = keys.CSRC / "jit_loader_fastcall.cpp"
-FASTCALL_MODULE = "jit_loader_fastcall"
-
-
-def fastcall_command(cxx: str) -> tuple[list[str], list[str]]:
-    """(compile flags, link flags) of the fast Python entry: the autograd piece's, plus
-    Python's headers and torch's Python bindings (an extension module of this Python)."""
-    flags, ldflags = autograd_command(cxx)
-    return ([*flags, f"-isystem{sysconfig.get_paths()['include']}"],
-            [*ldflags, "-ltorch_python"])
-
-
-def fastcall_piece(root: Path, now: bool = True) -> Path | None:
-    """The loader's fast Python entry to dispatcher ops (``csrc/jit_loader_fastcall.cpp``),
-    an extension module compiled once per exact torch build, Python and compiler: its path,
-    or None where the compiler refused it. With ``now`` false a missing piece raises
-    :class:`Missing`."""
-    cxx = unwrap(toolchain.cxx_compiler())
-    flags, ldflags = fastcall_command(cxx)
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    kind = "fastcall" + sys.version + hashlib.sha256(FASTCALL_SOURCE.read_bytes()).hexdigest()
-    folder = CacheStore(root).shared_folder() / f"fastcall-{_piece_key(kind, cxx, flags + ldflags, '')}"
-    library = FASTCALL_MODULE + suffix
-
-    def make(tmp: Path):
-        return _run([cxx, *flags, "-shared", str(FASTCALL_SOURCE), "-o", str(tmp / library),
-                     *ldflags], tmp)
-
-    built = _build_piece(folder, make, now)
-    return built / library if built else None
-
-
-def build_fastcall_later(root: Path):
-    """Build the fast Python entry in a detached background process at low priority (the
-    ops are called through torch.ops meanwhile); returns the process, or None."""
-    return _background({"fastcall": str(root)})
-
-
-def _watch(proc: subprocess.Popen, then) -> None:
-    """Run ``then()`` in a daemon thread once ``proc`` has exited (at most
-    WAIT_FOR_PIECE_S later; a build that takes longer is left to the next use)."""
-    import threading
-
-    def wait() -> None:
-        try:
-            proc.wait(timeout=WAIT_FOR_PIECE_S)
-        except subprocess.TimeoutExpired:
-            return
-        try:
-            then()
-        except Exception as e:  # noqa: BLE001 - a thread has no caller to raise to
-            logger.debug("using a shared piece built in the background failed: %s", e)
-
-    threading.Thread(target=wait, name="jit_loader piece watcher", daemon=True).start()
 
 
 def nvcc_threads() -> int:
@@ -582,7 +419,7 @@ def parallel_nvcc(root: Path, nvcc: str) -> str | None:
         (tmp / "nvcc").chmod(0o755)
         return True, script
 
-    built = _build_piece(CacheStore(root).shared_folder() / f"nvcc-{key}", make)
+    built = build_piece(CacheStore(root).shared_folder() / f"nvcc-{key}", make)
     return str(built / "nvcc") if built else None
 
 
@@ -748,13 +585,15 @@ def _pieces_built(spec: dict):
 def build_later(spec: dict) -> None:
     """Build the missing pieces of ``spec`` in a detached background process at low
     priority (after the op's own build, so that they never delay it)."""
-    _background(spec)
+    background(spec)
 
 
-def _background(spec: dict) -> subprocess.Popen | None:
+def background(spec: dict, module: str = __name__) -> subprocess.Popen | None:
+    """``python -m <module> SPEC`` as a detached process (its own session, no output):
+    the background build of pieces; None where it could not start."""
     package_parent = Path(__file__).resolve().parents[2]
     try:
-        return subprocess.Popen([sys.executable, "-m", "jit_tools.builder.shared", json.dumps(spec)],
+        return subprocess.Popen([sys.executable, "-m", module, json.dumps(spec)],
                                 cwd=package_parent, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError as e:
@@ -767,14 +606,6 @@ def _main(argv: list[str]) -> int:
     at a time per folder of pieces: builds that finish while it runs (each starts one)
     leave their pieces to the next build's background process instead of queueing."""
     spec = json.loads(argv[0])
-    if "autograd" in spec or "fastcall" in spec:  # one piece, under its own lock
-        with contextlib.suppress(OSError):
-            os.nice(10)
-        if "autograd" in spec:
-            autograd_piece(Path(spec["autograd"]))
-        else:
-            fastcall_piece(Path(spec["fastcall"]))
-        return 0
     folder = CacheStore(Path(spec["root"])).shared_folder()
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / "background.lock", os.O_RDWR | os.O_CREAT, 0o644)
