@@ -38,7 +38,7 @@ SESSION = """
 import fcntl, json, os, sys, time, torch, jit_loader
 from pathlib import Path
 from experiments import benchutil
-from jit_tools import _torch_private, store
+from jit_tools import autograd, fastcall, store
 from jit_tools.builder.process_pieces import autograd_piece, building, fastcall_piece
 op_dir, edit, device, first, n = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1", int(sys.argv[5])
 native = eval(sys.argv[6], {"torch": torch})
@@ -63,8 +63,8 @@ if first:
         time.sleep(0.5)
     out["pieces_wait_s"] = time.perf_counter() - started
     out["reloaded"] = op.reload()  # nothing edited: the surface takes the pieces up
-out["fast_entry"] = _torch_private.fast_call_of(op.module._FORWARD) is not None
-out["cpp_autograd"] = "jit_loader_autograd.cpp" in _torch_private.registrations_of(f"{name}::forward")
+out["fast_entry"] = fastcall.is_fast(op.module._FORWARD)
+out["cpp_autograd"] = autograd.cpp_library() is not None  # the surface imported since uses it
 x = torch.randn(16, device=device)
 fns = {"ours": lambda: getattr(op, name)(x), "native": lambda: native(x)}
 t = benchutil.host_time(fns, device)

@@ -127,6 +127,11 @@ def upgrade() -> int:
         return len(waiting)
 
 
+def is_fast(obj) -> bool:
+    """Whether calls of ``obj`` (what ``fast_op`` returned) take the fast entry now."""
+    return _torch_private.fast_call_of(obj) is not None
+
+
 def retire(fast) -> None:
     """The operator entry of ``fast`` is about to be freed: its calls go to the overload
     (which the loader has pointed at a stand-in that raises)."""
