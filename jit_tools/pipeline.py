@@ -79,6 +79,7 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
     state.cdll, state.library, state.key, state.namespaces = lib, str(so), key, namespaces
     registry.keepalive(namespaces)
     registry.clear_ops_cache(namespaces)
+    state.publish(surface.handle_attributes(state, state.module))  # the new build's op packets
     if state.held is not None:
         state.held.close()
     with contextlib.suppress(OSError):
@@ -149,6 +150,9 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
     compiled = False
     log_path = None
     corrupt_retries = changed_retries = vanished_retries = 0
+    # The inputs as the key saw them, before any wait for the build lock: an edit made
+    # while another build holds it is then one the build sees (SourcesChanged).
+    hashes = keys.input_hashes(inputs)
     # Held until the build found is held: `clean` never removes it in between.
     with stores.current().loading(state.name):
         while True:
@@ -159,7 +163,7 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                 if manifest is None:
                     try:
                         manifest, log_path, compiled = _build(
-                            state, store, key, config, compiled_sources, inputs, record, verbose)
+                            state, store, key, config, compiled_sources, hashes, record, verbose)
                     except SourcesChanged as e:
                         # Publish only what the key names: take the sources as they are now.
                         changed_retries += 1
@@ -170,6 +174,7 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                         logger.info("%s; building the current sources", e)
                         key, config, compiled_sources, inputs = keys.compute_key(
                             state.name, state.op_dir, state.options, state.sources)
+                        hashes = keys.input_hashes(inputs)
                         snapshot = sources.snapshot(state.op_dir if state.sources is None else None,
                                                     inputs, surface_file(state))
                         continue
@@ -209,7 +214,7 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
 
 
 def _build(state: OpState, store: stores.CacheStore, key: str, config: dict, compiled_sources,
-           inputs, record: dict | None, verbose: bool | None) -> tuple[dict, str | None, bool]:
+           hashes: dict, record: dict | None, verbose: bool | None) -> tuple[dict, str | None, bool]:
     """Build ``key`` under the op's build lock, unless another process built it while this
     one waited: (manifest, log path, whether this process compiled)."""
     with store.build_lock(state.name) as lock_fd:
@@ -220,7 +225,7 @@ def _build(state: OpState, store: stores.CacheStore, key: str, config: dict, com
             surface.warm_source_lookup()
         manifest, log_path = builder.build(
             store, state.name, state.op_dir, state.options, key, config, compiled_sources,
-            toolchain.verbose(verbose), lock_fd, hashes=keys.input_hashes(inputs),
+            toolchain.verbose(verbose), lock_fd, hashes=hashes,
             extra_manifest={"inputs": record, "source_list": state.sources is not None})
         with contextlib.suppress(OSError):
             usage.prune(store, state.name, key)
@@ -274,7 +279,7 @@ def refresh(state: OpState, verbose: bool | None) -> bool:
         native_changed = ensure_current(state, verbose)
         surface_changed = surface_key is not None and (
             state.module is None or state.surface_error is not None
-            or old_surface != state.snapshot.get(surface_key))
+            or old_surface != state.snapshot.get(surface_key) or surface.went_without_pieces(state))
         # Kernels swapped into the same library need no new surface.
         if (native_changed and state.library != old_library) or surface_changed:
             surface.import_surface(state)

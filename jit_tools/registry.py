@@ -78,6 +78,18 @@ def register(lib, op_name: str = "", previous_schemas: dict[str, list[str]] | No
             raise SchemaChanged(text)
         raise JitLoaderError(text)
     namespaces = namespaces_of(lib)
+    if previous_schemas:
+        # A stable op's boxed kernels carry no C++ signature, so the dispatcher takes a new
+        # schema into the live operator entry. Python's objects of that entry (the one the
+        # dispatcher hands to __torch_dispatch__ and torch.compile among them) keep the
+        # old schema: let the entry go as for a refusal, so that fresh ones serve.
+        now = {q: _torch_private.schemas(q) for q in previous_schemas}
+        changed = [(q, old, now[q]) for q, old in previous_schemas.items() if now[q] and now[q] != old]
+        if changed:
+            lib.jit_loader_unregister()
+            q, old, new = changed[0]
+            raise SchemaChanged(f"op {op_name!r} changed a schema: {q} was `{'; '.join(old)}`, "
+                                f"the new build has `{'; '.join(new)}`.")
     # Keep-alive registrations of ops this build no longer declares are ours, not the
     # user's dangling kernels: let them go first (the entries are freed).
     release(namespaces, undeclared(namespaces))
@@ -161,6 +173,12 @@ def keepalive(namespaces: Iterable[str]) -> None:
                 _torch_private.destroy_library(lib)
                 continue
             held[op] = lib
+
+
+def held_ops(namespace: str) -> list[str]:
+    """The operators of ``namespace`` the live build declares, as :func:`keepalive` holds
+    them (no query of the dispatcher)."""
+    return sorted(KEEPALIVE.get(namespace, {}))
 
 
 def release(namespaces: Iterable[str], ops: Iterable[str] | None = None) -> list[str]:

@@ -407,8 +407,14 @@ def _build_in(work: Path, store: CacheStore, name: str, op_dir: Path, opts: dict
         later = extra_env.pop("later", None)
         if_refused = extra_env.pop("if_refused", None)
         if hashes is not None:
-            invalidate_stale_objects(work, hashes)
             mtimes = _mtimes(hashes)
+            # Inputs edited since the key was computed (a background build that an edit
+            # overtook): the build could not be published, and compiling the edited
+            # units now would only mark them unknown for the build of the new key.
+            moved = sorted(p for p, h in keys.input_hashes(hashes).items() if h != hashes[p])
+            if moved:
+                raise SourcesChanged(f"op {name!r}: {', '.join(moved)} changed before it compiled")
+            invalidate_stale_objects(work, hashes)
         log_path = run_ninja(name, work, verbose, lock_fd, src.include_dirs(op_dir, opts),
                              store.root, extra_env, progress)
         if hashes is not None:
