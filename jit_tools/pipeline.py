@@ -20,7 +20,7 @@ from jit_tools.errors import (BuildError, CacheError, CorruptBuild, JitLoaderErr
                                SourcesChanged)
 from jit_tools.log import logger
 from jit_tools.state import LOCK, STATES, BuildInfo, OpState, state_for, state_holding
-from jit_tools.swap import hotswap
+from jit_tools.swap import gate, hotswap
 
 
 MAX_CHANGED_RETRIES = 3  # builds in a row whose sources changed while they compiled
@@ -51,6 +51,8 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
     namespaces = registry.namespaces_of(lib)
     old = state.cdll
     previous_schemas = registry.current_schemas(state.namespaces) if old is not None else {}
+    # A live edit's CPU rebuild registers nothing over the new build (swap/gate.py).
+    superseded = gate.supersede(state)
     if old is not None:
         registry.keepalive(state.namespaces)
         registry.destroy_libraries(state.loader_libs)
@@ -71,6 +73,7 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
             surface.import_surface(state)
         raise
     state.cdll, state.library, state.key, state.namespaces = lib, str(so), key, namespaces
+    gate.replaced(state, superseded)
     registry.keepalive(namespaces)
     registry.clear_ops_cache(namespaces)
     if state.held is not None:
@@ -122,7 +125,11 @@ def _find_build(name: str, key: str, readonly_too: bool = True) -> tuple[stores.
 
 def ensure_current(state: OpState, verbose: bool | None) -> bool:
     """Bring the op's native library up to date. Returns True when it changed."""
+    gate.collect(state)
     if state.snapshot and not sources.snapshot_changed(state.snapshot):
+        failed = gate.failure(state)  # a live edit's CPU build failed: say so until an edit
+        if failed is not None:
+            raise failed
         return False
     started = time.perf_counter()
     # The key, the ABI check and a kernel swap read the same sources: each file's includes
@@ -136,7 +143,7 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
             state.snapshot = snapshot
             if state.swapped is None:
                 return False
-            hotswap.restore(state)  # back to the sources of the live build: its own kernels
+            hotswap.revert(state)  # back to the sources of the live build: its own kernels
             state.swapped = None
             state.info = dataclasses.replace(state.info, key=key, swapped_over=None)
             return True

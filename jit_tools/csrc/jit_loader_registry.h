@@ -19,6 +19,9 @@ using Key = std::optional<c10::DispatchKey>;
 
 // Any block may be opened: torch::Library checks and throws.
 inline bool jit_loader_detail::opens(const Registration&, char*, size_t) { return true; }
+inline bool jit_loader_detail::key_is(const Key& key, const char* name) {
+  return key.has_value() && std::strcmp(c10::toString(*key), name) == 0;
+}
 
 #undef TORCH_LIBRARY
 #undef TORCH_LIBRARY_FRAGMENT

@@ -31,6 +31,10 @@ __attribute__((visibility("hidden"))) inline const char* last_shim_error() {
 // library (a namespace declared twice, an unknown dispatch key) and would go on with
 // an invalid handle. So each block is opened once here first, with the status checked,
 // and closed again before StableLibrary opens it for good.
+inline bool jit_loader_detail::key_is(const Key& key, const char* name) {
+  return key != nullptr && std::strcmp(key, name) == 0;
+}
+
 inline bool jit_loader_detail::opens(const Registration& r, char* error, size_t size) {
   TorchLibraryHandle handle = nullptr;
   AOTITorchError status;
