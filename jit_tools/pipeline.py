@@ -71,6 +71,7 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
             registry.keepalive(state.namespaces)
             registry.clear_ops_cache(state.namespaces)
             surface.import_surface(state)
+            gate.reinstate(state, superseded)
         raise
     state.cdll, state.library, state.key, state.namespaces = lib, str(so), key, namespaces
     gate.replaced(state, superseded)

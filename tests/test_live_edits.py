@@ -260,9 +260,19 @@ changed, _ = reload_timed()
 out["fixed"] = f(x).tolist()
 op.wait_for_background()
 
-# 3. Back to the live build's sources: its own kernels at once, nothing compiled; the
-#    same while a background build of another edit still runs.
+# 3. The header back, a kernel body of the .cu edited: live, nothing stale, and the CPU
+#    kernels are the live build's again (not the last edit's).
+cu = next(op_dir.glob("*.cu"))
+cu_text = cu.read_text()
 header.write_text(original)
+cu.write_text(cu_text + "\n__device__ float jit_test_unused(float v) { return v; }\n")
+op.reload()
+out["header_back_cu_edited"] = [f(x).tolist(), op.build.swapped_over is not None]
+op.wait_for_background()
+
+# 4. Back to the live build's sources: its own kernels at once, nothing compiled; the
+#    same while a background build of another edit still runs.
+cu.write_text(cu_text)
 changed, out["revert_s"] = reload_timed()
 out["reverted"] = [f(x).tolist(), op.build.compiled, op.build.swapped_over]
 if cuda:
@@ -300,6 +310,8 @@ def _check_live_edits(out: dict, header: Path, math, old_math, broken_line: int)
     assert out["broken_call"].startswith(f"{header}:{broken_line}:"), out["broken_call"]
     assert out["broken_reload"] == out["broken_call"]
     close(out["fixed"], math(x, 3))
+    close(out["header_back_cu_edited"][0], old_math(x))
+    assert out["header_back_cu_edited"][1]
     close(out["reverted"][0], old_math(x))
     assert out["reverted"][1:] == [False, None]
     assert out["building_when_reverted"]

@@ -1,7 +1,7 @@
 // Force-included into every translation unit of an op built by jit_loader.
 //
 // It replaces the TORCH_LIBRARY macros by versions that only *record* the
-// registration at load time; jit_loader_registry_core.h defines the three C functions
+// registration at load time; jit_loader_registry_core.h defines the four C functions
 // the loader calls through ctypes (jit_tools/registry.py) to perform it and to withdraw
 // it before a newer build of the same op registers. That is what lets a changed op be
 // loaded again in the same process. Its bytes and the core's are part of every op's

@@ -1,6 +1,6 @@
 // The part of the registry headers both ABIs share (included by jit_loader_registry.h
 // and jit_loader_stable_registry.h, never on its own): the list of recorded registration
-// blocks and the three C functions the loader calls through ctypes
+// blocks and the four C functions the loader calls through ctypes
 // (jit_tools/registry.py).
 //
 // Every unit of an op compiles this code (the entry points are emitted in each and the

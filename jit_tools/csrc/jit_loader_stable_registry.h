@@ -2,7 +2,7 @@
 //
 // The stable twin of jit_loader_registry.h: it replaces the STABLE_TORCH_LIBRARY
 // macros by versions that only *record* the block at load time, and defines the same
-// three C functions (jit_loader_registry_core.h), which create the StableLibrary objects
+// four C functions (jit_loader_registry_core.h), which create the StableLibrary objects
 // when the loader asks and destroy them (which withdraws every definition and kernel)
 // before a newer build of the same op registers. It includes only torch/csrc/stable and
 // torch/headeronly, never ATen. Its bytes and the core's are part of every stable op's

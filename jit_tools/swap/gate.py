@@ -45,6 +45,7 @@ class Rebuild:
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
     error: BaseException | None = None
     superseded: bool = False
+    skipped: bool = False  # the background thread found it superseded: registered nothing
     thread: threading.Thread | None = None
     gates: list = dataclasses.field(default_factory=list)  # torch.library.Library objects
 
@@ -52,7 +53,7 @@ class Rebuild:
 @dataclasses.dataclass(eq=False)
 class CpuSide:
     """An op's CPU side while edits are live (``OpState.cpu_side``)."""
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
     rebuild: Rebuild | None = None                      # the newest
     earlier: list = dataclasses.field(default_factory=list)  # superseded, gates registered
     overlay: tuple | None = None   # (library, held manifest, key): CPU kernels over the live build
@@ -201,6 +202,7 @@ def activate(state, rebuild: Rebuild, store, manifest: dict) -> None:
     s = side(state)
     with s.lock:
         if rebuild.superseded:
+            rebuild.skipped = True
             return
         lib = registry.open_library(store.library(state.name, rebuild.key, manifest))
         registry.register_impls(lib, "CPU", state.name)
@@ -286,6 +288,38 @@ def replaced(state, superseded: Rebuild | None) -> None:
     if superseded is not None:
         superseded.done.set()
     collect(state)
+
+
+def reinstate(state, superseded: Rebuild | None) -> None:
+    """A full activation failed and the old library is registered again, over what a live
+    edit had registered for the CPU: put that back on top, and the gate of the rebuild the
+    activation superseded, so no CPU call runs code older than the last load saw."""
+    s = state.cpu_side
+    if s is None:
+        return
+    with s.lock:
+        if s.overlay is not None:
+            registry.unregister(s.overlay[0])
+            registry.register_impls(s.overlay[0], "CPU", state.name)
+        if superseded is None or s.rebuild is not None:
+            return
+        superseded.superseded = False
+        with contextlib.suppress(ValueError):
+            s.earlier.remove(superseded)
+        s.rebuild = superseded
+        superseded.gates += _register_gates(state, s, superseded)
+        catch_up = superseded.skipped and superseded.error is None
+    if catch_up:  # its build finished while superseded: register its CPU kernels now
+        from jit_tools import store as stores
+
+        store = stores.current()
+        manifest = store.manifest(state.name, superseded.key)
+        if manifest is None:
+            superseded.error = JitLoaderError(f"op {state.name!r}: build {superseded.key} is gone "
+                                              "from the cache; load the op again")
+        else:
+            superseded.skipped = False
+            activate(state, superseded, store, manifest)
 
 
 def revert(state, wait_s: float = 600.0) -> None:

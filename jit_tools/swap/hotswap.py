@@ -186,6 +186,8 @@ def try_swap(state, key: str, config: dict, compiled: list[Path], inputs: list[P
             logger.warning("op %r: the CPU kernels could not be gated (%s); building", state.name, e)
             restore(state)
             return False
+    else:  # the CPU code is the live build's again: no earlier edit's CPU kernels over it
+        gate.revert(state)
     logger.info("op %r: swapped in %d kernel(s) compiled by NVRTC over build %s%s", state.name,
                 len(names), state.key,
                 f"; CPU kernels wait for {', '.join(rebuild.units)}" if rebuild else "")
