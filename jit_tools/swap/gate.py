@@ -232,7 +232,7 @@ def _drop(overlay: tuple) -> None:
 
 def failure(state) -> BaseException | None:
     """The error of the op's newest rebuild, while it stands (the next load raises it)."""
-    s = state.cpu_side
+    s = getattr(state, "cpu_side", None)
     r = s.rebuild if s is not None else None
     if r is not None and r.done.is_set() and r.error is not None and not r.superseded:
         return copy.copy(r.error)
@@ -242,7 +242,7 @@ def failure(state) -> BaseException | None:
 def collect(state) -> None:
     """Destroy the gates nothing can reach any more, when no gated call is in flight: those
     of superseded rebuilds, and the newest one's once its kernels are registered over it."""
-    s = state.cpu_side
+    s = getattr(state, "cpu_side", None)
     if s is None:
         return
     with s.lock:
@@ -263,7 +263,7 @@ def supersede(state) -> Rebuild | None:
     """Before a full activation: the running rebuild registers nothing from now on, and
     gates no call is in (all, usually) go now: the new build may change a schema, which
     registrations the loader does not own would block."""
-    s = state.cpu_side
+    s = getattr(state, "cpu_side", None)
     if s is None:
         return None
     with s.lock:
@@ -278,7 +278,7 @@ def supersede(state) -> Rebuild | None:
 def replaced(state, superseded: Rebuild | None) -> None:
     """After a full activation registered a new build over everything: the CPU kernels
     registered over the old live library go, waiting calls go on into the new build."""
-    s = state.cpu_side
+    s = getattr(state, "cpu_side", None)
     if s is None:
         return
     with s.lock:
@@ -294,7 +294,7 @@ def reinstate(state, superseded: Rebuild | None) -> None:
     """A full activation failed and the old library is registered again, over what a live
     edit had registered for the CPU: put that back on top, and the gate of the rebuild the
     activation superseded, so no CPU call runs code older than the last load saw."""
-    s = state.cpu_side
+    s = getattr(state, "cpu_side", None)
     if s is None:
         return
     with s.lock:
@@ -326,7 +326,7 @@ def revert(state, wait_s: float = 600.0) -> None:
     """The sources went back to the live build's: its own CPU kernels serve again. A gated
     call in flight (another thread) is let finish first, into the rebuild it waits for: no
     kernel may be withdrawn from under it, and the gate must not be left on top."""
-    s = state.cpu_side
+    s = getattr(state, "cpu_side", None)
     if s is None:
         return
     deadline = time.monotonic() + wait_s
