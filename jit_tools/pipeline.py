@@ -52,7 +52,7 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
     old = state.cdll
     previous_schemas = registry.current_schemas(state.namespaces) if old is not None else {}
     # A live edit's CPU rebuild registers nothing over the new build (swap/gate.py).
-    superseded = gate.supersede(state)
+    superseded = gate.supersede(state, key)
     if old is not None:
         registry.keepalive(state.namespaces)
         registry.destroy_libraries(state.loader_libs)

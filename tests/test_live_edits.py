@@ -178,8 +178,8 @@ def test_nvrtc_compiles_the_edited_math_into_every_kernel_of_the_build(tmp_path)
 # Runs in a new process (a copy of sigmoid registers the bundled op's namespace). In mode
 # "nvrtc" the swap compiles what a GPU would, every kernel of the library with NVRTC for
 # sm_90, and installs nothing (there may be no GPU); in mode "gpu" it is the real one and
-# CUDA calls check the kernels. The background build waits a second before compiling, so a
-# CPU call that did not wait for it would see the old math.
+# CUDA calls check the kernels. The background build, and the link of the CPU side ahead of
+# it, wait a second before compiling, so a CPU call that did not wait would see the old math.
 LIVE_EDITS = r"""
 import json, re, sys, time
 from pathlib import Path
@@ -200,11 +200,13 @@ if not cuda:
         return list(exprs)
     hotswap.gpu_visible = lambda: True
     kernels.swap = swap_without_a_gpu
-real_build = hotswap.builder.build
-def slow_build(*args, **kwargs):
-    time.sleep(1.0)
-    return real_build(*args, **kwargs)
-hotswap.builder.build = slow_build
+def slowed(real):
+    def slow(*args, **kwargs):
+        time.sleep(1.0)
+        return real(*args, **kwargs)
+    return slow
+hotswap.builder.build = slowed(hotswap.builder.build)
+hotswap.cpu_link.link_ahead = slowed(hotswap.cpu_link.link_ahead)
 
 op = jit_loader.load(op_dir)
 f = getattr(op, function)
@@ -229,6 +231,7 @@ out["stale_units"] = list(op._state.cpu_side.rebuild.units)
 started = time.perf_counter()
 out["after"] = f(x).tolist()
 out["cpu_call_s"] = time.perf_counter() - started
+out["linked_ahead"] = ".cpu-" in op._state.cpu_side.overlay[3].name  # not the published build
 if cuda:
     out["cuda_after"] = f(xc).cpu().tolist()
     out["cuda_float_first_launch"] = f(xc.float()).double().cpu().tolist()
@@ -306,6 +309,7 @@ def _check_live_edits(out: dict, header: Path, math, old_math, broken_line: int)
     assert out["swapped_over"] == out["live_key"] and out["rebuilding"]
     close(out["after"], math(x, 2))  # the new math, never the old
     assert out["cpu_call_s"] > 0.5  # it waited for the background build
+    assert out["linked_ahead"]  # the CPU side linked alone, ahead of nvcc
     assert out["grad_finite"]
     assert out["broken_call"].startswith(f"{header}:{broken_line}:"), out["broken_call"]
     assert out["broken_reload"] == out["broken_call"]

@@ -357,6 +357,14 @@ def invalidate_stale_objects(work: Path, hashes: dict[str, str]) -> list[Path]:
     return stale
 
 
+def work_folder(store: CacheStore, name: str, op_dir: Path, config: dict) -> Path:
+    """The op's Ninja work folder for a configuration (one per op folder and configuration,
+    kept for incremental rebuilds)."""
+    cfg = {k: v for k, v in config.items() if k != "no_cuda_reason"}
+    tag = hashlib.sha256((json.dumps(cfg, sort_keys=True) + str(op_dir)).encode()).hexdigest()[:12]
+    return store.work_folder(name, tag)
+
+
 def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, config: dict,
           sources: list[Path], verbose: bool, lock_fd: int,
           hashes: dict[str, str] | None = None, progress: bool = True) -> tuple[dict, str]:
@@ -367,9 +375,7 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
     the build content-exact: objects of changed inputs are recompiled whatever their
     timestamps, and if any input changes while the compilers run, nothing is published
     (:class:`SourcesChanged`; the caller computes the new key and builds again)."""
-    cfg = {k: v for k, v in config.items() if k != "no_cuda_reason"}
-    tag = hashlib.sha256((json.dumps(cfg, sort_keys=True) + str(op_dir)).encode()).hexdigest()[:12]
-    work = store.work_folder(name, tag)
+    work = work_folder(store, name, op_dir, config)
     started = time.perf_counter()
     try:
         work.mkdir(parents=True, exist_ok=True)

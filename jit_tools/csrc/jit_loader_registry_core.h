@@ -82,11 +82,19 @@ namespace jit_loader_detail {
 __attribute__((visibility("hidden"))) inline int register_blocks(const char* impl_key, char* error,
                                                                  size_t size) {
   namespace d = jit_loader_detail;
+  const auto wanted = [impl_key](const Registration& r) {
+    return impl_key == nullptr || (r.kind == Library::Kind::IMPL && key_is(r.key, impl_key));
+  };
+  for (Registration* r = first; r != nullptr; r = r->next) {
+    if (wanted(*r) && r->live != nullptr) {  // twice would make the list of live blocks a loop
+      std::snprintf(error, size, "%s:%u: this library's block is registered already", r->file,
+                    static_cast<unsigned>(r->line));
+      return 1;
+    }
+  }
   try {
     for (d::Registration* r = d::first; r != nullptr; r = r->next) {
-      if (impl_key != nullptr && !(r->kind == Library::Kind::IMPL && key_is(r->key, impl_key))) {
-        continue;
-      }
+      if (!wanted(*r)) continue;
       if (!d::opens(*r, error, size)) {
         d::unregister_all();
         return 1;

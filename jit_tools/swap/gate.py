@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 import warnings
+from pathlib import Path
 
 from jit_tools import _torch_private, registry
 from jit_tools.errors import JitLoaderError
@@ -159,17 +160,20 @@ def wait(rebuild: Rebuild, timeout: float | None = None) -> None:
         return
     limit = timeout if timeout is not None else _lock_timeout()
     started = time.monotonic()
-    bar = _progress(rebuild)
+    bar = None
     try:
         while not rebuild.done.wait(0.1):
             thread = rebuild.thread
             if thread is not None and not thread.is_alive() and not rebuild.done.is_set():
                 raise JitLoaderError(f"op {rebuild.op!r}: the background build of its CPU "
                                      "kernels ended without a result; load it again")
-            if limit is not None and time.monotonic() - started > limit:
+            waited = time.monotonic() - started
+            if limit is not None and waited > limit:
                 raise JitLoaderError(
                     f"op {rebuild.op!r}: its CPU kernels ({', '.join(rebuild.units)}) are still "
                     f"being rebuilt after {limit:g} s (JIT_LOADER_LOCK_TIMEOUT)")
+            if bar is None and waited > 0.5:  # a wait worth showing
+                bar = _progress(rebuild)
             if bar is not None:
                 bar.update(0.1)
     finally:
@@ -195,37 +199,43 @@ def _progress(rebuild: Rebuild):
 
 # ---- the background thread ---------------------------------------------------------------
 
-def activate(state, rebuild: Rebuild, store, manifest: dict) -> None:
-    """Register the CPU kernel blocks of the published build ``rebuild.key`` over the gate,
-    unless a newer edit or build superseded ``rebuild``; then the previous such
-    registration goes. The caller sets ``rebuild.done`` (:func:`finish`)."""
+def activate(state, rebuild: Rebuild, library, held=None) -> bool:
+    """Register the CPU kernel blocks of ``library`` (a build of ``rebuild.key``, or its CPU
+    side linked ahead, ``jit_tools/swap/cpu_link.py``) over the gate, unless a newer edit or
+    build superseded ``rebuild``; then the previous such registration goes. ``held``: the
+    open manifest whose shared lock keeps ``clean`` from the build. True when registered;
+    the caller sets ``rebuild.done`` (:func:`finish`)."""
     s = side(state)
     with s.lock:
         if rebuild.superseded:
             rebuild.skipped = True
-            return
-        lib = registry.open_library(store.library(state.name, rebuild.key, manifest))
+            if held is not None:
+                held.close()
+            return False
+        lib = registry.open_library(library)
         registry.register_impls(lib, "CPU", state.name)
-        held = None
-        with contextlib.suppress(OSError):
-            held = store.hold(state.name, rebuild.key)  # `clean` leaves it alone
-        previous, s.overlay = s.overlay, (lib, held, rebuild.key)
+        previous, s.overlay = s.overlay, (lib, held, rebuild.key, Path(library))
     if previous is not None:
         _drop(previous)
+    return True
 
 
 def finish(rebuild: Rebuild, error: BaseException | None = None) -> None:
-    """The background thread is done with ``rebuild`` (``error``: why it failed)."""
-    if error is not None and not rebuild.superseded:
+    """The background thread is done with ``rebuild`` (``error``: why it failed; an error
+    after its CPU kernels were registered is the full build's alone)."""
+    if error is not None and not rebuild.superseded and not rebuild.done.is_set():
         rebuild.error = error
     rebuild.done.set()
 
 
 def _drop(overlay: tuple) -> None:
-    lib, held, _key = overlay
+    lib, held, _key, path = overlay
     registry.unregister(lib)
     if held is not None:
         held.close()
+    if ".cpu-" in path.name:  # linked ahead into the work folder: nothing else uses it
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 # ---- later loads -------------------------------------------------------------------------
@@ -259,10 +269,11 @@ def collect(state) -> None:
         r.gates = []
 
 
-def supersede(state) -> Rebuild | None:
-    """Before a full activation: the running rebuild registers nothing from now on, and
-    gates no call is in (all, usually) go now: the new build may change a schema, which
-    registrations the loader does not own would block."""
+def supersede(state, key: str | None) -> Rebuild | None:
+    """Before a full activation of build ``key``: the running rebuild registers nothing from
+    now on, and gates no call is in (all, usually) go now: the new build may change a
+    schema, which registrations the loader does not own would block. CPU kernels registered
+    from that same build's library go too (its blocks are registered once at a time)."""
     s = getattr(state, "cpu_side", None)
     if s is None:
         return None
@@ -271,6 +282,11 @@ def supersede(state) -> Rebuild | None:
         if r is not None:
             r.superseded = True
             s.earlier.append(r)
+        same = s.overlay if s.overlay is not None and s.overlay[2] == key else None
+        if same is not None:
+            s.overlay = None
+    if same is not None:
+        _drop(same)
     collect(state)
     return r
 
@@ -319,7 +335,10 @@ def reinstate(state, superseded: Rebuild | None) -> None:
                                               "from the cache; load the op again")
         else:
             superseded.skipped = False
-            activate(state, superseded, store, manifest)
+            held = None
+            with contextlib.suppress(OSError):
+                held = store.hold(state.name, superseded.key)
+            activate(state, superseded, store.library(state.name, superseded.key, manifest), held)
 
 
 def revert(state, wait_s: float = 600.0) -> None:
@@ -336,5 +355,5 @@ def revert(state, wait_s: float = 600.0) -> None:
         raise JitLoaderError(
             f"op {state.name!r}: {s.calls} CPU call(s) still wait for the rebuild of an earlier "
             f"edit after {wait_s:g} s; load again once they return")
-    r = supersede(state)
+    r = supersede(state, None)
     replaced(state, r)

@@ -26,7 +26,7 @@ from jit_tools import key as keys, sources, store as stores
 from jit_tools.builder import ninja as builder
 from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
 from jit_tools.log import logger
-from jit_tools.swap import edits, gate, kernels, nvrtc
+from jit_tools.swap import cpu_link, edits, gate, kernels, nvrtc
 
 
 @dataclasses.dataclass
@@ -210,11 +210,16 @@ def build_later(state, key: str, config: dict, compiled: list[Path], inputs: lis
                 with store.build_lock(name, quiet=True) as lock_fd:
                     manifest = store.manifest(name, key)
                     if manifest is None:
+                        if rebuild is not None:
+                            _cpu_ahead(state, rebuild, store, config, compiled, hashes, lock_fd)
                         manifest, _log = builder.build(store, name, op_dir, options, key, config,
                                                        compiled, False, lock_fd, hashes=hashes,
                                                        progress=False)
-                if rebuild is not None:
-                    gate.activate(state, rebuild, store, manifest)
+                if rebuild is not None and not rebuild.done.is_set():
+                    held = None
+                    with contextlib.suppress(OSError):
+                        held = store.hold(name, key)
+                    gate.activate(state, rebuild, store.library(name, key, manifest), held)
         except SourcesChanged as e:
             logger.debug("background build of %r dropped: %s", name, e)
             error = JitLoaderError(f"op {name!r}: its CPU kernels were not rebuilt: {e}; load "
@@ -231,6 +236,23 @@ def build_later(state, key: str, config: dict, compiled: list[Path], inputs: lis
     _start(state, "background", "build", run)
     if rebuild is not None:
         rebuild.thread = state.background
+
+
+def _cpu_ahead(state, rebuild: gate.Rebuild, store, config: dict, compiled: list[Path],
+               hashes: dict[str, str], lock_fd: int) -> None:
+    """Register the CPU side of ``rebuild`` linked ahead of its full build, when it can be
+    (``jit_tools/swap/cpu_link.py``): the CPU calls go on while nvcc compiles."""
+    library = cpu_link.link_ahead(store, state.name, state.op_dir, config, compiled, hashes,
+                                  lock_fd)
+    if library is None:
+        return
+    try:
+        if gate.activate(state, rebuild, library):
+            gate.finish(rebuild)
+    except (OSError, JitLoaderError) as e:  # e.g. it needs the CUDA objects: the full build
+        logger.debug("op %r: CPU kernels linked ahead not used (%s)", state.name, e)
+        with contextlib.suppress(OSError):
+            library.unlink()
 
 
 def wait_for_background(state, timeout: float | None = None) -> None:
