@@ -177,7 +177,8 @@ def test_nvrtc_compiles_the_edited_math_into_every_kernel_of_the_build(tmp_path)
 
 # Runs in a new process (a copy of sigmoid registers the bundled op's namespace). In mode
 # "nvrtc" the swap compiles what a GPU would, every kernel of the library with NVRTC for
-# sm_90, and installs nothing (there may be no GPU); in mode "gpu" it is the real one and
+# sm_90, and installs nothing (there may be no GPU); in mode "cpu" the process sees no GPU
+# (no kernel can run, only the CPU side is live); in mode "gpu" the swap is the real one and
 # CUDA calls check the kernels. The background build, and the link of the CPU side ahead of
 # it, wait a second before compiling, so a CPU call that did not wait would see the old math.
 LIVE_EDITS = r"""
@@ -191,7 +192,9 @@ from jit_tools.swap import gate, hotswap, kernels, nvrtc
 op_dir, function, header = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 old, new, broken, other, mode = sys.argv[4:9]
 cuda = mode == "gpu"
-if not cuda:
+if mode == "cpu":  # a process without a GPU: only the CPU side is live
+    hotswap.gpu_visible = lambda: False
+if mode == "nvrtc":
     compiled = []
     def swap_without_a_gpu(state, opts=None, texts=None):
         found, exprs = kernels.compile_in_use(state.name, state.op_dir,
@@ -300,7 +303,8 @@ def _live_edits(tmp_path, op_dir: Path, function: str, header: Path, old: str, n
                                   mode, env=private_env(tmp_path / "cache"), timeout=1800))
 
 
-def _check_live_edits(out: dict, header: Path, math, old_math, broken_line: int) -> None:
+def _check_live_edits(out: dict, header: Path, math, old_math, broken_line: int,
+                      mode: str) -> None:
     import torch
 
     x = torch.linspace(-3, 3, 7, dtype=torch.float64)
@@ -315,7 +319,8 @@ def _check_live_edits(out: dict, header: Path, math, old_math, broken_line: int)
     assert out["broken_reload"] == out["broken_call"]
     close(out["fixed"], math(x, 3))
     close(out["header_back_cu_edited"][0], old_math(x))
-    assert out["header_back_cu_edited"][1]
+    # A kernel edit alone is swapped; without a GPU it builds, as nothing here could run it.
+    assert out["header_back_cu_edited"][1] == (mode != "cpu")
     close(out["reverted"][0], old_math(x))
     assert out["reverted"][1:] == [False, None]
     assert out["building_when_reverted"]
@@ -336,7 +341,7 @@ def _broken(body: str) -> str:
     return "\n#if !defined(__CUDACC__)\n  return not_declared_here();\n#endif\n  " + body
 
 
-MODES = ["nvrtc", pytest.param("gpu", marks=[
+MODES = ["nvrtc", "cpu", pytest.param("gpu", marks=[
     pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU visible")])]
 
 
@@ -353,7 +358,7 @@ def test_a_math_header_edit_of_a_copied_sigmoid(tmp_path, mode):
     line = header.read_text().split(SIGMOID_FORWARD)[0].count("\n") + 3
     out = _live_edits(tmp_path, op_dir, "sigmoid", header, SIGMOID_FORWARD, new, broken,
                       SIGMOID_FORWARD.replace("(x)", "(T(3) * x)"), mode)
-    _check_live_edits(out, header, lambda x, k: torch.sigmoid(k * x), torch.sigmoid, line)
+    _check_live_edits(out, header, lambda x, k: torch.sigmoid(k * x), torch.sigmoid, line, mode)
     # The background build compiled the CPU loops and the kernels: no host glue.
     assert out["compiled_units"] == ["sigmoid_cpu.cpp", "sigmoid_cuda.cu"], out["compiled_units"]
 
@@ -370,7 +375,7 @@ def test_a_math_header_edit_of_a_scaffolded_op(tmp_path, mode):
     line = header.read_text().split(SCAFFOLD_FORWARD)[0].count("\n") + 3
     out = _live_edits(tmp_path, plan.op_dir, name, header, SCAFFOLD_FORWARD, new,
                       _broken(SCAFFOLD_FORWARD), new.replace("T(2)", "T(3)"), mode)
-    _check_live_edits(out, header, lambda x, k: k * x * x.abs(), lambda x: x * x.abs(), line)
+    _check_live_edits(out, header, lambda x, k: k * x * x.abs(), lambda x: x * x.abs(), line, mode)
     assert out["compiled_units"] == [f"{name}_cpu.cpp", f"{name}_cuda.cu"], out["compiled_units"]
 
 

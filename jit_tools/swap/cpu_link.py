@@ -44,17 +44,18 @@ def link_ahead(store, name: str, op_dir: Path, config: dict, compiled: list[Path
     try:
         listing = subprocess.run([toolchain.ninja(), "-t", "commands", f"{name}.so"], cwd=work,
                                  capture_output=True, text=True, timeout=60, check=True).stdout
-        link = shlex.split(listing.strip().splitlines()[-1])
         # A new file each time: a library is dlopened by its path, and the previous one
         # may still be mapped (overwriting it in place would corrupt it).
         out = work / f"{name}.cpu-{os.getpid()}-{next(_SERIAL)}.so"
+        link = _link_line(listing.strip().splitlines()[-1], name, objects, out)
         compile_run = subprocess.run(
             [toolchain.ninja(), "-j", toolchain.max_jobs(), *objects], cwd=work, env=env,
             capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, pass_fds=(lock_fd,))
         if compile_run.returncode != 0:
             return None  # the full build reports the error
-        subprocess.run(_link_line(link, objects, out), cwd=work, env=env, capture_output=True,
-                       text=True, timeout=LINK_TIMEOUT_S, check=True)
+        # Ninja's own line, run as Ninja runs it (it may try gold, then the default linker).
+        subprocess.run(link, shell=True, cwd=work, env=env, capture_output=True, text=True,
+                       timeout=LINK_TIMEOUT_S, check=True)
     except (OSError, subprocess.SubprocessError, IndexError, ValueError) as e:
         logger.debug("op %r: CPU kernels not linked ahead (%s)", name, e)
         return None
@@ -63,23 +64,11 @@ def link_ahead(store, name: str, op_dir: Path, config: dict, compiled: list[Path
     return out
 
 
-def _link_line(link: list[str], objects: list[str], out: Path) -> list[str]:
-    """Ninja's link command of the op with ``objects`` for its objects and ``out`` for its
-    output."""
-    args, placed, skip = [], False, False
-    for i, arg in enumerate(link):
-        if skip:
-            skip = False
-            continue
-        if arg == "-o":
-            args += ["-o", str(out)]
-            skip = True
-        elif re.fullmatch(r"[^-/][^/]*\.o", arg):
-            if not placed:
-                args += objects
-                placed = True
-        else:
-            args.append(arg)
-    if not placed:
-        raise ValueError("no objects in the link command")
-    return args
+def _link_line(link: str, name: str, objects: list[str], out: Path) -> str:
+    """Ninja's link command of the op (a shell line) with ``objects`` for its objects and
+    ``out`` for its output, wherever they appear."""
+    runs = re.compile(r"(?:(?<=\s)[\w.+-]+\.o(?=\s))(?:\s+[\w.+-]+\.o(?=\s))*")
+    if not runs.search(link) or f"-o {name}.so" not in link:
+        raise ValueError(f"unexpected link command: {link}")
+    link = runs.sub(" ".join(shlex.quote(o) for o in objects), link)
+    return link.replace(f"-o {name}.so", f"-o {shlex.quote(str(out))}")

@@ -194,7 +194,8 @@ def _progress(rebuild: Rebuild):
         warnings.simplefilter("ignore")
         from tqdm.auto import tqdm
     return tqdm(desc=f"{rebuild.op}: CPU call waits for {', '.join(rebuild.units)}",
-                unit="s", bar_format="{desc} {elapsed}", leave=False, file=sys.stderr)
+                unit="s", bar_format="{desc} {elapsed}", leave=False, file=sys.stderr,
+                mininterval=1.0)
 
 
 # ---- the background thread ---------------------------------------------------------------

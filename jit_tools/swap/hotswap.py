@@ -160,7 +160,10 @@ def try_swap(state, key: str, config: dict, compiled: list[Path], inputs: list[P
         return False
     include_dirs = sources.include_dirs(state.op_dir, state.options)
     verdict = why_not_live(state.live, config, texts, compiled, include_dirs)
-    if not isinstance(verdict, str) and not gpu_visible():
+    # Without a GPU no kernel of this process can ever run: an edit with stale CPU units is
+    # still taken live for its CPU side (the gate); one without builds as before.
+    gpu = not isinstance(verdict, str) and gpu_visible()
+    if not isinstance(verdict, str) and not gpu and not verdict.stale_units:
         verdict = "no GPU is visible"
     if isinstance(verdict, str):
         logger.debug("op %r: building (no kernel swap: %s)", state.name, verdict)
@@ -168,7 +171,8 @@ def try_swap(state, key: str, config: dict, compiled: list[Path], inputs: list[P
     try:
         cu = [p for p in compiled if p.suffix in sources.CUDA_SUFFIXES]
         unit = {*cu, *sources.local_headers(cu, include_dirs)}
-        names = kernels.swap(state, state.options, {p: texts[p] for p in unit if p in texts})
+        names = kernels.swap(state, state.options, {p: texts[p] for p in unit if p in texts}) \
+            if gpu else []
     except kernels.SwapRefused as e:
         logger.debug("op %r: building (no kernel swap: %s)", state.name, e)
         return False
@@ -188,9 +192,13 @@ def try_swap(state, key: str, config: dict, compiled: list[Path], inputs: list[P
             return False
     else:  # the CPU code is the live build's again: no earlier edit's CPU kernels over it
         gate.revert(state)
-    logger.info("op %r: swapped in %d kernel(s) compiled by NVRTC over build %s%s", state.name,
-                len(names), state.key,
-                f"; CPU kernels wait for {', '.join(rebuild.units)}" if rebuild else "")
+    waits = f"CPU calls wait for {', '.join(rebuild.units)}" if rebuild else ""
+    if gpu:
+        logger.info("op %r: swapped in %d kernel(s) compiled by NVRTC over build %s%s", state.name,
+                    len(names), state.key, f"; {waits}" if waits else "")
+    else:
+        logger.info("op %r: %s, rebuilt in the background (no GPU, no kernel to swap)",
+                    state.name, waits)
     build_later(state, key, config, compiled, inputs, rebuild)
     return True
 
