@@ -57,7 +57,7 @@ class CpuSide:
     lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
     rebuild: Rebuild | None = None                      # the newest
     earlier: list = dataclasses.field(default_factory=list)  # superseded, gates registered
-    overlay: tuple | None = None   # (library, held manifest, key): CPU kernels over the live build
+    overlay: tuple | None = None   # (library, held manifest, key, path): CPU kernels over the live build
     calls: int = 0                 # gated calls in flight
 
 
@@ -65,12 +65,6 @@ def side(state) -> CpuSide:
     if state.cpu_side is None:
         state.cpu_side = CpuSide()
     return state.cpu_side
-
-
-def _cpu_keyset():
-    import torch
-
-    return torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
 
 # ---- the load path (the caller holds the loader's lock) ---------------------------------------
@@ -138,7 +132,7 @@ def _gated_call(s: CpuSide, rebuild: Rebuild, target, args, kwargs):
             raise copy.copy(rebuild.error)
         # The newer CPU kernel (the rebuild's, a newer gate's or a new build's) is
         # registered over this gate by now.
-        return target.redispatch(_cpu_keyset(), *args, **kwargs)
+        return target.redispatch(_torch_private.cpu_keyset(), *args, **kwargs)
 
 
 @contextlib.contextmanager

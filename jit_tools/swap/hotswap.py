@@ -234,8 +234,9 @@ def build_later(state, key: str, config: dict, compiled: list[Path], inputs: lis
                                    "the op again")
         except Exception as e:  # noqa: BLE001 - a thread has no caller to raise to
             error = e
+            gated = rebuild is not None and not rebuild.done.is_set()
             logger.warning("op %r: the background build of %s failed%s: %s", name, key,
-                           "; its CPU calls raise this until the next load" if rebuild else "",
+                           "; its CPU calls raise this until the next edit" if gated else "",
                            str(e).splitlines()[0] if str(e) else type(e).__name__)
         finally:
             if rebuild is not None:
