@@ -2,7 +2,7 @@
 # One call on a GPU machine (plain python3 with torch, no venv): CUDA tests, checks and
 # benchmarks, each stage's output kept under $OUT.
 # Stages: env build tests loadertests alltests demo bench suite overhead opbench variants hostopt
-#   loader editloop stable cppedit xv rest kernels lltmtimes yourop   (suite runs both sections of
+#   loader editloop mathedit stable cppedit xv rest kernels lltmtimes yourop   (suite runs both sections of
 #   experiments/bench.py, or the kernel cases of SUITE_OPS only; overhead only the call
 #   overhead, then profile_call on PROFILE_DEVICES, default "cuda cpu", "" for none; xv:
 #   deploy/check_cross_version.sh check dist/xv, steps XV_STEPS; lltmtimes: GPU time per
@@ -84,6 +84,9 @@ for stage in "${stages[@]}"; do
             python3 -m experiments.gnn_scatter 2>&1 | tr '\r' '\n' | grep -v "it/s" | tee "$OUT/gnn_scatter.txt" | tail -8 || status=1 ;;
     hostopt) python3 -m experiments.bench_host_opt --json "$OUT/bench_host_opt.json" 2>&1 | tee "$OUT/bench_host_opt.txt" || status=1 ;;
     loader) python3 -m experiments.bench_loader ${LOADER_ARGS:-} --json "$OUT/bench_loader.json" 2>&1 | tee "$OUT/bench_loader.txt" || status=1 ;;
+    mathedit) python3 -m experiments.bench_loader --only-math-edit --edit-rounds "${EDIT_ROUNDS:-3}" \
+              --math-ops "${MATH_OPS:-sigmoid,gelu,resize,scaffold}" --json "$OUT/math_edit.json" 2>&1 \
+              | tee "$OUT/math_edit.txt" | tail -30 || status=1 ;;
     editloop) python3 -m experiments.bench_loader --only-edit-loop --edit-rounds "${EDIT_ROUNDS:-3}" --edit-ops "${EDIT_OPS:-sigmoid,resize}" \
               --json "$OUT/edit_loop.json" 2>&1 | tee "$OUT/edit_loop.txt" | tail -8 || status=1 ;;
     stable) python3 -m experiments.bench_loader --only-stable --json "$OUT/stable.json" 2>&1 \

@@ -32,6 +32,13 @@ def has_kernel(qualname: str, dispatch_key: str) -> bool:
     return bool(torch._C._dispatch_has_kernel_for_dispatch_key(qualname, dispatch_key))
 
 
+def cpu_keyset():
+    """The dispatch key set of the CPU key alone: a live edit's gate calls its operator
+    again at the CPU key, where the rebuilt CPU kernels now sit over it (swap/gate.py);
+    ``OpOverload.redispatch`` takes a key set, which only ``torch._C`` makes."""
+    return torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
 def destroy_library(lib: torch.library.Library) -> None:
     """Withdraw a ``torch.library.Library``'s registrations now. The public way is to
     let the object be garbage collected, which may happen too late: the next build of

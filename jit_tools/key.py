@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import shlex
 import shutil
 import sys
@@ -41,6 +42,20 @@ REGISTRY_HEADER = CSRC / "jit_loader_registry.h"
 # The code both registry headers include: its bytes enter both ABIs' keys.
 REGISTRY_CORE = CSRC / "jit_loader_registry_core.h"
 SUPPORT_HASH = hashlib.sha256(REGISTRY_HEADER.read_bytes() + REGISTRY_CORE.read_bytes()).hexdigest()[:16]
+
+
+def cpu_clone_flags() -> list[str]:
+    """``-DOPS_CPU_CLONE=<0|1|2>``: a JIT build compiles only the clone of the ops'
+    vectorised CPU loops that this process runs (ops/common/cpu_dispatch.h), ATen's CPU
+    capability (ATEN_CPU_CAPABILITY honoured); being a flag, it is in the key. None off
+    x86-64 (one clone there anyway) and with JIT_LOADER_CPU_CLONES=all (a cache shared by
+    machines of several capabilities)."""
+    if os.environ.get("JIT_LOADER_CPU_CLONES", "").lower() == "all":
+        return []
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return []
+    capability = torch.backends.cpu.get_cpu_capability().upper()
+    return [f"-DOPS_CPU_CLONE={ {'AVX512': 2, 'AVX2': 1}.get(capability, 0) }"]
 
 
 def registry_header(cfg: dict) -> Path:
@@ -111,7 +126,8 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
         "nvcc": toolchain.file_identity(os.path.join(home, "bin", "nvcc")) if home else None,
         "with_cuda": with_cuda,
         "cuda_arch": toolchain.cuda_arch_list(opts.get("cuda_arch")) if with_cuda else None,
-        "cflags": [*DEFAULT_CFLAGS, *cuda_includes, *opts.get("extra_cflags", ())],
+        "cflags": [*DEFAULT_CFLAGS, *cpu_clone_flags(), *cuda_includes,
+                   *opts.get("extra_cflags", ())],
         "cuda_cflags": [*DEFAULT_CUDA_CFLAGS, *cuda_includes, *opts.get("extra_cuda_cflags", ())]
         if with_cuda else [],
         "ldflags": [*DEFAULT_LDFLAGS, *opts.get("extra_ldflags", ())],

@@ -22,7 +22,7 @@ from jit_tools.errors import (BuildError, CacheError, CorruptBuild, JitLoaderErr
                                SourcesChanged)
 from jit_tools.log import logger
 from jit_tools.state import LOCK, STATES, BuildInfo, OpState, state_for, state_holding
-from jit_tools.swap import hotswap
+from jit_tools.swap import gate, hotswap
 
 
 MAX_CHANGED_RETRIES = 3  # builds in a row whose sources changed while they compiled
@@ -57,6 +57,8 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
     namespaces = registry.namespaces_of(lib)
     old = state.cdll
     previous_schemas = registry.current_schemas(state.namespaces) if old is not None else {}
+    # A live edit's CPU rebuild registers nothing over the new build (swap/gate.py).
+    superseded = gate.supersede(state, key)
     if old is not None:
         registry.keepalive(state.namespaces)
         registry.destroy_libraries(state.loader_libs)
@@ -75,8 +77,10 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
             registry.keepalive(state.namespaces)
             registry.clear_ops_cache(state.namespaces)
             surface.import_surface(state)
+            gate.reinstate(state, superseded)
         raise
     state.cdll, state.library, state.key, state.namespaces = lib, str(so), key, namespaces
+    gate.replaced(state, superseded)
     registry.keepalive(namespaces)
     registry.clear_ops_cache(namespaces)
     state.publish(surface.handle_attributes(state, state.module))  # the new build's op packets
@@ -119,7 +123,11 @@ def _free_for_new_schemas(state: OpState, refusal: JitLoaderError, qualnames: li
 
 def ensure_current(state: OpState, verbose: bool | None) -> bool:
     """Bring the op's native library up to date. Returns True when it changed."""
+    gate.collect(state)
     if state.snapshot and not sources.snapshot_changed(state.snapshot):
+        failed = gate.failure(state)  # a live edit's CPU build failed: say so until an edit
+        if failed is not None:
+            raise failed
         return False
     started = time.perf_counter()
     never = layers.never_compile()
@@ -134,7 +142,7 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
             state.snapshot = snapshot
             if state.swapped is None:
                 return False
-            hotswap.restore(state)  # back to the sources of the live build: its own kernels
+            hotswap.revert(state)  # back to the sources of the live build: its own kernels
             state.swapped = None
             back_to = layers.origin(layers.find_build(state.name, key)[0], state.name, key)
             state.info = dataclasses.replace(state.info, key=key, swapped_over=None, origin=back_to)

@@ -104,6 +104,17 @@ def register(lib, op_name: str = "", previous_schemas: dict[str, list[str]] | No
             + "\n".join(dangling))
 
 
+def register_impls(lib, key: str, op_name: str = "") -> None:
+    """Perform only a build's kernel blocks of dispatch key ``key`` (``"CPU"``), over the
+    live build's registrations: the newest kernel of a key is the one the dispatcher runs,
+    so the live build's stay, shadowed, and nothing is ever without a kernel."""
+    lib.jit_loader_register_impls.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.jit_loader_register_impls.restype = ctypes.c_int
+    buf = ctypes.create_string_buffer(16384)
+    if lib.jit_loader_register_impls(key.encode(), buf, len(buf)) != 0:
+        raise JitLoaderError(explain_refusal(op_name, buf.value.decode(errors="replace"), {}))
+
+
 def explain_refusal(op_name: str, message: str, previous_schemas: dict[str, list[str]]) -> str:
     """One line saying why the dispatcher refused a build, then its own message without
     the C++ stack frames."""

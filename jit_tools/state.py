@@ -67,6 +67,9 @@ class OpState:
     swapped: str | None = None
     # The background Ninja build of the swapped key, while one was started.
     background: Any = None
+    # The CPU side of live edits (swap/gate.py: the gates, the rebuild they wait for, the
+    # newer CPU kernels registered over the live library); None until the first.
+    cpu_side: Any = None
     # The thread making the op's NVRTC precompiled header ahead of a first kernel edit.
     warming: Any = None
     # The class of this op's handles (jit_tools/handle.py) and the names it holds as class

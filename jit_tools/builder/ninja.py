@@ -361,6 +361,13 @@ def invalidate_stale_objects(work: Path, hashes: dict[str, str]) -> list[Path]:
     return stale
 
 
+def work_tag(op_dir: Path, config: dict) -> str:
+    """The name of the op's Ninja work folder for a configuration (one per op folder and
+    configuration, kept for incremental rebuilds; ``CacheStore.claim_work`` takes it)."""
+    cfg = {k: v for k, v in config.items() if k != "no_cuda_reason"}
+    return hashlib.sha256((json.dumps(cfg, sort_keys=True) + str(op_dir)).encode()).hexdigest()[:12]
+
+
 def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, config: dict,
           sources: list[Path], verbose: bool, lock_fd: int,
           hashes: dict[str, str] | None = None, progress: bool = True,
@@ -375,11 +382,9 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
 
     Ninja runs in a work folder this process alone has claimed (``CacheStore.claim_work``),
     so that it is never another process's, whatever the build lock locked."""
-    cfg = {k: v for k, v in config.items() if k != "no_cuda_reason"}
-    tag = hashlib.sha256((json.dumps(cfg, sort_keys=True) + str(op_dir)).encode()).hexdigest()[:12]
     started = time.perf_counter()
     try:
-        claim = store.claim_work(name, tag)
+        claim = store.claim_work(name, work_tag(op_dir, config))
     except OSError as e:
         raise store.cache_error(e, f"building op {name!r}") or e
     try:

@@ -78,8 +78,14 @@ struct KernelLaunch {
     void* args[] = {const_cast<void*>(static_cast<const void*>(&params))..., nullptr};
     const void* stub = reinterpret_cast<const void*>(kernel);
     if (kernel_swap::enabled()) {  // a kernel swapped in by the loader (common/kernel_swap.h)
-      if (void* f = kernel_swap::replacement_for(stub)) {
-        return kernel_swap::launch_replacement(f, grid, block, shared_bytes, stream, args);
+      void* f = nullptr;
+      switch (kernel_swap::replacement_for(stub, &f)) {
+        case kernel_swap::Use::kReplacement:
+          return kernel_swap::launch_replacement(f, grid, block, shared_bytes, stream, args);
+        case kernel_swap::Use::kNone:  // stale code, no replacement: the loader logged why
+          return cudaErrorInvalidPtx;
+        case kernel_swap::Use::kKernel:
+          break;
       }
     }
     const cudaError_t launched = cudaLaunchKernel(stub, grid, block, args, shared_bytes, stream);
