@@ -29,6 +29,7 @@ Usage::
 Environment variables:
 
     JIT_LOADER_CACHE       cache directory (default: $XDG_CACHE_HOME/jit_loader)
+    JIT_LOADER_DEBUG       1 loads debug builds (load(..., debug=True))
     JIT_LOADER_CUDA_ARCH   CUDA arch list, e.g. "9.0" or "8.0;9.0+PTX"
                            (default: TORCH_CUDA_ARCH_LIST, else the visible GPUs,
                            else DEFAULT_CUDA_ARCH)
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Sequence
 
 from jit_tools import dropin as _dropin
+from jit_tools import key as _keys
 from jit_tools import pipeline as _pipeline
 from jit_tools import prebuilt as _prebuilt
 from jit_tools import registry as _registry
@@ -104,7 +106,7 @@ def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] |
          extra_cuda_cflags: Sequence[str] | str | None = None,
          extra_ldflags: Sequence[str] | str | None = None,
          extra_include_paths: Sequence[str] | str | None = None,
-         cuda_arch: str | None = None, **torch_options):
+         cuda_arch: str | None = None, debug: bool | None = None, **torch_options):
     """Load an op: its native library (built or cached) and its Python surface.
 
     ``load("gelu")`` or ``load(path)``: the name of a folder under ops/ or the path of
@@ -121,12 +123,17 @@ def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] |
     raise :class:`JitLoaderError` naming them.
 
     The flags and ``cuda_arch`` (a CUDA arch list, e.g. ``"9.0"``) are part of the cache
-    key: other flags are another build.
+    key: other flags are another build. ``debug=True`` (default: ``JIT_LOADER_DEBUG``)
+    loads a debug build, a build of its own key: host code at ``-O0 -g``, device code with
+    line info, asserts on and the checks of ``OPS_DEBUG`` (``ops/common/debug.h``); hot
+    reload and kernel swaps keep building it. ``load(op)`` without it loads the release
+    build again.
     """
     flags = dict(extra_cflags=_dropin.flags(extra_cflags),
                  extra_cuda_cflags=_dropin.flags(extra_cuda_cflags),
                  extra_ldflags=_dropin.flags(extra_ldflags),
-                 extra_include_paths=_dropin.paths(extra_include_paths), cuda_arch=cuda_arch)
+                 extra_include_paths=_dropin.paths(extra_include_paths), cuda_arch=cuda_arch,
+                 debug=debug)
     if sources is None and name is None:
         if torch_options:
             raise TypeError(f"load: {', '.join(sorted(torch_options))}: only with sources=[...] "
@@ -134,7 +141,7 @@ def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] |
         if name_or_path is None:
             raise TypeError("load: give an op folder name or path, or name= and sources=")
         op_dir = _sources.resolve_op_dir(name_or_path)
-        if _prebuilt.selected(op_dir):  # JIT_LOADER_PREBUILT: an ahead-of-time build instead
+        if not _debug(debug) and _prebuilt.selected(op_dir):  # JIT_LOADER_PREBUILT: an ahead-of-time build instead
             return _prebuilt.load(op_dir, surface=True)
         return Op(_pipeline.load(op_dir, verbose, **flags))
     if name is not None and name_or_path is not None:
@@ -152,6 +159,12 @@ def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] |
     return _module_or_library(state, is_python_module)
 
 
+def _debug(debug: bool | None) -> bool:
+    """Whether a load builds for debugging (None: as ``JIT_LOADER_DEBUG`` says); an
+    ahead-of-time library is a release build, never served for it."""
+    return _keys.debug_default() if debug is None else bool(debug)
+
+
 def _module_or_library(state, is_python_module: bool):
     if not is_python_module:
         return state.library
@@ -166,18 +179,19 @@ def _module_or_library(state, is_python_module: bool):
 def load_library(name_or_path: str | os.PathLike, *, verbose: bool | None = None,
                  extra_cflags: Sequence[str] = (), extra_cuda_cflags: Sequence[str] = (),
                  extra_ldflags: Sequence[str] = (), extra_include_paths: Sequence[str] = (),
-                 cuda_arch: str | None = None) -> Op:
+                 cuda_arch: str | None = None, debug: bool | None = None) -> Op:
     """Build (or fetch from the cache) and register an op's C++/CUDA library only.
 
     An op's Python surface calls this at import time; it returns at once when the
     library in this process is current.
     """
     op_dir = _sources.resolve_op_dir(name_or_path)
-    if _prebuilt.selected(op_dir):  # JIT_LOADER_PREBUILT: an ahead-of-time build instead
+    if not _debug(debug) and _prebuilt.selected(op_dir):  # JIT_LOADER_PREBUILT: an ahead-of-time build instead
         return _prebuilt.load(op_dir)
     return Op(_pipeline.load_library(
         op_dir, verbose, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
-        extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, cuda_arch=cuda_arch))
+        extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, cuda_arch=cuda_arch,
+        debug=debug))
 
 
 def register_autograd_op(op: str, backward: str, args: Sequence[str],
@@ -218,7 +232,8 @@ def load_inline(name: str, cpp_sources: Sequence[str] | str | None = None,
                 python_source: str | None = None, first_line: int = 1,
                 source_name: str | None = None, verbose: bool | None = None,
                 extra_cflags=None, extra_cuda_cflags=None, extra_ldflags=None,
-                extra_include_paths=None, cuda_arch: str | None = None, **torch_options):
+                extra_include_paths=None, cuda_arch: str | None = None,
+                debug: bool | None = None, **torch_options):
     """Build from source text.
 
     ``load_inline(name, cpp_sources, cuda_sources=None, functions=None, ...)``: the
@@ -234,7 +249,7 @@ def load_inline(name: str, cpp_sources: Sequence[str] | str | None = None,
     """
     flags = dict(extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
                  extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
-                 cuda_arch=cuda_arch, verbose=verbose)
+                 cuda_arch=cuda_arch, verbose=verbose, debug=debug)
     if cpp_sources is None and cuda_sources is None and functions is None:
         if torch_options:
             raise TypeError(f"load_inline: {', '.join(sorted(torch_options))}: only with "

@@ -102,6 +102,7 @@ def _describe_op(name: str, op_dir: Path | None, verify: str = "changed") -> dic
             "problem": None if b["valid"] else CacheStore.problem(b),
             "op_dir": b.get("op_dir"), "with_cuda": config.get("with_cuda"),
             "cuda_arch": config.get("cuda_arch"), "torch": config.get("torch"),
+            "debug": bool(config.get("debug")),
         })
     info["builds"] = builds
     info["current_cached"] = any(b["current"] and b["valid"] for b in builds)
@@ -154,6 +155,7 @@ def run(args) -> int:
             if b["in_use"]:
                 state += ", in use"
             arch = f"  cuda {b['cuda_arch']}" if b["cuda_arch"] else ""
+            arch += "  debug" if b["debug"] else ""
             print(f"  {mark} {b['key']}  {text.size(b['size_bytes']):>9}  {text.age(b['age_seconds']):>8} old"
                   f"  {state}{arch}")
         if not op["builds"]:
