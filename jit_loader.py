@@ -82,6 +82,8 @@ __all__ = [
     "check",
     "check_op",
     "check_same_device",
+    "sanitize",
+    "profile",
     "register_autograd_op",
     "fast_op",
     "Op",
@@ -223,6 +225,29 @@ def fast_op(overload):
     or the schema has a type it does not take, ``overload`` itself is returned."""
     from jit_tools import fastcall
     return fastcall.fast_op(overload)
+
+
+def sanitize(fn, *args, tool: str = "memcheck", **options):
+    """Run ``fn(*args)`` once in a fresh process under compute-sanitizer's ``tool``
+    (``memcheck``, ``racecheck``, ``initcheck``, ``synccheck``) with the debug build of its
+    op and PyTorch's caching allocator off; a report of each finding at the op's own
+    ``file:line`` (``report.clean`` when there is none). ``fn``: ``op.my_op``, a
+    ``torch.ops`` op, or a function importable by module and name. Options: ``backward``
+    (default: where an argument requires grad), ``kwargs``, ``print_limit``, ``timeout``
+    (jit_tools/tools/sanitize.py)."""
+    from jit_tools.tools import sanitize as tool_module
+    return tool_module.sanitize(fn, *args, tool=tool, **options)
+
+
+def profile(fn, *args, **options):
+    """Per kernel that ``fn(*args)`` launches: time, DRAM bandwidth and FLOP rate against
+    the device's peaks, occupancy, registers, shared memory, launch configuration; through
+    Nsight Compute in a fresh process where ``ncu`` is installed, else torch.profiler's
+    kernel times (the report says what is missing). ``report.table()``, ``report.plot()``
+    (a roofline); both show in Jupyter. Options: ``backward``, ``kwargs``, ``timeout``,
+    ``clock_control``, ``use_ncu`` (jit_tools/tools/profile.py)."""
+    from jit_tools.tools import profile as tool_module
+    return tool_module.profile(fn, *args, **options)
 
 
 def load_inline(name: str, cpp_sources: Sequence[str] | str | None = None,
