@@ -65,18 +65,18 @@ def find(tool: str, what_for: str) -> str:
             return path
     variable, _, wheel = _PLACES[tool]
     where = f"PATH, {toolchain.cuda_home() or '/usr/local/cuda'}/bin, /opt/nvidia"
-    get = ("it comes with the CUDA toolkit (or pip install nvidia-cuda-sanitizer-api-cu13, "
-           "nvidia-cuda-sanitizer-api for CUDA 13)" if tool == "compute-sanitizer"
+    get = ("it comes with the CUDA toolkit, and in NVIDIA's wheel nvidia-cuda-sanitizer-api "
+           "(-cu12 for CUDA 12)" if tool == "compute-sanitizer"
            else "it comes with the CUDA toolkit and with Nsight Compute")
-    raise ToolMissing(f"{what_for} needs {tool}, which was not found (looked in {where}"
-                      f"{', Python wheels' if wheel else ''}): {get}; or set {variable} to its path")
+    raise ToolMissing(f"{tool} was not found (looked in {where}{', Python wheels' if wheel else ''}; "
+                      f"{what_for} runs it): {get}; or set {variable} to its path")
 
 
 def needs_gpu(what_for: str) -> None:
     import torch
     if not torch.cuda.is_available():
-        raise JitLoaderError(f"{what_for} needs a CUDA GPU, and torch sees none "
-                             f"(torch {torch.__version__}, CUDA {torch.version.cuda})")
+        raise JitLoaderError(f"no CUDA GPU is visible (torch {torch.__version__}, CUDA "
+                             f"{torch.version.cuda}); {what_for} runs the call on one")
 
 
 def child_env(**extra: str | None) -> dict:

@@ -55,14 +55,14 @@ def profile(fn, *args, backward: bool | None = None, kwargs: dict | None = None,
     module and name) after one warm-up call; else torch.profiler times it here. The report
     is a table (``report.table()``: a pandas DataFrame where pandas is installed), a
     roofline plot (``report.plot()``) and both in Jupyter."""
-    nvtools.needs_gpu("profile")
+    nvtools.needs_gpu("jit_loader.profile")
     kwargs = dict(kwargs or {})
     do_backward = fresh_call.wants_backward(args, kwargs, backward)
     exe = None
     why = None
     if use_ncu is not False:
         try:
-            exe = nvtools.find("ncu", "profile")
+            exe = nvtools.find("ncu", "jit_loader.profile")
         except nvtools.ToolMissing as e:
             if use_ncu:
                 raise
@@ -83,8 +83,13 @@ def profile(fn, *args, backward: bool | None = None, kwargs: dict | None = None,
 
 def run_calls(calls: Sequence[fresh_call.Call], ops: Sequence[Path], *, exe: str | None = None,
               timeout: float = DEFAULT_TIMEOUT, clock_control: str = "none") -> ProfileReport:
-    """``calls`` in one fresh process under ncu, with the ops' current builds."""
-    exe = exe or nvtools.find("ncu", "profile")
+    """``calls`` in one fresh process under ncu, with the ops' current builds; without
+    ncu, in this process under torch.profiler."""
+    if exe is None:
+        try:
+            exe = nvtools.find("ncu", "jit_loader.profile")
+        except nvtools.ToolMissing as e:
+            return _calls_in_process(calls, ops, str(e))
     options = nvtools.op_options(ops)
     started = time.perf_counter()
     nvtools.ensure_built(options, "profile", timeout)
@@ -158,3 +163,21 @@ def in_process(fn, args, kwargs, backward: bool, why: str | None) -> ProfileRepo
                          device=torch.cuda.get_device_name(), missing=missing,
                          seconds=time.perf_counter() - started,
                          calls=[getattr(fn, "__name__", repr(fn))])
+
+
+def _calls_in_process(calls: Sequence[fresh_call.Call], ops: Sequence[Path], why: str) -> ProfileReport:
+    """The fallback of :func:`run_calls`: the ops loaded here, the calls one after another
+    under torch.profiler."""
+    import jit_loader
+    handles = {str(d): jit_loader.load(d) for d in ops}
+    resolved = [(fresh_call._resolve(c.target, handles), c) for c in calls]
+
+    def all_calls():
+        for fn, c in resolved:
+            out = fn(*c.args, **c.kwargs)
+            if c.backward:
+                fresh_call._run_backward(out)
+
+    report = in_process(all_calls, (), {}, False, why)
+    report.calls = [c.label for c in calls]
+    return report

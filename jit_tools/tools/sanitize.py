@@ -76,8 +76,8 @@ def run_calls(calls: Sequence[fresh_call.Call], ops: Sequence[Path], tool: str =
               *, print_limit: int = 100, timeout: float = DEFAULT_TIMEOUT) -> SanitizerReport:
     """``calls`` in one fresh process under ``tool``, with debug builds of ``ops``."""
     _check_tool(tool)
-    exe = nvtools.find("compute-sanitizer", "sanitize")
-    nvtools.needs_gpu("sanitize")
+    exe = nvtools.find("compute-sanitizer", "jit_loader.sanitize")
+    nvtools.needs_gpu("jit_loader.sanitize")
     options = nvtools.op_options(ops, debug=True)
     started = time.perf_counter()
     nvtools.ensure_built(options, "sanitize", timeout)

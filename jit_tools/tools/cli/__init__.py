@@ -5,8 +5,11 @@
     python -m jit_loader clean  [OP ...] [--older-than DAYS] [--keep N] [--broken] [--dry-run]
     python -m jit_loader doctor
     python -m jit_loader new    NAME [--cuda] [--aten [--schema SCHEMA]] [--dir PATH]
+    python -m jit_loader sanitize OP [--tool TOOL] [--variants VARIANT]
+    python -m jit_loader profile  OP [--case NAME] [--dtype DTYPE]
 
-One module per command (``listing``, ``build``, ``clean``, ``doctor``, ``new``), each with
+One module per command (``listing``, ``build``, ``clean``, ``doctor``, ``new``,
+``sanitize``, ``profile``), each with
 its ``NAME``, ``HELP``, ``DESCRIPTION``, ``add_arguments`` (where it takes any) and ``run``. Everything goes through the loader's own pipeline
 (``op_key``, ``cached_builds``, ``build_in_use``, ``remove_build``, ``load_library``), its
 toolchain and its cache store, so the command line sees the cache exactly as a loading
@@ -19,9 +22,9 @@ import argparse
 import sys
 
 from jit_tools.errors import JitLoaderError
-from jit_tools.tools.cli import build, clean, doctor, listing, new
+from jit_tools.tools.cli import build, clean, doctor, listing, new, profile, sanitize
 
-COMMANDS = (listing, build, clean, doctor, new)
+COMMANDS = (listing, build, clean, doctor, new, sanitize, profile)
 
 EPILOG = """\
 examples:
@@ -32,6 +35,8 @@ examples:
   python -m jit_loader clean --older-than 30   drop builds older than a month
   python -m jit_loader new my_op --cuda        start a new op (CPU and CUDA kernels, tests)
   python -m jit_loader new rms --aten --schema "rms(Tensor x, Tensor weight, float eps) -> Tensor"
+  python -m jit_loader sanitize my_op --tool all   the op's examples under compute-sanitizer
+  python -m jit_loader profile my_op               per-kernel time, bandwidth, occupancy (ncu)
 
 The cache lives in $JIT_LOADER_CACHE (default ~/.cache/jit_loader).
 """
