@@ -2,11 +2,12 @@
 # One call on a GPU machine (plain python3 with torch, no venv): CUDA tests, checks and
 # benchmarks, each stage's output kept under $OUT.
 # Stages: env build tests loadertests alltests demo bench suite overhead opbench variants hostopt
-#   loader editloop stable cppedit xv rest kernels lltmtimes   (suite runs both sections of
+#   loader editloop stable cppedit xv rest kernels lltmtimes sanitize debugtools   (suite runs both sections of
 #   experiments/bench.py, or the kernel cases of SUITE_OPS only; overhead only the call
 #   overhead, then profile_call on PROFILE_DEVICES, default "cuda cpu", "" for none; xv:
 #   deploy/check_cross_version.sh check dist/xv, steps XV_STEPS; lltmtimes: GPU time per
-#   LLTM kernel)
+#   LLTM kernel; sanitize: every op with CUDA kernels under compute-sanitizer, SANITIZE_ARGS
+#   e.g. "--ops sigmoid --tools memcheck"; debugtools: the sanitize/profile targets)
 #   bash experiments/gpu_run.sh env build tests       # default: all stages
 #   PYTEST_WORKERS=15 ALLTESTS_TIMEOUT=560 bash experiments/gpu_run.sh env alltests
 #   LOADER_ARGS="--ops toy,sigmoid,lltm" bash experiments/gpu_run.sh loader
@@ -94,6 +95,10 @@ for stage in "${stages[@]}"; do
     kernels) python3 -m experiments.bench --only cases --no-progress ${SUITE_OPS:+--ops "$SUITE_OPS"} \
               --out "$OUT/kernels" 2>&1 | grep -v "^building" | tee "$OUT/kernels.txt" | head -40 || status=1
             python3 -m experiments.bench --render "$OUT/kernels/bench.json" --results > "$OUT/kernels/results_section.md" ;;
+    sanitize) python3 -m experiments.sanitize_all --json "$OUT/sanitize_all.json" ${SANITIZE_ARGS:-} 2>&1 \
+              | grep -v "^building" | tee "$OUT/sanitize_all.txt" | tail -40 || status=1 ;;
+    debugtools) python3 -m experiments.debug_tools_check --json "$OUT/debug_tools.json" 2>&1 \
+              | grep -v "^building" | tee "$OUT/debug_tools.txt" | tail -30 || status=1 ;;
     *) echo "unknown stage $stage"; status=1 ;;
   esac
 done
