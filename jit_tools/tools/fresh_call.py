@@ -70,16 +70,23 @@ def _op_name(fn) -> str | None:
 
 
 def _importable(fn) -> tuple[str, str] | None:
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    if not module or not qualname or module == "__main__" or "<" in qualname:
+    """(module, name) under which ``fn`` is found by import: its qualified name, else its
+    plain name in its module (torch's builtins: ``torch.sigmoid`` is a method of a class)."""
+    module = getattr(fn, "__module__", None)
+    if not module or module == "__main__":
         return None
-    try:
-        found = importlib.import_module(module)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError):
-        return None
-    return (module, qualname) if found is fn else None
+    for qualname in (getattr(fn, "__qualname__", None), getattr(fn, "__name__", None)):
+        if not qualname or "<" in qualname:
+            continue
+        try:
+            found = importlib.import_module(module)
+            for part in qualname.split("."):
+                found = getattr(found, part)
+        except (ImportError, AttributeError):
+            continue
+        if found is fn:
+            return module, qualname
+    return None
 
 
 def describe(fn, tool: str) -> tuple[dict, list[Path]]:
@@ -102,6 +109,12 @@ def describe(fn, tool: str) -> tuple[dict, list[Path]]:
         "(op.my_op, where op = jit_loader.load(...)), a dispatcher op (torch.ops.ns.name), or a "
         "function importable by its module and name; a lambda or a function defined in a "
         "notebook or in __main__ is none of these")
+
+
+def label_of(fn) -> str:
+    """How a report names the call's function."""
+    return _op_name(fn) or ".".join(filter(None, (getattr(fn, "__module__", None),
+                                                  getattr(fn, "__qualname__", None)))) or repr(fn)
 
 
 def wants_backward(args: Sequence, kwargs: dict, backward: bool | None) -> bool:

@@ -76,7 +76,7 @@ def profile(fn, *args, backward: bool | None = None, kwargs: dict | None = None,
             why, exe = str(e), None
     if exe is None:
         return in_process(fn, args, kwargs, do_backward, why)
-    label = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    label = fresh_call.label_of(fn)
     call = fresh_call.Call(str(label), target, tuple(args), kwargs, do_backward)
     return run_calls([call], ops, exe=exe, timeout=timeout, clock_control=clock_control)
 

@@ -66,7 +66,7 @@ def sanitize(fn, *args, tool: str = "memcheck", backward: bool | None = None,
     _check_tool(tool)
     target, ops = fresh_call.describe(fn, "sanitize")
     kwargs = dict(kwargs or {})
-    label = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    label = fresh_call.label_of(fn)
     call = fresh_call.Call(label=str(label), target=target, args=tuple(args), kwargs=kwargs,
                            backward=fresh_call.wants_backward(args, kwargs, backward))
     return run_calls([call], ops, tool, print_limit=print_limit, timeout=timeout)
