@@ -84,6 +84,7 @@ __all__ = [
     "check_same_device",
     "sanitize",
     "profile",
+    "check_finite",
     "register_autograd_op",
     "fast_op",
     "Op",
@@ -248,6 +249,16 @@ def profile(fn, *args, **options):
     ``clock_control``, ``use_ncu`` (jit_tools/tools/profile.py)."""
     from jit_tools.tools import profile as tool_module
     return tool_module.profile(fn, *args, **options)
+
+
+def check_finite(namespaces=None):
+    """``with jit_loader.check_finite(): ...``: each floating-point result of an op of
+    ``namespaces`` (default: every op the loader loaded) is checked for NaN and Inf as the
+    op returns it, forward and backward; the first raises ``NonFiniteError`` (a
+    FloatingPointError) naming the op, the result and the first bad element. Reads every
+    result: for debugging (jit_tools/tools/finite.py)."""
+    from jit_tools.tools import finite
+    return finite.check_finite(namespaces)
 
 
 def load_inline(name: str, cpp_sources: Sequence[str] | str | None = None,

@@ -281,3 +281,19 @@ def test_a_kernel_swap_of_a_debug_build_runs_the_checked_kernel(cuda_debug_op):
         torch.testing.assert_close(op.cuda_debug_probe(x), before + 1)
     finally:
         kernels.track(op, False)
+
+
+def test_check_finite_names_the_op_and_the_first_bad_element(tmp_path, cache):
+    op_dir = make_probe(tmp_path, "finite_probe")
+    jit_loader.load(op_dir)
+    x = torch.tensor([1.0, 3e38, 2.0])  # 2 x 3e38 overflows float32
+    torch.ops.finite_probe.scale(x, 0)  # unchecked: no error
+    with pytest.raises(FloatingPointError, match=r"finite_probe::scale: result 0 \(\(3,\), float32\) "
+                                                r"holds 1 NaN/Inf value; the first at index 1 is inf"):
+        with jit_loader.check_finite():
+            torch.ops.finite_probe.scale(x, 0)
+    with jit_loader.check_finite():
+        torch.ops.finite_probe.scale(torch.ones(3), 0)  # finite: passes
+        torch.log(torch.zeros(1))  # torch's own ops are not checked
+    with jit_loader.check_finite(["other"]):
+        torch.ops.finite_probe.scale(x, 0)  # another namespace asked for

@@ -118,9 +118,6 @@ class SanitizerReport:
     def clean(self) -> bool:
         return not self.findings and not self.api_errors and not self.summary and not self.call_error
 
-    def __bool__(self) -> bool:  # `if report:` reads as "if something was found"
-        return not self.clean
-
     def __str__(self) -> str:
         head = f"compute-sanitizer {self.tool}: "
         ran = f" ({len(self.calls)} call{'s' * (len(self.calls) != 1)}" + (
