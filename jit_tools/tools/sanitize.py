@@ -16,6 +16,7 @@ application-only``), names full paths (``--strip-paths no``), and its text outpu
 from __future__ import annotations
 
 import os
+import random
 import sys
 import tempfile
 import time
@@ -43,9 +44,12 @@ def _allocator_conf() -> str | None:
 
 
 def command(exe: str, tool: str, spec: Path, print_limit: int) -> list[str]:
-    """The compute-sanitizer command line for a spec of calls."""
+    """The compute-sanitizer command line for a spec of calls. The tool talks to the
+    process it follows through one of ten ports from ``--port``; a base drawn at random
+    lets many runs go side by side (test workers, experiments/sanitize_all.py)."""
+    port = random.randrange(20000, 60000, 16)
     return [exe, "--tool", tool, "--target-processes", "application-only", "--strip-paths", "no",
-            "--print-limit", str(print_limit), "--error-exitcode", "3",
+            "--print-limit", str(print_limit), "--error-exitcode", "3", "--port", str(port),
             sys.executable, "-m", "jit_tools.tools.fresh_call", str(spec)]
 
 
