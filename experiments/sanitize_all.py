@@ -41,7 +41,7 @@ def run_one(op: str, tool: str, variants, timeout: float) -> dict:
     return {"op": op, "tool": tool, "calls": len(calls), "clean": report.clean,
             "findings": [{"headline": f.headline(), "details": f.details(), "count": f.count,
                           "excerpt": f.excerpt} for f in report.findings],
-            "error": report.call_error or ("; ".join(report.api_errors) or None),
+            "error": report.call_error or ("; ".join(report.run_errors) or None),
             "summary": report.summary, "seconds": report.seconds, "text": str(report)}
 
 

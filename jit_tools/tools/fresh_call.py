@@ -207,6 +207,7 @@ def run(spec: dict, result: dict) -> None:
     def call_all():
         for c, fn, args, kwargs in calls:
             result["current"] = c["label"]
+            result["made"] = result.get("made", 0) + 1
             out = fn(*args, **kwargs)
             if c["backward"]:
                 _run_backward(out)
@@ -216,11 +217,14 @@ def run(spec: dict, result: dict) -> None:
 
     if spec["mode"] == "profile":
         call_all()  # warm-up: first-call work (lazy module loads, autotuning) stays out
-        torch.cuda.profiler.start()
+        profiling = torch.cuda.is_available()  # CPU calls: nothing for a profiler to start
+        if profiling:
+            torch.cuda.profiler.start()
         try:
             call_all()
         finally:
-            torch.cuda.profiler.stop()
+            if profiling:
+                torch.cuda.profiler.stop()
     else:
         call_all()
     result["done"] = [c["label"] for c in spec["calls"]]

@@ -190,7 +190,13 @@ def readable(name: str) -> str:
         elif ch == "(" and depth == 0:
             cut = i
             break
-    return text[:cut].strip()
+    text = text[:cut].strip()
+    depth, start = 0, 0
+    for i, ch in enumerate(text):  # a return type before the name: "cudaError ns::launch<float>"
+        depth += (ch == "<") - (ch == ">")
+        if ch == " " and depth == 0:
+            start = i + 1
+    return text[start:]
 
 
 def op_of(name: str, namespaces: Sequence[str]) -> str | None:
@@ -231,6 +237,13 @@ def _csv_rows(output: str) -> tuple[list[str], list[list[str]]]:
 
 def _launch(text: str | None) -> str | None:
     return re.sub(r"\s+", "", text) if text else None
+
+
+def missing_metrics(output: str, requested: Sequence[str] = METRICS) -> list[str]:
+    """The metrics of ``requested`` that ncu's CSV lacks: it leaves out, without a word, a
+    metric that this GPU or ncu version does not know."""
+    header, _ = _csv_rows(output)
+    return [m for m in requested if m not in header] if header else list(requested)
 
 
 def parse_ncu(output: str, namespaces: Sequence[str] = ()) -> tuple[list[KernelProfile], str]:
@@ -277,9 +290,3 @@ def parse_ncu(output: str, namespaces: Sequence[str] = ()) -> tuple[list[KernelP
             grid=_launch(m.get("Grid Size")), block=_launch(m.get("Block Size")),
             waves=num("launch__waves_per_multiprocessor"), full_name=name))
     return kernels, device
-
-
-def unknown_metric(output: str) -> str | None:
-    """The metric ncu refused (``Failed to find metric ...``), where it refused one."""
-    m = re.search(r"[Ff]ailed to find metric:?\s*\"?([A-Za-z0-9_.]+)", output)
-    return m.group(1) if m else None

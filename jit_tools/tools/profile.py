@@ -27,7 +27,6 @@ from jit_tools.tools import fresh_call, kernel_report, nvtools
 from jit_tools.tools.kernel_report import KernelProfile, ProfileReport
 
 DEFAULT_TIMEOUT = 300.0
-MAX_METRIC_RETRIES = 3
 
 
 def command(exe: str, spec: Path, log: Path, metrics: Sequence[str], clock_control: str) -> list[str]:
@@ -93,31 +92,23 @@ def run_calls(calls: Sequence[fresh_call.Call], ops: Sequence[Path], *, exe: str
     options = nvtools.op_options(ops)
     started = time.perf_counter()
     nvtools.ensure_built(options, "profile", timeout)
-    metrics = list(kernel_report.METRICS)
     with tempfile.TemporaryDirectory(prefix="jit_loader_profile_") as tmp:
         spec = fresh_call.write_spec(Path(tmp), calls, ops, options, "profile")
         log = Path(tmp) / "ncu.csv"
-        for _ in range(MAX_METRIC_RETRIES + 1):
-            argv = command(exe, spec, log, metrics, clock_control)
-            left = max(1.0, timeout - (time.perf_counter() - started))
-            proc = nvtools.run_tool(argv, nvtools.child_env(), left, "profile (ncu)")
-            output = log.read_text(errors="replace") if log.is_file() else ""
-            refused = kernel_report.unknown_metric(output + proc.stdout)
-            if refused is None or refused not in metrics:
-                break
-            metrics.remove(refused)  # a metric this GPU or ncu lacks: the rest still count
+        argv = command(exe, spec, log, kernel_report.METRICS, clock_control)
+        left = max(1.0, timeout - (time.perf_counter() - started))
+        proc = nvtools.run_tool(argv, nvtools.child_env(), left, "profile (ncu)")
+        output = (log.read_text(errors="replace") if log.is_file() else "") or proc.stdout
         result = fresh_call.read_result(spec)
-    kernels, device = kernel_report.parse_ncu(output or proc.stdout, _namespaces(ops))
-    missing = None
     if result.get("error"):
         raise JitLoaderError(f"profile: the call raised {result['error'].splitlines()[0]}")
+    kernels, device = kernel_report.parse_ncu(output, _namespaces(ops))
     if not kernels:
         raise JitLoaderError(
             f"profile: ncu reported no kernel (status {proc.returncode}); its output:\n"
             f"{(output + proc.stdout).strip()[-2000:]}")
-    dropped = sorted(set(kernel_report.METRICS) - set(metrics))
-    if dropped:
-        missing = f"ncu does not know {', '.join(dropped)} on this GPU"
+    lacking = kernel_report.missing_metrics(output)
+    missing = f"ncu gave no {', '.join(lacking)} on this GPU" if lacking else None
     return ProfileReport(kernels=kernels, source="ncu", device=device, missing=missing,
                          command=argv, seconds=time.perf_counter() - started,
                          calls=[c.label for c in calls])

@@ -15,15 +15,21 @@ import re
 from pathlib import Path
 from typing import Sequence
 
+from jit_tools.tools.kernel_report import readable
+
 PREFIX = "========="
 
-_LOCATION = re.compile(
-    r"(?:^|\s)(?:at\s+)?(?P<function>\S.*?)\+0x[0-9a-fA-F]+\s+in\s+(?P<file>[^\s:][^:]*?):(?P<line>\d+)")
+# "<function>+0x<pc> in <file>:<line>": a device frame ("at ...", "Device Frame: ...", a
+# race's "Write access at ...", a hazard's "Write Thread (1,0,0) at ...").
+_DEVICE_FRAME = re.compile(r"\+0x[0-9a-fA-F]+\s+in\s+(?P<file>[^\s:][^:]*?):(?P<line>\d+)")
+_FRAME_START = re.compile(r"(?:^|\s)at\s+|Device Frame:\s*")
+# "Host Frame: <function> in <file>:<line> [0x...]" (C++), "Host Frame: <function> in <file>:<line>" (Python)
+_HOST_FRAME = re.compile(r"Host Frame:\s*(?P<function>.*?) in (?P<file>/[^:\s]+):(?P<line>\d+)(?:\s|$)")
 _THREAD = re.compile(r"by thread \((?P<thread>[\d, ]+)\) in block \((?P<block>[\d, ]+)\)")
 _HAZARD_THREAD = re.compile(r"(?P<access>Read|Write)\s+Thread \((?P<thread>[\d, ]+)\)")
 _BLOCK = re.compile(r"in block \((?P<block>[\d, ]+)\)")
 _SIZE = re.compile(r"of size (?P<size>\d+) bytes?")
-_ADDRESS = re.compile(r"Address (?P<address>0x[0-9a-fA-F]+)(?P<rest>.*)")
+_ADDRESS = re.compile(r"(?:Address|Access to) (?P<address>0x[0-9a-fA-F]+)(?P<rest>.*)")
 _HAZARDS = re.compile(r"\[(?P<count>\d+) hazards?\]")
 _SUMMARY = re.compile(r"(?:ERROR|RACECHECK) SUMMARY: (?P<count>\d+) (?:errors?|hazards? displayed)"
                       r"(?: \((?P<errors>\d+) errors?, (?P<warnings>\d+) warnings?\))?")
@@ -70,6 +76,7 @@ class Finding:
     access_size: int | None = None  # bytes
     address: str | None = None
     relation: str | None = None    # where the address lies ("1 bytes after the nearest allocation ...")
+    launched_from: SourceLine | None = None  # the op's host line that launched the kernel
     hazards: int | None = None     # racecheck: hazards behind this race
     count: int = 1
     text: str = ""                 # the tool's own lines
@@ -93,6 +100,8 @@ class Finding:
             out.append(f"address {self.address}" + (f" {self.relation}" if self.relation else ""))
         if self.hazards is not None:
             out.append(f"{self.hazards} hazards")
+        if self.launched_from is not None:
+            out.append(f"launched by {readable(self.launched_from.function)} at {self.launched_from}")
         others = [str(f) for f in self.frames if f != self.where]
         if others:
             out.append("also at " + ", ".join(dict.fromkeys(others)))
@@ -106,7 +115,7 @@ class SanitizerReport:
     """What one run of compute-sanitizer found; ``clean`` when nothing."""
     tool: str
     findings: list[Finding]
-    api_errors: list[str]          # CUDA API calls that failed (after a finding, mostly)
+    run_errors: list[str]          # failed CUDA API calls (after a finding, mostly), the tool's own errors
     summary: int | None            # the tool's own count of errors or hazards
     call_error: str | None = None  # the call itself raised (a failed launch, a bad argument)
     command: list[str] = dataclasses.field(default_factory=list)
@@ -116,7 +125,7 @@ class SanitizerReport:
 
     @property
     def clean(self) -> bool:
-        return not self.findings and not self.api_errors and not self.summary and not self.call_error
+        return not self.findings and not self.run_errors and not self.summary and not self.call_error
 
     def __str__(self) -> str:
         head = f"compute-sanitizer {self.tool}: "
@@ -124,7 +133,10 @@ class SanitizerReport:
             f", {self.seconds:.1f} s)" if self.seconds is not None else ")")
         if self.clean:
             return head + "clean, nothing found" + ran
-        lines = [head + f"{len(self.findings)} finding{'s' * (len(self.findings) != 1)}" + ran]
+        shown = sum(f.count for f in self.findings)
+        counted = (f"; the tool counted {self.summary} errors, printed {shown}"
+                   if self.summary and self.summary > shown + len(self.run_errors) else "")
+        lines = [head + f"{len(self.findings)} finding{'s' * (len(self.findings) != 1)}" + ran + counted]
         for i, f in enumerate(self.findings, 1):
             lines.append(f"[{i}] {f.severity}: {f.headline()}")
             lines += [f"    {d}" for d in f.details()]
@@ -132,7 +144,7 @@ class SanitizerReport:
                 lines += ["    " + l for l in f.excerpt.splitlines()]
         if self.call_error:
             lines.append(f"the call raised: {self.call_error}")
-        lines += [f"CUDA API error: {e}" for e in self.api_errors]
+        lines += [f"also: {e}" for e in self.run_errors]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -147,7 +159,7 @@ class SanitizerReport:
                 parts.append(f"<pre>{esc(f.excerpt)}</pre>")
         if self.call_error:
             parts.append(f"<p>the call raised: <code>{esc(self.call_error)}</code></p>")
-        parts += [f"<p>CUDA API error: {esc(e)}</p>" for e in self.api_errors]
+        parts += [f"<p>also: {esc(e)}</p>" for e in self.run_errors]
         return "".join(parts) + "</div>"
 
 
@@ -172,29 +184,25 @@ def _blocks(output: str) -> list[list[str]]:
 
 
 def _location(line: str) -> SourceLine | None:
-    m = _LOCATION.search(line)
+    m = _DEVICE_FRAME.search(line)
     if m is None:
         return None
-    return SourceLine(m.group("file").strip(), int(m.group("line")), m.group("function").strip())
+    function = _FRAME_START.split(line[:m.start()])[-1]
+    return SourceLine(m.group("file").strip(), int(m.group("line")), function.strip())
+
+
+def _in(frame: SourceLine, op_dirs: Sequence[Path]) -> bool:
+    return any(frame.file.startswith(str(Path(d).resolve()) + "/") for d in op_dirs)
 
 
 def _own(frames: Sequence[SourceLine], op_dirs: Sequence[Path]) -> SourceLine | None:
     """The first frame in one of the ops' folders, else the first frame."""
-    dirs = [str(Path(d).resolve()) for d in op_dirs]
-    for f in frames:
-        if any(f.file == d or f.file.startswith(d + "/") for d in dirs):
-            return f
-    return frames[0] if frames else None
+    return next((f for f in frames if _in(f, op_dirs)), frames[0] if frames else None)
 
 
-def _kernel(frames: Sequence[SourceLine], lines: Sequence[str]) -> str | None:
-    if frames:
-        return frames[-1].function.removeprefix("void ").strip()
-    for line in lines:
-        m = re.search(r"\bin (?:kernel )?(\S+\(.*\))", line)
-        if m:
-            return m.group(1)
-    return None
+def _kernel(frames: Sequence[SourceLine]) -> str | None:
+    """The kernel: the outermost device frame (the inner ones are functions it inlined)."""
+    return readable(frames[-1].function) if frames else None
 
 
 def _finding(tool: str, block: list[str], op_dirs: Sequence[Path]) -> Finding | None:
@@ -206,33 +214,36 @@ def _finding(tool: str, block: list[str], op_dirs: Sequence[Path]) -> Finding | 
         if m.group("severity").lower() == "info":
             return None
         head = m.group("rest")
-    # Device lines only: a host backtrace names the Python interpreter and libraries.
-    device = []
+    # The device lines; the host backtrace after them names the launcher, the op's C++
+    # host side and its Python lines.
+    device, host = [], []
     for line in block:
-        if line.startswith(("Saved host backtrace", "Host Frame")):
-            break
-        device.append(line)
+        (host if host or line.startswith(("Saved host backtrace", "Host Frame")) else device).append(line)
     text = " ".join(device)
     frames = [loc for line in device if (loc := _location(line)) is not None]
-    kind = head.split(" at ")[0].rstrip(":").strip()
+    host_frames = [SourceLine(m.group("file"), int(m.group("line")), m.group("function").strip())
+                   for line in host if (m := _HOST_FRAME.search(line))]
+    kind = head.split(" at ")[0].rstrip(":. ").replace(" detected", "").strip()
     if kind.startswith("Race reported between"):
         accesses = re.findall(r"(Read|Write) access", text)
-        kind = "Race: " + " / ".join(accesses) if accesses else "Race"
+        kind = "Race between " + " and ".join(accesses) + " access" if accesses else "Race"
     size = _SIZE.search(head)
     if size and "size" in kind:
         kind = kind[:size.start()].strip()
     thread = _THREAD.search(text)
     hazard_threads = _HAZARD_THREAD.findall(text)
     block_m = _BLOCK.search(text)
-    address = _ADDRESS.search(text)
+    address = next((m for line in device if (m := _ADDRESS.search(line))), None)
     relation = None
-    if address:
+    if address:  # "Access to 0x... is out of bounds" / "and is 1 bytes after the nearest allocation ..."
         after = [l for l in device if l.startswith("and is ")]
         relation = " ".join([address.group("rest").strip(), *after]).strip() or None
     hazards = _HAZARDS.search(text)
+    launched = [f for f in host_frames if _in(f, op_dirs)]
     return Finding(
-        tool=tool, kind=kind, severity=severity, kernel=_kernel(frames, device),
+        tool=tool, kind=kind, severity=severity, kernel=_kernel(frames),
         where=_own(frames, op_dirs), frames=frames,
+        launched_from=launched[0] if launched else None,
         thread=_triple(thread.group("thread")) if thread else (
             _triple(hazard_threads[0][1]) if hazard_threads else None),
         block=_triple(thread.group("block") if thread else (block_m.group("block") if block_m else None)),
@@ -241,10 +252,13 @@ def _finding(tool: str, block: list[str], op_dirs: Sequence[Path]) -> Finding | 
         hazards=int(hazards.group("count")) if hazards else None, text="\n".join(block))
 
 
-_NOT_FINDINGS = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY",
-                 "Target application returned an error", "Program hit", "Saved host backtrace",
-                 "Host Frame", "Error: process didn't terminate successfully",
-                 "The application returned", "No CUDA", "Target application terminated")
+# Lines of the tool about the run, not about the code: not findings. (The process's own
+# failure is the report's call_error.)
+_NOT_FINDINGS = ("COMPUTE-SANITIZER", "LEAK SUMMARY", "Target application returned an error",
+                 "Saved host backtrace", "Host Frame", "Error: process didn't terminate successfully")
+# The tool could check nothing: said in run_errors.
+_RUN_ERRORS = re.compile(r"^Error: (?P<what>Target application terminated before first instrumented "
+                         r"API call.*)")
 
 
 def parse(tool: str, output: str, op_dirs: Sequence[Path] = ()) -> SanitizerReport:
@@ -252,7 +266,7 @@ def parse(tool: str, output: str, op_dirs: Sequence[Path] = ()) -> SanitizerRepo
     source line inside one of ``op_dirs`` (the ops checked), else its first source line.
     Findings of the same kind at the same lines are merged (``count``)."""
     findings: dict[tuple, Finding] = {}
-    api_errors: list[str] = []
+    run_errors: list[str] = []
     summary = None
     for block in _blocks(output):
         head = block[0]
@@ -260,9 +274,9 @@ def parse(tool: str, output: str, op_dirs: Sequence[Path] = ()) -> SanitizerRepo
         if m:
             summary = int(m.group("errors")) if m.group("errors") is not None else int(m.group("count"))
             continue
-        api = _API_ERROR.match(head)
+        api = _API_ERROR.match(head) or _RUN_ERRORS.match(head)
         if api:
-            api_errors.append(api.group("what").strip())
+            run_errors.append(api.group("what").strip().rstrip("."))
             continue
         if head.startswith(_NOT_FINDINGS):
             continue
@@ -275,4 +289,4 @@ def parse(tool: str, output: str, op_dirs: Sequence[Path] = ()) -> SanitizerRepo
         else:
             findings[key] = found
     return SanitizerReport(tool=tool, findings=list(findings.values()),
-                           api_errors=list(dict.fromkeys(api_errors)), summary=summary, output=output)
+                           run_errors=list(dict.fromkeys(run_errors)), summary=summary, output=output)
