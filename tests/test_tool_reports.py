@@ -227,3 +227,10 @@ def test_profile_runs_the_call_twice_in_a_fresh_process_under_ncu(tmp_path, monk
     assert seen["result"]["made"] == 2 and seen["result"]["error"] is None  # warm-up, then profiled
     assert r.source == "ncu" and r.kernels[0].kernel == "planted_op::forward_kernel<float>"
     assert r.calls == ["ncu_probe::scale.default"] and r.missing is None
+
+
+def test_a_process_that_died_unwinding_is_reported_by_its_own_last_words():
+    from jit_tools.tools import sanitize
+    # After the fault, an exception thrown while unwinding (a tensor's free fails on the
+    # dead context) ends the recorded process: its what() is the call's error.
+    assert sanitize._program_error(recorded("memcheck_oob.txt")) == "CUDA error: unspecified launch failure"

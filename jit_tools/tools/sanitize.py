@@ -101,6 +101,17 @@ def run_calls(calls: Sequence[fresh_call.Call], ops: Sequence[Path], tool: str =
         where = f" (in {result['current']})" if result.get("current") else ""
         report.call_error = result["error"].splitlines()[0] + where
     elif not result and proc.returncode not in (0, 3):
-        report.call_error = (f"the process under compute-sanitizer exited with status "
-                             f"{proc.returncode} before it finished: {proc.stdout.strip()[-500:]}")
+        report.call_error = (f"the process stopped (status {proc.returncode}) before it finished: "
+                             f"{_program_error(proc.stdout)}")
     return report
+
+
+def _program_error(output: str) -> str:
+    """What the program itself said last about an error (its lines, not the tool's): a
+    C++ exception's ``what()`` (an error thrown while another unwinds ends the process),
+    else its last line."""
+    own = [l.strip() for l in output.splitlines() if l.strip() and not l.startswith(sanitizer_report.PREFIX)]
+    for line in own:
+        if line.startswith("what():"):
+            return line.removeprefix("what():").strip()
+    return own[-1] if own else "no output"
