@@ -52,7 +52,7 @@ def main(argv=None) -> int:
                         help="comma-separated tools, or all (default %(default)s)")
     parser.add_argument("--variants", default="all", help="comma-separated variants, or all")
     parser.add_argument("--jobs", type=int, default=4, help="runs side by side")
-    parser.add_argument("--timeout", type=float, default=540.0, help="seconds per run")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     parser.add_argument("--json", help="write every row (and the reports' text) here")
     args = parser.parse_args(argv)
     ops = args.ops.split(",") if args.ops else cuda_ops()
@@ -62,12 +62,17 @@ def main(argv=None) -> int:
         nvtools.ensure_built(nvtools.op_options([sources.resolve_op_dir(op)], debug=True),
                              "sanitize_all", args.timeout)
     jobs = [(op, tool) for op in ops for tool in tools]
+    print(f"{'op':<10} {'tool':<10} {'calls':>5} {'result':<28} {'seconds':>8}", flush=True)
+    rows = []
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(lambda job: run_one(*job, variants, args.timeout), jobs))
-    print(f"{'op':<10} {'tool':<10} {'calls':>5} {'result':<28} {'seconds':>8}")
-    for r in rows:
-        result = "clean" if r["clean"] else (r["error"] or f"{len(r['findings'])} findings")[:28]
-        print(f"{r['op']:<10} {r['tool']:<10} {r['calls']:>5} {result:<28} {r['seconds']:>8.1f}")
+        # Each row as its run ends: a run cut short still leaves the rows before it.
+        for future in concurrent.futures.as_completed(
+                [pool.submit(run_one, op, tool, variants, args.timeout) for op, tool in jobs]):
+            r = future.result()
+            rows.append(r)
+            result = "clean" if r["clean"] else (r["error"] or f"{len(r['findings'])} findings")[:28]
+            print(f"{r['op']:<10} {r['tool']:<10} {r['calls']:>5} {result:<28} {r['seconds']:>8.1f}",
+                  flush=True)
     for r in rows:
         if not r["clean"]:
             print(f"\n== {r['op']} / {r['tool']}")
