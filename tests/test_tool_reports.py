@@ -234,3 +234,41 @@ def test_a_process_that_died_unwinding_is_reported_by_its_own_last_words():
     # After the fault, an exception thrown while unwinding (a tensor's free fails on the
     # dead context) ends the recorded process: its what() is the call's error.
     assert sanitize._program_error(recorded("memcheck_oob.txt")) == "CUDA error: unspecified launch failure"
+
+
+# ---- on a GPU: the profile's figures ----------------------------------------------------------
+
+@pytest.mark.cuda
+def test_profile_of_sigmoid_gives_figures_within_the_device_s_limits():
+    import torch
+
+    import jit_loader
+    from jit_tools.tools import nvtools
+    try:
+        nvtools.find("ncu", "test")
+    except nvtools.ToolMissing:
+        pytest.skip("ncu is not installed here")
+    sigmoid = jit_loader.load("sigmoid")
+    x = torch.randn(2**24, device="cuda")
+    r = jit_loader.profile(sigmoid.sigmoid, x)
+    (k,) = [k for k in r.kernels if k.op == "sigmoid"]
+    ideal = 2 * x.numel() * 4  # read x, write y
+    # DRAM traffic is the tensors' (part of the output may still sit in L2 at the end).
+    assert 0.7 * ideal <= k.dram_bytes <= 1.05 * ideal
+    assert 0 < k.bandwidth_gbs <= 1.02 * k.peak_bandwidth_gbs
+    assert k.flops > 0 and 0 < k.gflops <= k.peak_gflops and k.intensity < 10  # memory-bound
+    assert 0 < k.occupancy_pct <= 100 and 0 < k.theoretical_occupancy_pct <= 100
+    assert k.registers > 0 and k.grid and k.block and r.device == torch.cuda.get_device_name()
+    assert r.missing is None and r.source == "ncu"
+
+
+@pytest.mark.cuda
+def test_profile_without_ncu_times_the_kernels_and_says_what_is_missing():
+    import torch
+
+    import jit_loader
+    sigmoid = jit_loader.load("sigmoid")
+    r = jit_loader.profile(sigmoid.sigmoid, torch.randn(2**20, device="cuda"), use_ncu=False)
+    assert r.source == "torch.profiler" and "DRAM bandwidth" in r.missing
+    (k,) = [k for k in r.kernels if k.op == "sigmoid"]
+    assert k.duration_us > 0 and k.bandwidth_gbs is None and k.grid and k.block
