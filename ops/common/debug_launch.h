@@ -14,6 +14,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 namespace ops_common {
@@ -50,7 +51,9 @@ inline void kernel_name(const void* stub, char* out, size_t size) {
   }
   int status = 0;
   char* readable = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
-  std::snprintf(out, size, "%s", status == 0 && readable ? readable : mangled);
+  const char* name = status == 0 && readable ? readable : mangled;
+  if (std::strncmp(name, "void ", 5) == 0) name += 5;  // a template kernel's return type
+  std::snprintf(out, size, "%s", name);
   std::free(readable);
 }
 
