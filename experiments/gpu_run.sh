@@ -2,13 +2,15 @@
 # One call on a GPU machine (plain python3 with torch, no venv): CUDA tests, checks and
 # benchmarks, each stage's output kept under $OUT.
 # Stages: env build tests loadertests alltests demo bench suite overhead opbench variants hostopt
-#   loader editloop mathedit stable cppedit xv rest kernels lltmtimes yourop   (suite runs both sections of
+#   loader editloop mathedit stable cppedit xv rest kernels lltmtimes yourop sanitize debugtools
+#   (suite runs both sections of
 #   experiments/bench.py, or the kernel cases of SUITE_OPS only; overhead only the call
 #   overhead, then profile_call on PROFILE_DEVICES, default "cuda cpu", "" for none; xv:
 #   deploy/check_cross_version.sh check dist/xv, steps XV_STEPS; lltmtimes: GPU time per
 #   LLTM kernel; yourop: the scaffold's ops on the GPU (both kinds, both ABIs, their kernel
 #   swaps), the reduction helper, the bad-argument table of every bundled op, and a
-#   rowwise op's benchmark)
+#   rowwise op's benchmark; sanitize: every op with CUDA kernels under compute-sanitizer,
+#   SANITIZE_ARGS e.g. "--ops sigmoid --tools memcheck"; debugtools: the sanitize/profile targets)
 #   bash experiments/gpu_run.sh env build tests       # default: all stages
 #   PYTEST_WORKERS=15 ALLTESTS_TIMEOUT=560 bash experiments/gpu_run.sh env alltests
 #   LOADER_ARGS="--ops toy,sigmoid,lltm" bash experiments/gpu_run.sh loader
@@ -108,6 +110,10 @@ for stage in "${stages[@]}"; do
             rm -rf /tmp/yourop && python3 -m jit_loader new yourop_norm --kind rowwise --cuda --dir /tmp/yourop >/dev/null \
               && python3 /tmp/yourop/yourop_norm/bench_yourop_norm.py --device cuda --quick 2>&1 \
               | tee "$OUT/bench_yourop_norm.txt" | tail -30 || status=1 ;;
+    sanitize) python3 -m experiments.sanitize_all --json "$OUT/sanitize_all.json" ${SANITIZE_ARGS:-} 2>&1 \
+              | grep -v "^building" | tee "$OUT/sanitize_all.txt" | tail -40 || status=1 ;;
+    debugtools) python3 -m experiments.debug_tools_check --json "$OUT/debug_tools.json" 2>&1 \
+              | grep -v "^building" | tee "$OUT/debug_tools.txt" | tail -30 || status=1 ;;
     *) echo "unknown stage $stage"; status=1 ;;
   esac
 done

@@ -312,8 +312,11 @@ def load_library(name_or_path, verbose: bool | None = None, **options) -> OpStat
     Called from the surface while the loader itself is loading that op, it returns the
     state as it is: the loader is already bringing it up to date."""
     op_dir = sources.resolve_op_dir(name_or_path)
-    opts = keys.options(**options) or None  # none given: keep those of the current build
+    given = keys.options(**dict(options, debug=False)) or options.get("debug") is not None
     with LOCK:
+        # None given: keep those of the current build; a first load takes the defaults
+        # (JIT_LOADER_DEBUG's among them).
+        opts = keys.options(**options) if given or op_dir not in STATES else None
         state = state_for(op_dir, opts)
         if state.busy:
             return state
