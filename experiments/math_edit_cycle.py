@@ -49,8 +49,8 @@ EDITS = {
              "return x * ops_common::sigmoid<kFast>(T(kAlpha) * x) + T({r});"),
     "resize": ("resize.h", "return (t.i0 == i ? T(1) - t.l1 : T(0)) + (t.i1 == i ? t.l1 : T(0));",
                "return T({r}) * ((t.i0 == i ? T(1) - t.l1 : T(0)) + (t.i1 == i ? t.l1 : T(0)));"),
-    "scaffold": (f"{name}.h", "return x < T(0) ? -x * x : x * x;",
-                 "return (x < T(0) ? -x * x : x * x) + T({r});"),
+    "scaffold": (f"{name}.h", "return signed_square(x);",
+                 "return signed_square(x) + T({r});"),
 }
 header_name, old, new = EDITS[kind]
 header, cu, glue = op_dir / header_name, op_dir / f"{name}_cuda.cu", op_dir / f"{name}.cpp"

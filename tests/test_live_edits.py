@@ -30,7 +30,7 @@ CAN_BUILD_CUDA = jit_loader.why_no_cuda() is None
 HAS_CUDA = CAN_BUILD_CUDA and __import__("torch").cuda.is_available()
 OPS = ROOT / "ops"
 SIGMOID_FORWARD = "return ops_common::sigmoid<kFast>(x);"
-SCAFFOLD_FORWARD = "return x < T(0) ? -x * x : x * x;"
+SCAFFOLD_FORWARD = "return signed_square(x);"
 
 
 # ---- which edits are live (texts only) ---------------------------------------------------
@@ -371,7 +371,7 @@ def test_a_math_header_edit_of_a_scaffolded_op(tmp_path, mode):
     name = "live_math_op"
     plan = scaffold.create(name, tmp_path / "ops_here", cuda=True)
     header = plan.op_dir / f"{name}.h"
-    new = "return T(2) * (x < T(0) ? -x * x : x * x);"
+    new = "return T(2) * signed_square(x);"
     line = header.read_text().split(SCAFFOLD_FORWARD)[0].count("\n") + 3
     out = _live_edits(tmp_path, plan.op_dir, name, header, SCAFFOLD_FORWARD, new,
                       _broken(SCAFFOLD_FORWARD), new.replace("T(2)", "T(3)"), mode)
