@@ -13,6 +13,7 @@
 #   SANITIZE_ARGS e.g. "--ops sigmoid --tools memcheck"; debugtools: the sanitize/profile targets)
 #   bash experiments/gpu_run.sh env build tests       # default: all stages
 #   PYTEST_WORKERS=15 ALLTESTS_TIMEOUT=560 bash experiments/gpu_run.sh env alltests
+#   PYTEST_ARGS="-m cuda" bash experiments/gpu_run.sh alltests   # the CUDA cases alone
 #   LOADER_ARGS="--ops toy,sigmoid,lltm" bash experiments/gpu_run.sh loader
 #   CPPEDIT_OPS=resize CPPEDIT_REPEATS=3 bash experiments/gpu_run.sh cppedit
 # alltests logs each finished test in $DONE_LOG; rest (a later call on the same machine) runs
@@ -55,7 +56,7 @@ for stage in "${stages[@]}"; do
               rm -f "$DONE_LOG"
               PYTEST_DONE_LOG=$DONE_LOG timeout "${ALLTESTS_TIMEOUT:-3000}" python3 -m pytest -v -rs \
                 -p no:cacheprovider -p experiments.pytest_done_log --durations=25 --dist worksteal \
-                -n "${PYTEST_WORKERS:-12}" > "$OUT/pytest_all.txt" 2>&1 || status=1
+                -n "${PYTEST_WORKERS:-12}" ${PYTEST_ARGS:-} > "$OUT/pytest_all.txt" 2>&1 || status=1
               grep -E "^(FAILED|ERROR)" "$OUT/pytest_all.txt" | head -30; tail -3 "$OUT/pytest_all.txt" ;;
     rest)   python3 -m pytest --co -q -p no:cacheprovider | grep "::" | sort -u > /tmp/pytest_ids.txt
               sort -u "$DONE_LOG" 2>/dev/null | comm -23 /tmp/pytest_ids.txt - > "$OUT/pytest_rest_ids.txt"
