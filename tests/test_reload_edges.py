@@ -327,9 +327,11 @@ def test_clean_in_a_loop_never_removes_a_build_being_made_or_handed_over(tmp_pat
         cleaner.join(timeout=300)
         for p in (builder, waiter):
             p.kill()
-    first, second = (json_result(out) for out in outs)
-    assert first == {"compiled": True, "y": [2.0, 2.0]}
-    assert second == {"compiled": False, "y": [2.0, 2.0]}  # the build it was handed was there
+    results = [json_result(out) for out in outs]
+    # One process compiled and the other was handed its build, which was there; which one
+    # takes the build lock first is up to the scheduler (each first imports torch).
+    assert sorted(r["compiled"] for r in results) == [False, True], results
+    assert all(r["y"] == [2.0, 2.0] for r in results), results
     assert cleans and all(c.returncode == 0 for c in cleans), [(c.returncode, c.stdout, c.stderr) for c in cleans if c.returncode]
     assert any("building toy_op now" in c.stdout or "loading toy_op now" in c.stdout
                for c in cleans), [c.stdout for c in cleans]
