@@ -211,7 +211,7 @@ def test_a_failed_device_check_is_raised_by_the_op_that_launched_it(cuda_debug_o
         op.cuda_debug_probe(torch.randn(1000, device="cuda"))
         print("no error")
     except RuntimeError as e:
-        print("raised:", str(e).replace("\n", " "))
+        print("raised:", str(e).replace("\\n", " "))
     """
     out = run_python(code, str(cuda_debug_op), env=private_env(cuda_debug_op.parent / "cache"))
     text = out.stdout + out.stderr
@@ -245,10 +245,10 @@ def test_the_launch_helper_refuses_a_host_pointer_in_a_debug_build(cuda_debug_op
     cpp = cuda_debug_op / "cuda_debug_probe_cuda.cpp"
     edit(cpp, "#include <torch/csrc/stable/accelerator.h>",
          "#include <vector>\n#include <torch/csrc/stable/accelerator.h>")
-    edit(cpp, "cuda_ptr<scalar_t>(xc), cuda_ptr<scalar_t>(y), xc.numel()",
-         "cuda_ptr<scalar_t>(xc), host.data(), xc.numel()")
+    edit(cpp, "cuda_ptr<scalar_t>(x_c), cuda_ptr<scalar_t>(y), y.numel()",
+         "cuda_ptr<scalar_t>(x_c), host.data(), y.numel()")
     edit(cpp, "OPS_CHECK_LAUNCH(cuda_debug_probe_op::launch_forward",
-         "std::vector<cuda_t<scalar_t>> host(xc.numel());\n    "
+         "std::vector<cuda_t<scalar_t>> host(y.numel());\n    "
          "OPS_CHECK_LAUNCH(cuda_debug_probe_op::launch_forward")
     out = run_python(LAUNCH_ERROR, str(cuda_debug_op), env=private_env(cuda_debug_op.parent / "cache"))
     assert "raised:" in out.stdout, out.stdout + out.stderr

@@ -79,7 +79,11 @@ cudaError_t check_pointer(const void* stub, int index, int device, const P& valu
       cudaGetLastError();
       where.type = cudaMemoryTypeUnregistered;
     }
-    if (where.type == cudaMemoryTypeHost || where.type == cudaMemoryTypeUnregistered) {
+    // Page-locked host memory mapped into the device's address space (cudaHostAlloc, a
+    // flag the kernel sets for the host to read) is a valid kernel argument; pageable
+    // memory and host memory without a device address are not.
+    const bool mapped = where.type == cudaMemoryTypeHost && where.devicePointer != nullptr;
+    if ((where.type == cudaMemoryTypeHost && !mapped) || where.type == cudaMemoryTypeUnregistered) {
       return refuse(cudaErrorInvalidValue, stub,
                     "argument %d (%p) is host memory, which the kernel cannot read", index,
                     static_cast<const void*>(value));
