@@ -126,7 +126,7 @@ def test_a_cpp_edit_after_a_background_build_of_a_cu_edit_compiles_the_cpp_only(
     plan = scaffold.create(name, tmp_path, cuda=True)
     env = private_env(tmp_path / "cache")
     r = json_result(run_python(BACKGROUND_THEN_EDIT, plan.op_dir, name, env=env))
-    units = {f"{name}.o", f"{name}_cuda.o", f"{name}_cuda.cuda.o", f"{name}.so"}
+    units = {f"{name}.o", f"{name}_cpu.o", f"{name}_cuda.o", f"{name}_cuda.cuda.o", f"{name}.so"}
     assert set(r["first"]) == units, r
     assert r["background"] == [f"{name}.so", f"{name}_cuda.cuda.o"] and r["published"], r
     assert r["cpp edit"] == [f"{name}.o", f"{name}.so"], r
