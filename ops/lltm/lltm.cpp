@@ -127,9 +127,10 @@ constexpr int64_t kTile = 64;
 constexpr int64_t kGrain = 8192;
 
 // The math of n consecutive features of one row, on unit-stride arrays in the compute
-// type: pre-activations z* (without bias) in, activated gates out in place.
-template <typename T>
-OPS_CPU_BODY void forward_math(T* __restrict zi, T* __restrict zo, T* __restrict zc,
+// type: pre-activations z* (without bias) in, activated gates out in place. The capability
+// tag of common/cpu_dispatch.h is unused: the loops are plain code the compiler vectorises.
+template <typename Tag, typename T>
+OPS_CPU_BODY void forward_math(Tag, T* __restrict zi, T* __restrict zo, T* __restrict zc,
                                     const T* __restrict bi, const T* __restrict bo,
                                     const T* __restrict bc, const T* __restrict old_cell,
                                     T* __restrict new_cell, T* __restrict h, int64_t n) {
@@ -144,8 +145,8 @@ OPS_CPU_BODY void forward_math(T* __restrict zi, T* __restrict zo, T* __restrict
   }
 }
 
-template <typename T>
-OPS_CPU_BODY void backward_math(T* __restrict gi, T* __restrict go, T* __restrict gc,
+template <typename Tag, typename T>
+OPS_CPU_BODY void backward_math(Tag, T* __restrict gi, T* __restrict go, T* __restrict gc,
                                      T* __restrict cell, const T* __restrict dh,
                                      const T* __restrict dcell, T* __restrict sum_i,
                                      T* __restrict sum_o, T* __restrict sum_c, int64_t n) {
@@ -173,7 +174,8 @@ void forward_run(T* zi, T* zo, T* zc, const T* bi, const T* bo, const T* bc, con
   if constexpr (std::is_same_v<T, float>) {
     forward_math_float(zi, zo, zc, bi, bo, bc, old_cell, new_cell, h, n);
   } else {
-    forward_math(zi, zo, zc, bi, bo, bc, old_cell, new_cell, h, n);
+    forward_math(ops_common::CpuIsaTag<ops_common::CpuIsa::kBaseline>{}, zi, zo, zc, bi, bo, bc,
+                 old_cell, new_cell, h, n);
   }
 }
 
@@ -183,7 +185,8 @@ void backward_tile(T* gi, T* go, T* gc, T* cell, const T* dh, const T* dcell, T*
   if constexpr (std::is_same_v<T, float>) {
     backward_math_float(gi, go, gc, cell, dh, dcell, sum_i, sum_o, sum_c, n);
   } else {
-    backward_math(gi, go, gc, cell, dh, dcell, sum_i, sum_o, sum_c, n);
+    backward_math(ops_common::CpuIsaTag<ops_common::CpuIsa::kBaseline>{}, gi, go, gc, cell, dh,
+                  dcell, sum_i, sum_o, sum_c, n);
   }
 }
 
