@@ -554,16 +554,6 @@ unsigned int blocks(int64_t work_items) {
 }
 
 template <typename F>
-void with_reduce(Reduce reduce, F&& f) {
-  switch (reduce) {
-    case Reduce::kSum: f(std::integral_constant<Reduce, Reduce::kSum>{}); break;
-    case Reduce::kMean: f(std::integral_constant<Reduce, Reduce::kMean>{}); break;
-    case Reduce::kMax: f(std::integral_constant<Reduce, Reduce::kMax>{}); break;
-    case Reduce::kMin: f(std::integral_constant<Reduce, Reduce::kMin>{}); break;
-  }
-}
-
-template <typename F>
 void with_vector(bool vectorize, F&& f) {
   if (vectorize) {
     f(std::true_type{});
