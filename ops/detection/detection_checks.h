@@ -1,6 +1,7 @@
 #pragma once
 // Argument checks of the detection ops, shared by the CPU and CUDA host code (stable ABI):
-// each names the argument and shows the bad value.
+// each names the argument and shows the bad value. ROIAlign's return the call's parameter
+// block, which the kernels of both backends take.
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/util/Exception.h>
 
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "common/stable_checks.h"
+#include "detection_types.h"
 
 namespace detection {
 
@@ -47,18 +49,25 @@ inline void check_rois(const char* op, const torch::stable::Tensor& rois, const 
   OP_CHECK_SAME_DEVICE(op, "rois", rois, ref_name, ref);
 }
 
-inline void check_roi_align_args(const char* op, const torch::stable::Tensor& input, const torch::stable::Tensor& rois,
-                                 double spatial_scale, int64_t pooled_height, int64_t pooled_width) {
+// The parameter block of a roi_align call (detection_types.h), its arguments checked.
+inline RoiAlignParams roi_align_params(const char* op, const torch::stable::Tensor& input,
+                                       const torch::stable::Tensor& rois, double spatial_scale,
+                                       int64_t pooled_height, int64_t pooled_width,
+                                       int64_t sampling_ratio, bool aligned) {
   OP_CHECK_FLOATING(op, "input", input);
   OP_CHECK_DIM(op, "input", input, 4);
   check_rois(op, rois, input, "input");
   check_roi_align_geometry(op, pooled_height, pooled_width, spatial_scale);
+  return {rois.size(0), input.size(0), input.size(1), input.size(2), input.size(3),
+          static_cast<int>(pooled_height), static_cast<int>(pooled_width),
+          static_cast<int>(sampling_ratio), spatial_scale, aligned};
 }
 
-inline void check_roi_align_backward_args(const char* op, const torch::stable::Tensor& grad, const torch::stable::Tensor& rois,
-                                          double spatial_scale, int64_t pooled_height,
-                                          int64_t pooled_width, int64_t batch, int64_t channels,
-                                          int64_t height, int64_t width) {
+// The same for roi_align_backward, whose input sizes are arguments.
+inline RoiAlignParams roi_align_backward_params(
+    const char* op, const torch::stable::Tensor& grad, const torch::stable::Tensor& rois,
+    double spatial_scale, int64_t pooled_height, int64_t pooled_width, int64_t batch,
+    int64_t channels, int64_t height, int64_t width, int64_t sampling_ratio, bool aligned) {
   OP_CHECK_FLOATING(op, "grad", grad);
   OP_CHECK_DIM(op, "grad", grad, 4);
   check_rois(op, rois, grad, "grad");
@@ -69,6 +78,8 @@ inline void check_roi_align_backward_args(const char* op, const torch::stable::T
   OPS_CHECK(ops_common::list_of(expected) == ops_common::shape_of(grad), op,
             ": grad must have shape ", ops_common::list_of(expected),
             " (rois, channels, output_size), got ", ops_common::shape_of(grad));
+  return {rois.size(0), batch, channels, height, width, static_cast<int>(pooled_height),
+          static_cast<int>(pooled_width), static_cast<int>(sampling_ratio), spatial_scale, aligned};
 }
 
 }  // namespace detection
