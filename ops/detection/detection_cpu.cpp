@@ -168,6 +168,43 @@ struct AxisSamples {
   }
 };
 
+// The samples of one roi, both axes, computed once per roi for all its channels.
+template <typename A>
+struct RoiSamples {
+  RoiAxes<A> axes;
+  AxisSamples<A> ys, xs;
+  int64_t width;
+
+  void fill(const A* roi, A scale, const RoiAlignParams& p) {
+    axes = roi_axes(roi, scale, p);
+    width = p.width;
+    ys.fill(axes.y, p.pooled_height, static_cast<int>(p.height));
+    xs.fill(axes.x, p.pooled_width, static_cast<int>(p.width));
+  }
+
+  int samples() const { return axes.y.grid * axes.x.grid; }
+
+  // f(o1, o2, o3, o4, w1, w2, w3, w4) for every sample of bin (ph, pw) inside the map:
+  // the offsets in a plane of its four neighbours (top left, top right, bottom left, bottom
+  // right) and their bilinear weights.
+  template <typename F>
+  void for_each(int ph, int pw, F&& f) const {
+    for (int iy = 0; iy < axes.y.grid; ++iy) {
+      const size_t sy = size_t(ph) * axes.y.grid + iy;
+      if (!ys.valid[sy]) continue;
+      const int64_t r0 = int64_t(ys.low[sy]) * width, r1 = int64_t(ys.high[sy]) * width;
+      for (int ix = 0; ix < axes.x.grid; ++ix) {
+        const size_t sx = size_t(pw) * axes.x.grid + ix;
+        if (!xs.valid[sx]) continue;
+        const int x0 = xs.low[sx], x1 = xs.high[sx];
+        f(r0 + x0, r0 + x1, r1 + x0, r1 + x1, ys.w_low[sy] * xs.w_low[sx],
+          ys.w_low[sy] * xs.w_high[sx], ys.w_high[sy] * xs.w_low[sx],
+          ys.w_high[sy] * xs.w_high[sx]);
+      }
+    }
+  }
+};
+
 // Items per thread so that each carries at least ~64k bins of work: small calls (gradcheck,
 // a few rois) run inline instead of paying for a parallel region.
 inline int64_t grain_for(int64_t bins_per_item) {
@@ -183,34 +220,21 @@ void roi_align_forward_cpu_kernel(const T* input, const A* rois, const int64_t* 
   const int64_t bins = int64_t(p.pooled_height) * p.pooled_width;
   const A scale = static_cast<A>(p.spatial_scale);
   torch::stable::parallel_for(0, p.num_rois, grain_for(p.channels * bins), [&](int64_t begin, int64_t end) {
-    AxisSamples<A> ys, xs;
+    RoiSamples<A> roi;
     for (int64_t r = begin; r < end; ++r) {
-      const RoiAxes<A> axes = roi_axes(rois + r * 5, scale, p);
-      const RoiAxis<A>& ry = axes.y;
-      const RoiAxis<A>& rx = axes.x;
-      ys.fill(ry, p.pooled_height, static_cast<int>(p.height));
-      xs.fill(rx, p.pooled_width, static_cast<int>(p.width));
-      const A count = static_cast<A>(std::max(ry.grid * rx.grid, 1));
+      roi.fill(rois + r * 5, scale, p);
+      const A count = static_cast<A>(std::max(roi.samples(), 1));
       for (int64_t c = 0; c < p.channels; ++c) {
         const T* in = input + (batches[r] * p.channels + c) * plane;
         T* out = output + (r * p.channels + c) * bins;
         for (int ph = 0; ph < p.pooled_height; ++ph) {
           for (int pw = 0; pw < p.pooled_width; ++pw) {
             A acc = 0;
-            for (int iy = 0; iy < ry.grid; ++iy) {
-              const size_t sy = size_t(ph) * ry.grid + iy;
-              if (!ys.valid[sy]) continue;
-              const int64_t r0 = int64_t(ys.low[sy]) * p.width, r1 = int64_t(ys.high[sy]) * p.width;
-              for (int ix = 0; ix < rx.grid; ++ix) {
-                const size_t sx = size_t(pw) * rx.grid + ix;
-                if (!xs.valid[sx]) continue;
-                const int x0 = xs.low[sx], x1 = xs.high[sx];
-                const A w1 = ys.w_low[sy] * xs.w_low[sx], w2 = ys.w_low[sy] * xs.w_high[sx];
-                const A w3 = ys.w_high[sy] * xs.w_low[sx], w4 = ys.w_high[sy] * xs.w_high[sx];
-                acc += w1 * static_cast<A>(in[r0 + x0]) + w2 * static_cast<A>(in[r0 + x1]) +
-                       w3 * static_cast<A>(in[r1 + x0]) + w4 * static_cast<A>(in[r1 + x1]);
-              }
-            }
+            roi.for_each(ph, pw, [&](int64_t o1, int64_t o2, int64_t o3, int64_t o4, A w1, A w2,
+                                     A w3, A w4) {
+              acc += w1 * static_cast<A>(in[o1]) + w2 * static_cast<A>(in[o2]) +
+                     w3 * static_cast<A>(in[o3]) + w4 * static_cast<A>(in[o4]);
+            });
             out[int64_t(ph) * p.pooled_width + pw] = static_cast<T>(acc / count);
           }
         }
@@ -228,35 +252,24 @@ void roi_align_backward_cpu_kernel(const T* grad, const A* rois, const int64_t* 
   const int64_t bins = int64_t(p.pooled_height) * p.pooled_width;
   const A scale = static_cast<A>(p.spatial_scale);
   torch::stable::parallel_for(0, p.channels, grain_for(p.num_rois * bins), [&](int64_t c_begin, int64_t c_end) {
-    AxisSamples<A> ys, xs;
+    RoiSamples<A> roi;
     for (int64_t r = 0; r < p.num_rois; ++r) {
-      const RoiAxes<A> axes = roi_axes(rois + r * 5, scale, p);
-      const RoiAxis<A>& ry = axes.y;
-      const RoiAxis<A>& rx = axes.x;
-      if (ry.grid <= 0 || rx.grid <= 0) continue;
-      ys.fill(ry, p.pooled_height, static_cast<int>(p.height));
-      xs.fill(rx, p.pooled_width, static_cast<int>(p.width));
-      const A count = static_cast<A>(ry.grid * rx.grid);
+      roi.fill(rois + r * 5, scale, p);
+      if (roi.axes.y.grid <= 0 || roi.axes.x.grid <= 0) continue;
+      const A count = static_cast<A>(roi.samples());
       for (int64_t c = c_begin; c < c_end; ++c) {
         const T* g = grad + (r * p.channels + c) * bins;
         A* out = grad_input + (batches[r] * p.channels + c) * plane;
         for (int ph = 0; ph < p.pooled_height; ++ph) {
           for (int pw = 0; pw < p.pooled_width; ++pw) {
             const A gv = static_cast<A>(g[int64_t(ph) * p.pooled_width + pw]) / count;
-            for (int iy = 0; iy < ry.grid; ++iy) {
-              const size_t sy = size_t(ph) * ry.grid + iy;
-              if (!ys.valid[sy]) continue;
-              const int64_t r0 = int64_t(ys.low[sy]) * p.width, r1 = int64_t(ys.high[sy]) * p.width;
-              for (int ix = 0; ix < rx.grid; ++ix) {
-                const size_t sx = size_t(pw) * rx.grid + ix;
-                if (!xs.valid[sx]) continue;
-                const int x0 = xs.low[sx], x1 = xs.high[sx];
-                out[r0 + x0] += ys.w_low[sy] * xs.w_low[sx] * gv;
-                out[r0 + x1] += ys.w_low[sy] * xs.w_high[sx] * gv;
-                out[r1 + x0] += ys.w_high[sy] * xs.w_low[sx] * gv;
-                out[r1 + x1] += ys.w_high[sy] * xs.w_high[sx] * gv;
-              }
-            }
+            roi.for_each(ph, pw, [&](int64_t o1, int64_t o2, int64_t o3, int64_t o4, A w1, A w2,
+                                     A w3, A w4) {
+              out[o1] += w1 * gv;
+              out[o2] += w2 * gv;
+              out[o3] += w3 * gv;
+              out[o4] += w4 * gv;
+            });
           }
         }
       }
