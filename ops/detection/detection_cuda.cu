@@ -173,17 +173,20 @@ __device__ __forceinline__ int64_t roi_batch(A b, int64_t batch) {
   return (b >= A(0) && b < static_cast<A>(batch)) ? static_cast<int64_t>(b) : -1;
 }
 
+// The kernels take RoiAlignParams's fields as parameters of their own (the launchers
+// unpack the block): with the struct as a kernel parameter ptxas allocated the tiled
+// backward's registers differently, with spills where there were none.
 template <typename T, int CB>
 __global__ void roi_align_forward_kernel(const T* __restrict__ input, const acc_t<T>* __restrict__ rois,
-                                         RoiAlignParams p, T* __restrict__ output) {
+                                         int64_t num_rois, int64_t batch, int64_t channels,
+                                         int64_t height, int64_t width, int pooled_height,
+                                         int pooled_width, acc_t<T> spatial_scale,
+                                         int sampling_ratio, bool aligned, T* __restrict__ output) {
   using A = acc_t<T>;
-  const A scale = static_cast<A>(p.spatial_scale);
-  const int64_t channels = p.channels;
-  const int pooled_height = p.pooled_height, pooled_width = p.pooled_width;
   const int64_t chunks = (channels + CB - 1) / CB;
-  const int64_t total = p.num_rois * chunks * pooled_height * pooled_width;
-  const int64_t plane = p.height * p.width;
-  const int H = static_cast<int>(p.height), W = static_cast<int>(p.width);
+  const int64_t total = num_rois * chunks * pooled_height * pooled_width;
+  const int64_t plane = height * width;
+  const int H = static_cast<int>(height), W = static_cast<int>(width);
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
        idx += int64_t(blockDim.x) * gridDim.x) {
     const int pw = static_cast<int>(idx % pooled_width);
@@ -193,10 +196,9 @@ __global__ void roi_align_forward_kernel(const T* __restrict__ input, const acc_
     const int64_t c0 = (t % chunks) * CB;
     const int64_t r = t / chunks;
     const A* roi = rois + r * 5;
-    const RoiAxes<A> axes = roi_axes(roi, scale, p);
-    const RoiAxis<A>& ry = axes.y;
-    const RoiAxis<A>& rx = axes.x;
-    const int64_t n = roi_batch(roi[0], p.batch);
+    const RoiAxis<A> ry = roi_axis(roi[2], roi[4], spatial_scale, pooled_height, sampling_ratio, aligned, H);
+    const RoiAxis<A> rx = roi_axis(roi[1], roi[3], spatial_scale, pooled_width, sampling_ratio, aligned, W);
+    const int64_t n = roi_batch(roi[0], batch);
     A acc[CB];
 #pragma unroll
     for (int k = 0; k < CB; ++k) acc[k] = A(0);
@@ -216,9 +218,9 @@ __global__ void roi_align_forward_kernel(const T* __restrict__ input, const acc_
 #pragma unroll
           for (int k = 0; k < CB; ++k) {
             if (c0 + k < channels) {
-              const T* q = base + k * plane;
-              acc[k] += w1 * to_acc(q[o1]) + w2 * to_acc(q[o2]) + w3 * to_acc(q[o3]) +
-                        w4 * to_acc(q[o4]);
+              const T* p = base + k * plane;
+              acc[k] += w1 * to_acc(p[o1]) + w2 * to_acc(p[o2]) + w3 * to_acc(p[o3]) +
+                        w4 * to_acc(p[o4]);
             }
           }
         }
@@ -249,11 +251,12 @@ __device__ __forceinline__ RoiAxis<A> shfl_axis(const RoiAxis<A>& ax, int src) {
 // then processes the hits one by one (geometry broadcast by shuffles).
 template <typename T, int CB>
 __global__ void roi_align_backward_kernel(const T* __restrict__ grad, const acc_t<T>* __restrict__ rois,
-                                          RoiAlignParams p, T* __restrict__ grad_input) {
+                                          int64_t num_rois, int64_t batch, int64_t channels,
+                                          int64_t height, int64_t width, int pooled_height,
+                                          int pooled_width, acc_t<T> spatial_scale,
+                                          int sampling_ratio, bool aligned,
+                                          T* __restrict__ grad_input) {
   using A = acc_t<T>;
-  const A scale = static_cast<A>(p.spatial_scale);
-  const int64_t num_rois = p.num_rois, channels = p.channels, height = p.height, width = p.width;
-  const int pooled_height = p.pooled_height, pooled_width = p.pooled_width;
   const int H = static_cast<int>(height), W = static_cast<int>(width);
   const int lane = threadIdx.x;
   const int h = blockIdx.y * kRowsPerBlock + threadIdx.y;
@@ -266,7 +269,7 @@ __global__ void roi_align_backward_kernel(const T* __restrict__ grad, const acc_
   const A fw_last = static_cast<A>(min(w0 + 31, W - 1));
   const int64_t chunks = (channels + CB - 1) / CB;
   const int64_t bins = int64_t(pooled_height) * pooled_width;
-  for (int64_t z = blockIdx.z; z < p.batch * chunks; z += gridDim.z) {
+  for (int64_t z = blockIdx.z; z < batch * chunks; z += gridDim.z) {
     const int64_t n = z / chunks;
     const int64_t c0 = (z % chunks) * CB;
     A acc[CB];
@@ -279,10 +282,9 @@ __global__ void roi_align_backward_kernel(const T* __restrict__ grad, const acc_
       bool hit = false;
       if (r < num_rois) {
         const A* roi = rois + r * 5;
-        if (roi_batch(roi[0], p.batch) == n) {
-          const RoiAxes<A> axes = roi_axes(roi, scale, p);
-          ry = axes.y;
-          rx = axes.x;
+        if (roi_batch(roi[0], batch) == n) {
+          ry = roi_axis(roi[2], roi[4], spatial_scale, pooled_height, sampling_ratio, aligned, H);
+          rx = roi_axis(roi[1], roi[3], spatial_scale, pooled_width, sampling_ratio, aligned, W);
           const A ya = ry.start, yb = ry.start + static_cast<A>(pooled_height) * ry.bin;
           const A xa = rx.start, xb = rx.start + static_cast<A>(pooled_width) * rx.bin;
           const A ylo = ya < yb ? ya : yb, yhi = ya < yb ? yb : ya;
@@ -369,15 +371,14 @@ constexpr int kTileRows = 8;
 template <typename T, int TW, int CPT, bool VEC>
 __global__ void __launch_bounds__(256)
     roi_align_backward_tiles_kernel(const T* __restrict__ grad_t, const acc_t<T>* __restrict__ rois,
-                                    RoiAlignParams p, T* __restrict__ grad_input) {
+                                    int64_t num_rois, int64_t batch, int64_t channels, int H, int W,
+                                    int pooled_height, int pooled_width, acc_t<T> spatial_scale,
+                                    int sampling_ratio, bool aligned, T* __restrict__ grad_input) {
   using A = acc_t<T>;
   constexpr int kThreads = 32 * kTileRows;
   constexpr int CB = 32 * CPT;
   extern __shared__ unsigned char smem_raw[];
-  const A scale = static_cast<A>(p.spatial_scale);
-  const int64_t num_rois = p.num_rois, channels = p.channels;
-  const int H = static_cast<int>(p.height), W = static_cast<int>(p.width);
-  const int PH = p.pooled_height, PW = p.pooled_width;
+  const int PH = pooled_height, PW = pooled_width;
   const int weights = kTileRows * PH + TW * PW;
   A* const buffers = reinterpret_cast<A*>(smem_raw);  // two sets: [8][PH] rows, [TW][PW] cols
   __shared__ int roi_list[kThreads];
@@ -390,7 +391,7 @@ __global__ void __launch_bounds__(256)
   const int64_t chunks = (channels + CB - 1) / CB;
   const int64_t bins = int64_t(PH) * PW;
   int parity = 0;
-  for (int64_t z = blockIdx.z; z < p.batch * chunks; z += gridDim.z) {
+  for (int64_t z = blockIdx.z; z < batch * chunks; z += gridDim.z) {
     const int64_t n = z / chunks;
     const int64_t c_lane = (z % chunks) * CB + int64_t(lane) * CPT;
     const bool lane_full = c_lane + CPT <= channels;
@@ -405,12 +406,13 @@ __global__ void __launch_bounds__(256)
       const int64_t r = r0 + tid;
       if (r < num_rois) {
         const A* roi = rois + r * 5;
-        if (roi_batch(roi[0], p.batch) == n) {
-          const RoiAxes<A> axes = roi_axes(roi, scale, p);
+        if (roi_batch(roi[0], batch) == n) {
+          const RoiAxis<A> ry = roi_axis(roi[2], roi[4], spatial_scale, PH, sampling_ratio, aligned, H);
+          const RoiAxis<A> rx = roi_axis(roi[1], roi[3], spatial_scale, PW, sampling_ratio, aligned, W);
           int a, b, c, d;
-          bin_range(axes.y, h0, h_last, PH, a, b);
-          bin_range(axes.x, w0, w_last, PW, c, d);
-          hit = axes.y.grid > 0 && axes.x.grid > 0 && a <= b && c <= d;
+          bin_range(ry, h0, h_last, PH, a, b);
+          bin_range(rx, w0, w_last, PW, c, d);
+          hit = ry.grid > 0 && rx.grid > 0 && a <= b && c <= d;
         }
       }
       const unsigned ballot = __ballot_sync(0xffffffffu, hit);
@@ -427,9 +429,9 @@ __global__ void __launch_bounds__(256)
       __syncthreads();
       for (int i = 0; i < count; ++i) {
         const int64_t rr = r0 + roi_list[i];
-        const RoiAxes<A> axes = roi_axes(rois + rr * 5, scale, p);
-        const RoiAxis<A>& ry = axes.y;
-        const RoiAxis<A>& rx = axes.x;
+        const A* roi = rois + rr * 5;
+        const RoiAxis<A> ry = roi_axis(roi[2], roi[4], spatial_scale, PH, sampling_ratio, aligned, H);
+        const RoiAxis<A> rx = roi_axis(roi[1], roi[3], spatial_scale, PW, sampling_ratio, aligned, W);
         // Double-buffered weights: one barrier per roi. The buffer filled here was last read
         // two rois ago, before the barrier every thread passed since.
         A* const wy = buffers + parity * weights;
@@ -532,7 +534,10 @@ cudaError_t launch_roi_align_forward(const T* input, const acc_t<T>* rois, const
   constexpr int threads = 256;
   return ops_common::launch(roi_align_forward_kernel<T, kForwardChannels>,
                             ops_common::grid_size(total, threads, int64_t(1) << 20), threads, 0,
-                            stream, input, rois, p, output);
+                            stream, input, rois, p.num_rois, p.batch, p.channels, p.height,
+                            p.width, p.pooled_height, p.pooled_width,
+                            static_cast<acc_t<T>>(p.spatial_scale), p.sampling_ratio, p.aligned,
+                            output);
 }
 
 template <typename T>
@@ -545,7 +550,10 @@ cudaError_t launch_roi_align_backward(const T* grad_output, const acc_t<T>* rois
                   static_cast<unsigned>((p.height + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>(planes < 65535 ? planes : 65535));
   return ops_common::launch(roi_align_backward_kernel<T, kBackwardChannels>, grid, block, 0,
-                            stream, grad_output, rois, p, grad_input);
+                            stream, grad_output, rois, p.num_rois, p.batch, p.channels, p.height,
+                            p.width, p.pooled_height, p.pooled_width,
+                            static_cast<acc_t<T>>(p.spatial_scale), p.sampling_ratio, p.aligned,
+                            grad_input);
 }
 
 template <typename T, int TW, int CPT>
@@ -563,7 +571,10 @@ cudaError_t launch_tiles(const T* grad_t, const acc_t<T>* rois, const RoiAlignPa
                    reinterpret_cast<uintptr_t>(grad_t) % (sizeof(T) * CPT) == 0;
   const auto kernel = vec ? roi_align_backward_tiles_kernel<T, TW, CPT, true>
                          : roi_align_backward_tiles_kernel<T, TW, CPT, false>;
-  return ops_common::launch(kernel, grid, block, shared, stream, grad_t, rois, p, grad_input);
+  return ops_common::launch(kernel, grid, block, shared, stream, grad_t, rois, p.num_rois, p.batch,
+                            p.channels, static_cast<int>(p.height), static_cast<int>(p.width),
+                            p.pooled_height, p.pooled_width, static_cast<A>(p.spatial_scale),
+                            p.sampling_ratio, p.aligned, grad_input);
 }
 
 template <typename T>
