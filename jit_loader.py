@@ -30,6 +30,7 @@ Environment variables:
 
     JIT_LOADER_CACHE       cache directory (default: $XDG_CACHE_HOME/jit_loader)
     JIT_LOADER_CUDA        0 builds op folders without their CUDA sources (CPU only)
+    JIT_LOADER_DEBUG       1 loads debug builds (load(..., debug=True))
     JIT_LOADER_CUDA_ARCH   CUDA arch list, e.g. "9.0" or "8.0;9.0+PTX"
                            (default: TORCH_CUDA_ARCH_LIST, else the visible GPUs,
                            else DEFAULT_CUDA_ARCH)
@@ -86,6 +87,9 @@ __all__ = [
     "bench",
     "check_same_device",
     "op_rules",
+    "sanitize",
+    "profile",
+    "check_finite",
     "register_autograd_op",
     "fast_op",
     "Op",
@@ -110,7 +114,7 @@ def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] |
          extra_cuda_cflags: Sequence[str] | str | None = None,
          extra_ldflags: Sequence[str] | str | None = None,
          extra_include_paths: Sequence[str] | str | None = None,
-         cuda_arch: str | None = None, **torch_options):
+         cuda_arch: str | None = None, debug: bool | None = None, **torch_options):
     """Load an op: its native library (built or cached) and its Python surface.
 
     ``load("gelu")`` or ``load(path)``: the name of a folder under ops/ or the path of
@@ -129,12 +133,17 @@ def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] |
     raise :class:`JitLoaderError` naming them.
 
     The flags and ``cuda_arch`` (a CUDA arch list, e.g. ``"9.0"``) are part of the cache
-    key: other flags are another build.
+    key: other flags are another build. ``debug=True`` (default: ``JIT_LOADER_DEBUG``)
+    loads a debug build, a build of its own key: host code at ``-O0 -g``, device code with
+    line info, asserts on and the checks of ``OPS_DEBUG`` (``ops/common/debug.h``); hot
+    reload and kernel swaps keep building it. ``load(op)`` without it loads the release
+    build again.
     """
     flags = dict(extra_cflags=_dropin.flags(extra_cflags),
                  extra_cuda_cflags=_dropin.flags(extra_cuda_cflags),
                  extra_ldflags=_dropin.flags(extra_ldflags),
-                 extra_include_paths=_dropin.paths(extra_include_paths), cuda_arch=cuda_arch)
+                 extra_include_paths=_dropin.paths(extra_include_paths), cuda_arch=cuda_arch,
+                 debug=debug)
     if sources is None and name is None:
         with_cuda = torch_options.pop("with_cuda", None)
         if torch_options:
@@ -147,7 +156,7 @@ def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] |
             raise JitLoaderError(f"load({name_or_path!r}, with_cuda=True), but CUDA cannot be "
                                  f"built: {why_no_cuda()}")
         cpu_only = with_cuda is False or _keys.cpu_only_reason({}) is not None
-        if not cpu_only and _prebuilt.selected(op_dir):
+        if not cpu_only and not _debug(debug) and _prebuilt.selected(op_dir):
             return _prebuilt.load(op_dir, surface=True)  # JIT_LOADER_PREBUILT: built ahead of time
         return Op(_pipeline.load(op_dir, verbose, **flags,
                                  with_cuda=False if with_cuda is False else None))
@@ -166,6 +175,12 @@ def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] |
     return _module_or_library(state, is_python_module)
 
 
+def _debug(debug: bool | None) -> bool:
+    """Whether a load builds for debugging (None: as ``JIT_LOADER_DEBUG`` says); an
+    ahead-of-time library is a release build, never served for it."""
+    return _keys.debug_default() if debug is None else bool(debug)
+
+
 def _module_or_library(state, is_python_module: bool):
     if not is_python_module:
         return state.library
@@ -180,18 +195,19 @@ def _module_or_library(state, is_python_module: bool):
 def load_library(name_or_path: str | os.PathLike, *, verbose: bool | None = None,
                  extra_cflags: Sequence[str] = (), extra_cuda_cflags: Sequence[str] = (),
                  extra_ldflags: Sequence[str] = (), extra_include_paths: Sequence[str] = (),
-                 cuda_arch: str | None = None) -> Op:
+                 cuda_arch: str | None = None, debug: bool | None = None) -> Op:
     """Build (or fetch from the cache) and register an op's C++/CUDA library only.
 
     An op's Python surface calls this at import time; it returns at once when the
     library in this process is current.
     """
     op_dir = _sources.resolve_op_dir(name_or_path)
-    if _prebuilt.selected(op_dir):  # JIT_LOADER_PREBUILT: an ahead-of-time build instead
+    if not _debug(debug) and _prebuilt.selected(op_dir):  # JIT_LOADER_PREBUILT: an ahead-of-time build instead
         return _prebuilt.load(op_dir)
     return Op(_pipeline.load_library(
         op_dir, verbose, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
-        extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, cuda_arch=cuda_arch))
+        extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, cuda_arch=cuda_arch,
+        debug=debug))
 
 
 def bench(fn, *args, **options):
@@ -233,6 +249,39 @@ def fast_op(overload):
     return fastcall.fast_op(overload)
 
 
+def sanitize(fn, *args, tool: str = "memcheck", **options):
+    """Run ``fn(*args)`` once in a fresh process under compute-sanitizer's ``tool``
+    (``memcheck``, ``racecheck``, ``initcheck``, ``synccheck``) with the debug build of its
+    op and PyTorch's caching allocator off; a report of each finding at the op's own
+    ``file:line`` (``report.clean`` when there is none). ``fn``: ``op.my_op``, a
+    ``torch.ops`` op, or a function importable by module and name. Options: ``backward``
+    (default: where an argument requires grad), ``kwargs``, ``print_limit``, ``timeout``
+    (jit_tools/tools/sanitize.py)."""
+    from jit_tools.tools import sanitize as tool_module
+    return tool_module.sanitize(fn, *args, tool=tool, **options)
+
+
+def profile(fn, *args, **options):
+    """Per kernel that ``fn(*args)`` launches: time, DRAM bandwidth and FLOP rate against
+    the device's peaks, occupancy, registers, shared memory, launch configuration; through
+    Nsight Compute in a fresh process where ``ncu`` is installed, else torch.profiler's
+    kernel times (the report says what is missing). ``report.table()``, ``report.plot()``
+    (a roofline); both show in Jupyter. Options: ``backward``, ``kwargs``, ``timeout``,
+    ``clock_control``, ``use_ncu`` (jit_tools/tools/profile.py)."""
+    from jit_tools.tools import profile as tool_module
+    return tool_module.profile(fn, *args, **options)
+
+
+def check_finite(namespaces=None):
+    """``with jit_loader.check_finite(): ...``: each floating-point result of an op of
+    ``namespaces`` (default: every op the loader loaded) is checked for NaN and Inf as the
+    op returns it, forward and backward; the first raises ``NonFiniteError`` (a
+    FloatingPointError) naming the op, the result and the first bad element. Reads every
+    result: for debugging (jit_tools/tools/finite.py)."""
+    from jit_tools.tools import finite
+    return finite.check_finite(namespaces)
+
+
 def load_inline(name: str, cpp_sources: Sequence[str] | str | None = None,
                 cuda_sources: Sequence[str] | str | None = None,
                 functions: Sequence[str] | dict | str | None = None, *,
@@ -240,7 +289,8 @@ def load_inline(name: str, cpp_sources: Sequence[str] | str | None = None,
                 python_source: str | None = None, first_line: int = 1,
                 source_name: str | None = None, verbose: bool | None = None,
                 extra_cflags=None, extra_cuda_cflags=None, extra_ldflags=None,
-                extra_include_paths=None, cuda_arch: str | None = None, **torch_options):
+                extra_include_paths=None, cuda_arch: str | None = None,
+                debug: bool | None = None, **torch_options):
     """Build from source text.
 
     ``load_inline(name, cpp_sources, cuda_sources=None, functions=None, ...)``: the
@@ -256,7 +306,7 @@ def load_inline(name: str, cpp_sources: Sequence[str] | str | None = None,
     """
     flags = dict(extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
                  extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
-                 cuda_arch=cuda_arch, verbose=verbose)
+                 cuda_arch=cuda_arch, verbose=verbose, debug=debug)
     if cpp_sources is None and cuda_sources is None and functions is None:
         if torch_options:
             raise TypeError(f"load_inline: {', '.join(sorted(torch_options))}: only with "

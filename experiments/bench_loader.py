@@ -39,9 +39,16 @@ Prints, for tiny fixture ops built in a private cache:
     (JIT_LOADER_NVRTC_WARM=1: NVRTC's precompiled header of the .cu is made in the
     background after the load) and waits for that header before the first edit.
 
+  * with a GPU (--only-math-edit runs these alone): the math-edit cycle of
+    experiments/math_edit_cycle.py (sigmoid, GELU, resize, a scaffolded op: a math header
+    edit to the next CUDA result and to the CPU result, a .cu edit before the first launch,
+    a .cpp edit after a .cu edit; fresh cache and warm), CuPy RawKernel and Triton timed in
+    the same run.
+
 Usage: python -m experiments.bench_loader [--json PATH] [--no-cuda] [--ops toy,sigmoid,...]
        [--repeats N] [--shared-repeats N] [--shared-only] [--absent toy,sigmoid] [--no-plain]
        [--cpp-edits toy,sigmoid] [--only-edit-loop] [--edit-rounds N] [--first-build] [--first-repeats N]
+       [--only-math-edit] [--math-ops sigmoid,gelu,resize,scaffold]
 """
 
 from __future__ import annotations
@@ -599,8 +606,7 @@ print(json.dumps(out))
 def edit_loop_rows(tmp: Path, base_env: dict, rounds: int,
                    ops: tuple[str, ...] = ("sigmoid", "resize")) -> list[dict]:
     """A kernel edit until its first result: jit_loader (sigmoid, resize), CuPy, Triton."""
-    env = {**base_env, "JIT_LOADER_CACHE": str(tmp / "edit-cache"), "JIT_LOADER_NVRTC_WARM": "1",
-           "CUPY_CACHE_DIR": str(tmp / "cupy-cache"), "TRITON_CACHE_DIR": str(tmp / "triton-cache")}
+    env = {**base_env, "JIT_LOADER_CACHE": str(tmp / "edit-cache"), "JIT_LOADER_NVRTC_WARM": "1"}
     rows = []
 
     def add(route: str, result: dict, note: str = "") -> None:
@@ -621,8 +627,24 @@ def edit_loop_rows(tmp: Path, base_env: dict, rounds: int,
             f"swapped {sum(result['swapped'])}/{len(result['swapped'])}, "
             f"Ninja on the call's path {sum(result['compiled'])}, reload() median {reload:.3g} s "
             f"(NVRTC {nvrtc:.3g} s)")
-    add("CuPy RawKernel, same kernel", run_script(CUPY_LOOP, [str(rounds)], env))
-    add("Triton @jit, same kernel", run_script(TRITON_LOOP, [str(rounds)], env))
+    rows += baseline_rows(tmp, env, rounds)
+    return rows
+
+
+def baseline_rows(tmp: Path, env: dict, rounds: int) -> list[dict]:
+    """The same tiny kernel edited to its first result through CuPy RawKernel and Triton,
+    their caches private and empty (a row says "not installed" without them)."""
+    env = {**env, "CUPY_CACHE_DIR": str(tmp / "cupy-cache"), "TRITON_CACHE_DIR": str(tmp / "triton-cache")}
+    rows = []
+    for route, script in (("CuPy RawKernel, same kernel", CUPY_LOOP),
+                          ("Triton @jit, same kernel", TRITON_LOOP)):
+        result = run_script(script, [str(rounds)], env)
+        if result.get("missing"):
+            rows.append({"route": route, "median": None, "min": None, "n": 0, "note": "not installed"})
+            continue
+        times = sorted(result["seconds"])
+        rows.append({"route": route, "median": times[len(times) // 2], "min": times[0],
+                     "n": len(times), "note": ""})
     return rows
 
 
@@ -641,6 +663,35 @@ def extension_h_variant(op_dir: Path) -> None:
                                    "#include <torch/extension.h>\n")
     assert "torch/extension.h" in text
     src.write_text(text)
+
+
+def math_edit_main(args) -> int:
+    """--only-math-edit: the table of experiments/math_edit_cycle.py, then the baselines."""
+    import torch
+
+    from experiments import math_edit_cycle
+
+    if not torch.cuda.is_available():
+        print("# math-edit cycle: skipped, no GPU visible")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        env.pop("JIT_LOADER_VERBOSE", None)
+        env.pop("JIT_LOADER_SHARED_DIR", None)  # each cache keeps its own pieces: fresh is fresh
+        rows = math_edit_cycle.rows(Path(tmp), env, args.edit_rounds,
+                                    tuple(filter(None, args.math_ops.split(","))))
+        baselines = baseline_rows(Path(tmp), env, args.edit_rounds)
+    env_info = environment()
+    print(f"# math-edit cycle: {env_info['device']}, torch {env_info['torch']}, {os.cpu_count()} cores, "
+          f"{env_info['date']}; wall seconds from the write of the file to the result")
+    print(format_table(rows, ["op", "measurement", "fresh", "warm", "n", "note"]))
+    print("# a kernel edit to its first result, same run")
+    print(format_table(baselines, ["route", "median", "min", "n", "note"]))
+    if args.json:
+        save_json(args.json, rows + [{"op": "baseline", **b} for b in baselines],
+                  benchmark="loader-math-edit")
+    return 0
 
 
 def main(argv=None) -> int:
@@ -666,12 +717,19 @@ def main(argv=None) -> int:
     parser.add_argument("--edit-rounds", type=int, default=3, help="edits timed per route")
     parser.add_argument("--edit-ops", default="sigmoid,resize",
                         help="comma list: the bundled ops of the kernel edit loop")
+    parser.add_argument("--only-math-edit", action="store_true",
+                        help="only the math-edit cycle (experiments/math_edit_cycle.py), with CuPy "
+                        "and Triton in the same run; needs a GPU")
+    parser.add_argument("--math-ops", default="sigmoid,gelu,resize,scaffold",
+                        help="comma list: the ops of the math-edit cycle")
     parser.add_argument("--only-stable", action="store_true",
                         help="only the tiny stable-ABI op (cold, .cpp edit) and tvm_ffi.cpp.load_inline")
     args = parser.parse_args(argv)
 
     import jit_loader
 
+    if args.only_math_edit:
+        return math_edit_main(args)
     if args.only_edit_loop:
         import torch
 

@@ -2,15 +2,18 @@
 # One call on a GPU machine (plain python3 with torch, no venv): CUDA tests, checks and
 # benchmarks, each stage's output kept under $OUT.
 # Stages: env build tests loadertests alltests demo bench suite overhead opbench variants hostopt
-#   loader editloop stable cppedit xv rest kernels lltmtimes yourop   (suite runs both sections of
+#   loader editloop mathedit stable cppedit xv rest kernels lltmtimes yourop sanitize debugtools
+#   (suite runs both sections of
 #   experiments/bench.py, or the kernel cases of SUITE_OPS only; overhead only the call
 #   overhead, then profile_call on PROFILE_DEVICES, default "cuda cpu", "" for none; xv:
 #   deploy/check_cross_version.sh check dist/xv, steps XV_STEPS; lltmtimes: GPU time per
 #   LLTM kernel; yourop: the scaffold's ops on the GPU (both kinds, both ABIs, their kernel
 #   swaps), the reduction helper, the bad-argument table of every bundled op, and a
-#   rowwise op's benchmark)
+#   rowwise op's benchmark; sanitize: every op with CUDA kernels under compute-sanitizer,
+#   SANITIZE_ARGS e.g. "--ops sigmoid --tools memcheck"; debugtools: the sanitize/profile targets)
 #   bash experiments/gpu_run.sh env build tests       # default: all stages
 #   PYTEST_WORKERS=15 ALLTESTS_TIMEOUT=560 bash experiments/gpu_run.sh env alltests
+#   PYTEST_ARGS="-m cuda" bash experiments/gpu_run.sh alltests   # the CUDA cases alone
 #   LOADER_ARGS="--ops toy,sigmoid,lltm" bash experiments/gpu_run.sh loader
 #   CPPEDIT_OPS=resize CPPEDIT_REPEATS=3 bash experiments/gpu_run.sh cppedit
 # alltests logs each finished test in $DONE_LOG; rest (a later call on the same machine) runs
@@ -53,7 +56,7 @@ for stage in "${stages[@]}"; do
               rm -f "$DONE_LOG"
               PYTEST_DONE_LOG=$DONE_LOG timeout "${ALLTESTS_TIMEOUT:-3000}" python3 -m pytest -v -rs \
                 -p no:cacheprovider -p experiments.pytest_done_log --durations=25 --dist worksteal \
-                -n "${PYTEST_WORKERS:-12}" > "$OUT/pytest_all.txt" 2>&1 || status=1
+                -n "${PYTEST_WORKERS:-12}" ${PYTEST_ARGS:-} > "$OUT/pytest_all.txt" 2>&1 || status=1
               grep -E "^(FAILED|ERROR)" "$OUT/pytest_all.txt" | head -30; tail -3 "$OUT/pytest_all.txt" ;;
     rest)   python3 -m pytest --co -q -p no:cacheprovider | grep "::" | sort -u > /tmp/pytest_ids.txt
               sort -u "$DONE_LOG" 2>/dev/null | comm -23 /tmp/pytest_ids.txt - > "$OUT/pytest_rest_ids.txt"
@@ -84,6 +87,9 @@ for stage in "${stages[@]}"; do
             python3 -m experiments.gnn_scatter 2>&1 | tr '\r' '\n' | grep -v "it/s" | tee "$OUT/gnn_scatter.txt" | tail -8 || status=1 ;;
     hostopt) python3 -m experiments.bench_host_opt --json "$OUT/bench_host_opt.json" 2>&1 | tee "$OUT/bench_host_opt.txt" || status=1 ;;
     loader) python3 -m experiments.bench_loader ${LOADER_ARGS:-} --json "$OUT/bench_loader.json" 2>&1 | tee "$OUT/bench_loader.txt" || status=1 ;;
+    mathedit) python3 -m experiments.bench_loader --only-math-edit --edit-rounds "${EDIT_ROUNDS:-3}" \
+              --math-ops "${MATH_OPS:-sigmoid,gelu,resize,scaffold}" --json "$OUT/math_edit.json" 2>&1 \
+              | tee "$OUT/math_edit.txt" | tail -30 || status=1 ;;
     editloop) python3 -m experiments.bench_loader --only-edit-loop --edit-rounds "${EDIT_ROUNDS:-3}" --edit-ops "${EDIT_OPS:-sigmoid,resize}" \
               --json "$OUT/edit_loop.json" 2>&1 | tee "$OUT/edit_loop.txt" | tail -8 || status=1 ;;
     stable) python3 -m experiments.bench_loader --only-stable --json "$OUT/stable.json" 2>&1 \
@@ -105,6 +111,10 @@ for stage in "${stages[@]}"; do
             rm -rf /tmp/yourop && python3 -m jit_loader new yourop_norm --kind rowwise --cuda --dir /tmp/yourop >/dev/null \
               && python3 /tmp/yourop/yourop_norm/bench_yourop_norm.py --device cuda --quick 2>&1 \
               | tee "$OUT/bench_yourop_norm.txt" | tail -30 || status=1 ;;
+    sanitize) python3 -m experiments.sanitize_all --json "$OUT/sanitize_all.json" ${SANITIZE_ARGS:-} 2>&1 \
+              | grep -v "^building" | tee "$OUT/sanitize_all.txt" | tail -40 || status=1 ;;
+    debugtools) python3 -m experiments.debug_tools_check --json "$OUT/debug_tools.json" 2>&1 \
+              | grep -v "^building" | tee "$OUT/debug_tools.txt" | tail -30 || status=1 ;;
     *) echo "unknown stage $stage"; status=1 ;;
   esac
 done

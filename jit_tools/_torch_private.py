@@ -32,6 +32,13 @@ def has_kernel(qualname: str, dispatch_key: str) -> bool:
     return bool(torch._C._dispatch_has_kernel_for_dispatch_key(qualname, dispatch_key))
 
 
+def cpu_keyset():
+    """The dispatch key set of the CPU key alone: a live edit's gate calls its operator
+    again at the CPU key, where the rebuilt CPU kernels now sit over it (swap/gate.py);
+    ``OpOverload.redispatch`` takes a key set, which only ``torch._C`` makes."""
+    return torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
 def destroy_library(lib: torch.library.Library) -> None:
     """Withdraw a ``torch.library.Library``'s registrations now. The public way is to
     let the object be garbage collected, which may happen too late: the next build of
@@ -150,16 +157,30 @@ def is_plain_overload(obj) -> bool:
     return type(obj) is OpOverload and getattr(obj, "_pyobj_dispatcher", None) is None
 
 
-def overload_with_call(overload, call):
+def overload_with_call(overload, call=None):
     """A copy of ``overload`` (its attributes: schema, native callables, Python kernels) of
     a subclass whose ``__call__`` is ``call``, a builtin function (not bound to the
-    instance: it holds what it needs)."""
+    instance: it holds what it needs); with ``call`` None, ``OpOverload.__call__`` until
+    :func:`set_fast_call` gives it one."""
     cls = type("OpOverload", (OpOverload,),
-               {"__slots__": (), "__call__": call, "_jit_fast_call": call,
+               {"__slots__": (), "__call__": call or OpOverload.__call__, "_jit_fast_call": call,
                 "__module__": OpOverload.__module__, "__doc__": OpOverload.__doc__})
     fast = object.__new__(cls)
     vars(fast).update(vars(overload))
     return fast
+
+
+def set_fast_call(fast, call) -> None:
+    """Calls of ``fast`` (made by :func:`overload_with_call`) go to ``call`` from now on:
+    its class's ``__call__``, which no call of it reads in any other way."""
+    cls = type(fast)
+    cls.__call__ = call
+    cls._jit_fast_call = call
+
+
+def is_fast_object(obj) -> bool:
+    """An object of :func:`overload_with_call`, with a fast call or waiting for one."""
+    return "_jit_fast_call" in vars(type(obj))
 
 
 def fast_call_of(obj):
@@ -200,7 +221,7 @@ def retire_op_objects(qualnames, template: str) -> int:
             for attr in ("_cpp_dispatch_handle", "_op_dk", "_handle"):
                 vars(obj)[attr] = stand_in
             vars(obj)["_pyobj_dispatcher"] = None
-            if fast_call_of(obj) is not None:
+            if is_fast_object(obj):
                 from jit_tools import fastcall  # imports this module
                 fastcall.retire(obj)
         count += 1
@@ -214,6 +235,18 @@ def reset_compiled_code() -> None:
     import sys
     if "torch._dynamo" in sys.modules:
         torch._dynamo.reset()
+
+
+def forget_argument_layout(function) -> None:
+    """torch.compile keeps the argument layout of each Python function it traced, read
+    from the function's code once and keyed by the function object (dynamo's
+    ``_spec_cache``, torch 2.14): a function whose code the loader replaced in place on a
+    reload (jit_tools/surface.py) would be traced with its old arguments. Dropped for that
+    function; nothing to do where dynamo was never imported."""
+    import sys
+    cache = getattr(sys.modules.get("torch._dynamo.variables.functions"), "_spec_cache", None)
+    if cache is not None:
+        cache.pop(function, None)
 
 
 def torchscript_users(qualnames) -> list[str]:

@@ -3,11 +3,13 @@ surface (``jit_loader.register_autograd_op``) and served by one of two paths:
 
 * the C++ kernel of ``csrc/jit_loader_autograd.cpp``, registered at the Autograd key:
   no Python runs per call, and a call that needs no grad goes straight below autograd.
-  It is a shared piece built once per exact torch build (``shared.autograd_piece``);
+  It is a shared piece built once per exact torch build (``process_pieces.autograd_piece``);
 * ``torch.library.register_autograd`` with a setup_context and a backward generated
   from the same declaration, where the piece is not there: while it builds in the
-  background after an op's first build, where it failed to build, for a prebuilt (AOT)
-  op, where no compiler is to run, and with ``JIT_LOADER_CPP_AUTOGRAD=0``.
+  background after an op's first build (the next load or reload after it is built imports
+  the surface again, which then registers the C++ kernel: surface.went_without_pieces),
+  where it failed to build, for a prebuilt (AOT) op, where no compiler is to run, and with
+  ``JIT_LOADER_CPP_AUTOGRAD=0``.
 
 Both compute the same gradients from the same backward op. Either registration belongs to
 the surface's ``torch.library.Library``, so the loader withdraws it with the surface's
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from jit_tools import _torch_private, prebuilt
-from jit_tools.builder import shared
+from jit_tools.builder import process_pieces
 
 ENV = "JIT_LOADER_CPP_AUTOGRAD"
 
@@ -169,9 +171,10 @@ def cpp_library() -> ctypes.CDLL | None:
     ``JIT_LOADER_SHARED_NOW`` builds it now)."""
     if not cpp_enabled():
         return None
-    return shared.process_piece(shared.autograd_piece, shared.build_autograd_later, _CPP,
-                                _STARTED, _load_cpp, "the C++ autograd piece (using "
-                                                     "torch.library.register_autograd)")
+    pieces = process_pieces
+    return pieces.process_piece(pieces.autograd_piece, pieces.build_autograd_later, _CPP, _STARTED,
+                                _load_cpp, "the C++ autograd piece (using "
+                                           "torch.library.register_autograd)")
 
 
 def _load_cpp(path) -> ctypes.CDLL:

@@ -9,7 +9,6 @@ from them, stay those of the build that made them.
 
 from __future__ import annotations
 
-import functools
 import types
 from pathlib import Path
 
@@ -17,10 +16,11 @@ import torch
 
 from jit_tools import pipeline, registry
 from jit_tools.state import BuildInfo, OpState
+from jit_tools.surface import newest as _newest
 
 
 # One handle class per op state (a subclass of Op, OpState.handle_class), which holds each
-# public name of the surface module that was looked up through a handle as a class
+# public name of the op (surface module, pybind11 module, dispatcher ops) as a class
 # attribute: see Op.__getattr__.
 class Op:
     """Handle on a loaded op; attribute access resolves to its newest build.
@@ -34,6 +34,7 @@ class Op:
         if cls is Op:
             if state.handle_class is None:
                 state.handle_class = type("Op", (Op,), {"__slots__": (), "__doc__": Op.__doc__})
+                state.publish(state.handle_attrs)
             cls = state.handle_class
         return super().__new__(cls)
 
@@ -98,10 +99,13 @@ class Op:
     def __getattr__(self, attr: str):
         # Python calls this only after the normal lookup failed, which costs an exception
         # per access (more than the surface function itself: experiments/profile_call.py
-        # times both). So a public name found in the surface module becomes an attribute
-        # of this op's handle class, read at the next access without a Python call; the
-        # loader drops these attributes whenever it imports a new surface
-        # (OpState.set_module), so the next access comes back here to the new module.
+        # times both). So every public name of the op is an attribute of this op's handle
+        # class, read without a Python call, which the loader replaces whenever it imports
+        # a surface or activates a build (OpState.publish, surface.handle_attributes).
+        # torch.compile then traces a class attribute, which it guards by the value, not
+        # this method (whose reads of the surface module it would guard by a module it
+        # imported once, which no reload updates). What comes here: names assigned to the
+        # surface module by hand, private names, and names that do not exist.
         state = self._state
         if state.module is not None and hasattr(state.module, attr):
             cls = type(self)
@@ -110,7 +114,7 @@ class Op:
             if (attr in vars(state.module) and not attr.startswith("_") and cls is state.handle_class
                     and not hasattr(cls, attr) and not torch.compiler.is_compiling()):
                 setattr(cls, attr, staticmethod(vars(state.module)[attr]))
-                state.surface_names.add(attr)
+                state.handle_attrs[attr] = vars(state.module)[attr]
             return getattr(state.module, attr)
         if state.ext_module is not None and hasattr(state.ext_module, attr):
             return _newest(state, attr)
@@ -135,20 +139,6 @@ class Op:
     def __repr__(self) -> str:
         key = self._state.key or "not built"
         return f"<jit_loader.Op {self.name!r} from {self.path} build {key}>"
-
-
-def _newest(state: OpState, attr: str):
-    """``attr`` of the op's pybind11 module; a function comes wrapped so that it always
-    calls the newest build's function of that name."""
-    value = getattr(state.ext_module, attr)
-    if not callable(value) or isinstance(value, type):
-        return value
-
-    @functools.wraps(value)
-    def newest(*args, **kwargs):
-        return getattr(state.ext_module, attr)(*args, **kwargs)
-
-    return newest
 
 
 class ExtensionModule(types.ModuleType):

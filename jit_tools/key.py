@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import shlex
 import shutil
 import sys
@@ -30,6 +31,14 @@ DEFAULT_CFLAGS = ("-O3", "-fopenmp")
 # their own -O3 whatever it says); a .cu's host code is kernel launchers, and its compile
 # is on the critical path of every .cu edit (ARCHITECTURE.md, "Shared build pieces").
 DEFAULT_CUDA_CFLAGS = ("-O1", "-lineinfo")
+# A debug build (load(..., debug=True), JIT_LOADER_DEBUG=1) in place of the defaults' -O:
+# host code unoptimised with debug info, asserts on whatever NDEBUG the flags had, and
+# OPS_DEBUG for the checks of ops/common/debug.h and launch.h. Device code keeps its
+# optimisation and the defaults' -lineinfo: compute-sanitizer names source lines with it,
+# and -G (extra_cuda_cflags, for cuda-gdb) would change the code being checked. Every
+# flag here has an NVRTC twin, so a kernel swap compiles the same debug code.
+DEBUG_CFLAGS = ("-O0", "-g", "-UNDEBUG", "-DOPS_DEBUG=1")
+DEBUG_ENV = "JIT_LOADER_DEBUG"
 # Link the C++ runtime that torch itself uses, by its soname. A compiler whose
 # libstdc++.so development link is missing silently falls back to libstdc++.a, and a
 # second, static copy of the C++ runtime inside an op crashes the first time it formats
@@ -43,6 +52,20 @@ REGISTRY_CORE = CSRC / "jit_loader_registry_core.h"
 SUPPORT_HASH = hashlib.sha256(REGISTRY_HEADER.read_bytes() + REGISTRY_CORE.read_bytes()).hexdigest()[:16]
 
 
+def cpu_clone_flags() -> list[str]:
+    """``-DOPS_CPU_CLONE=<0|1|2>``: a JIT build compiles only the clone of the ops'
+    vectorised CPU loops that this process runs (ops/common/cpu_dispatch.h), ATen's CPU
+    capability (ATEN_CPU_CAPABILITY honoured); being a flag, it is in the key. None off
+    x86-64 (one clone there anyway) and with JIT_LOADER_CPU_CLONES=all (a cache shared by
+    machines of several capabilities)."""
+    if os.environ.get("JIT_LOADER_CPU_CLONES", "").lower() == "all":
+        return []
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return []
+    capability = torch.backends.cpu.get_cpu_capability().upper()
+    return [f"-DOPS_CPU_CLONE={ {'AVX512': 2, 'AVX2': 1}.get(capability, 0) }"]
+
+
 def registry_header(cfg: dict) -> Path:
     """The registry header force-included into the build's units (it also defines the
     loader's entry points), for the build's ABI."""
@@ -52,14 +75,22 @@ def registry_header(cfg: dict) -> Path:
 CUDA_ENV = "JIT_LOADER_CUDA"  # 0: op folders build without their CUDA sources
 
 
+def debug_default() -> bool:
+    """Whether a load that does not say builds for debugging: ``JIT_LOADER_DEBUG=1``."""
+    return os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def options(extra_cflags=(), extra_cuda_cflags=(), extra_ldflags=(), extra_include_paths=(),
-            cuda_arch=None, with_cuda=None) -> dict:
+            cuda_arch=None, with_cuda=None, debug=None) -> dict:
     """The build options of ``load`` as a canonical dict (empty ones left out).
     ``with_cuda=True`` builds with CUDA (include paths, arch list, CUDA libraries) even
     without a CUDA source, as torch's ``cpp_extension.load(with_cuda=True)`` does;
     ``with_cuda=False`` builds an op folder without its CUDA sources (a CPU-only build,
-    another key)."""
+    another key). ``debug=True``: a debug build (DEBUG_CFLAGS), a build of its own key;
+    None: ``JIT_LOADER_DEBUG`` decides."""
     opts = {}
+    if debug or (debug is None and debug_default()):
+        opts["debug"] = True
     if with_cuda is not None:
         opts["with_cuda"] = bool(with_cuda)
     if extra_cflags:
@@ -98,6 +129,7 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
     home = toolchain.cuda_home() if with_cuda else None
     cuda_includes = ([f"-isystem {shlex.quote(d)}" for d in toolchain.pip_cuda_includes(home)]
                      if with_cuda else [])
+    debug = bool(opts.get("debug"))
     cfg = {
         "format": LOADER_FORMAT,
         "support": SUPPORT_HASH,
@@ -111,16 +143,27 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
         "nvcc": toolchain.file_identity(os.path.join(home, "bin", "nvcc")) if home else None,
         "with_cuda": with_cuda,
         "cuda_arch": toolchain.cuda_arch_list(opts.get("cuda_arch")) if with_cuda else None,
-        "cflags": [*DEFAULT_CFLAGS, *cuda_includes, *opts.get("extra_cflags", ())],
-        "cuda_cflags": [*DEFAULT_CUDA_CFLAGS, *cuda_includes, *opts.get("extra_cuda_cflags", ())]
-        if with_cuda else [],
+        "cflags": [*_defaults(DEFAULT_CFLAGS, debug), *cpu_clone_flags(), *cuda_includes,
+                   *opts.get("extra_cflags", ())],
+        "cuda_cflags": [*_defaults(DEFAULT_CUDA_CFLAGS, debug), *cuda_includes,
+                        *opts.get("extra_cuda_cflags", ())] if with_cuda else [],
         "ldflags": [*DEFAULT_LDFLAGS, *opts.get("extra_ldflags", ())],
         "include_dirs": [str(p) for p in sources.include_dirs(op_dir, opts)],
         "no_cuda_reason": no_cuda,
     }
     if cpu_only and has_cuda_sources:
         cfg["cpu_only"] = True  # asked for: its own key, even where a CUDA build is possible
+    if debug:  # named in the key (and by `list`); a release build's configuration is unchanged
+        cfg["debug"] = True
     return stable_config(cfg) if abi == abis.STABLE else cfg
+
+
+def _defaults(flags: Sequence[str], debug: bool) -> list[str]:
+    """The default flags of a build: ``flags``, or for a debug build its flags with
+    DEBUG_CFLAGS in place of their optimisation level (nvcc warns about two -O)."""
+    if not debug:
+        return list(flags)
+    return [*(f for f in flags if not f.startswith("-O")), *DEBUG_CFLAGS]
 
 
 def stable_config(cfg: dict) -> dict:

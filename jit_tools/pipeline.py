@@ -22,7 +22,7 @@ from jit_tools.errors import (BuildError, CacheError, CorruptBuild, JitLoaderErr
                                SourcesChanged)
 from jit_tools.log import logger
 from jit_tools.state import LOCK, STATES, BuildInfo, OpState, state_for, state_holding
-from jit_tools.swap import hotswap
+from jit_tools.swap import gate, hotswap
 
 
 MAX_CHANGED_RETRIES = 3  # builds in a row whose sources changed while they compiled
@@ -57,6 +57,8 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
     namespaces = registry.namespaces_of(lib)
     old = state.cdll
     previous_schemas = registry.current_schemas(state.namespaces) if old is not None else {}
+    # A live edit's CPU rebuild registers nothing over the new build (swap/gate.py).
+    superseded = gate.supersede(state, key)
     if old is not None:
         registry.keepalive(state.namespaces)
         registry.destroy_libraries(state.loader_libs)
@@ -75,10 +77,13 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
             registry.keepalive(state.namespaces)
             registry.clear_ops_cache(state.namespaces)
             surface.import_surface(state)
+            gate.reinstate(state, superseded)
         raise
     state.cdll, state.library, state.key, state.namespaces = lib, str(so), key, namespaces
+    gate.replaced(state, superseded)
     registry.keepalive(namespaces)
     registry.clear_ops_cache(namespaces)
+    state.publish(surface.handle_attributes(state, state.module))  # the new build's op packets
     if state.held is not None:
         state.held.close()
     with contextlib.suppress(OSError):
@@ -118,7 +123,11 @@ def _free_for_new_schemas(state: OpState, refusal: JitLoaderError, qualnames: li
 
 def ensure_current(state: OpState, verbose: bool | None) -> bool:
     """Bring the op's native library up to date. Returns True when it changed."""
+    gate.collect(state)
     if state.snapshot and not sources.snapshot_changed(state.snapshot):
+        failed = gate.failure(state)  # a live edit's CPU build failed: say so until an edit
+        if failed is not None:
+            raise failed
         return False
     started = time.perf_counter()
     never = layers.never_compile()
@@ -133,7 +142,7 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
             state.snapshot = snapshot
             if state.swapped is None:
                 return False
-            hotswap.restore(state)  # back to the sources of the live build: its own kernels
+            hotswap.revert(state)  # back to the sources of the live build: its own kernels
             state.swapped = None
             back_to = layers.origin(layers.find_build(state.name, key)[0], state.name, key)
             state.info = dataclasses.replace(state.info, key=key, swapped_over=None, origin=back_to)
@@ -149,6 +158,9 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
     compiled = False
     log_path = None
     corrupt_retries = changed_retries = vanished_retries = 0
+    # The inputs as the key saw them, before any wait for the build lock: an edit made
+    # while another build holds it is then one the build sees (SourcesChanged).
+    hashes = keys.input_hashes(inputs)
     # Held until the build found is held: `clean` never removes it in between.
     with stores.current().loading(state.name):
         while True:
@@ -159,7 +171,7 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                 if manifest is None:
                     try:
                         manifest, log_path, compiled = _build(
-                            state, store, key, config, compiled_sources, inputs, record, verbose)
+                            state, store, key, config, compiled_sources, hashes, record, verbose)
                     except SourcesChanged as e:
                         # Publish only what the key names: take the sources as they are now.
                         changed_retries += 1
@@ -170,6 +182,7 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
                         logger.info("%s; building the current sources", e)
                         key, config, compiled_sources, inputs = keys.compute_key(
                             state.name, state.op_dir, state.options, state.sources)
+                        hashes = keys.input_hashes(inputs)
                         snapshot = sources.snapshot(state.op_dir if state.sources is None else None,
                                                     inputs, surface_file(state))
                         continue
@@ -209,7 +222,7 @@ def ensure_current(state: OpState, verbose: bool | None) -> bool:
 
 
 def _build(state: OpState, store: stores.CacheStore, key: str, config: dict, compiled_sources,
-           inputs, record: dict | None, verbose: bool | None) -> tuple[dict, str | None, bool]:
+           hashes: dict, record: dict | None, verbose: bool | None) -> tuple[dict, str | None, bool]:
     """Build ``key`` under the op's build lock, unless another process built it while this
     one waited: (manifest, log path, whether this process compiled)."""
     with store.build_lock(state.name) as lock_fd:
@@ -220,7 +233,7 @@ def _build(state: OpState, store: stores.CacheStore, key: str, config: dict, com
             surface.warm_source_lookup()
         manifest, log_path = builder.build(
             store, state.name, state.op_dir, state.options, key, config, compiled_sources,
-            toolchain.verbose(verbose), lock_fd, hashes=keys.input_hashes(inputs),
+            toolchain.verbose(verbose), lock_fd, hashes=hashes,
             extra_manifest={"inputs": record, "source_list": state.sources is not None})
         with contextlib.suppress(OSError):
             usage.prune(store, state.name, key)
@@ -274,7 +287,7 @@ def refresh(state: OpState, verbose: bool | None) -> bool:
         native_changed = ensure_current(state, verbose)
         surface_changed = surface_key is not None and (
             state.module is None or state.surface_error is not None
-            or old_surface != state.snapshot.get(surface_key))
+            or old_surface != state.snapshot.get(surface_key) or surface.went_without_pieces(state))
         # Kernels swapped into the same library need no new surface.
         if (native_changed and state.library != old_library) or surface_changed:
             surface.import_surface(state)
@@ -299,8 +312,11 @@ def load_library(name_or_path, verbose: bool | None = None, **options) -> OpStat
     Called from the surface while the loader itself is loading that op, it returns the
     state as it is: the loader is already bringing it up to date."""
     op_dir = sources.resolve_op_dir(name_or_path)
-    opts = keys.options(**options) or None  # none given: keep those of the current build
+    given = keys.options(**dict(options, debug=False)) or options.get("debug") is not None
     with LOCK:
+        # None given: keep those of the current build; a first load takes the defaults
+        # (JIT_LOADER_DEBUG's among them).
+        opts = keys.options(**options) if given or op_dir not in STATES else None
         state = state_for(op_dir, opts)
         if state.busy:
             return state

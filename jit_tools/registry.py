@@ -78,6 +78,18 @@ def register(lib, op_name: str = "", previous_schemas: dict[str, list[str]] | No
             raise SchemaChanged(text)
         raise JitLoaderError(text)
     namespaces = namespaces_of(lib)
+    if previous_schemas:
+        # A stable op's boxed kernels carry no C++ signature, so the dispatcher takes a new
+        # schema into the live operator entry. Python's objects of that entry (the one the
+        # dispatcher hands to __torch_dispatch__ and torch.compile among them) keep the
+        # old schema: let the entry go as for a refusal, so that fresh ones serve.
+        now = {q: _torch_private.schemas(q) for q in previous_schemas}
+        changed = [(q, old, now[q]) for q, old in previous_schemas.items() if now[q] and now[q] != old]
+        if changed:
+            lib.jit_loader_unregister()
+            q, old, new = changed[0]
+            raise SchemaChanged(f"op {op_name!r} changed a schema: {q} was `{'; '.join(old)}`, "
+                                f"the new build has `{'; '.join(new)}`.")
     # Keep-alive registrations of ops this build no longer declares are ours, not the
     # user's dangling kernels: let them go first (the entries are freed).
     release(namespaces, undeclared(namespaces))
@@ -90,6 +102,17 @@ def register(lib, op_name: str = "", previous_schemas: dict[str, list[str]] | No
             f"op {op_name!r} registers a kernel (m.impl) for {', '.join(names)}, which no m.def "
             f"declares: declare it in TORCH_LIBRARY or fix the name. Dispatcher report:\n"
             + "\n".join(dangling))
+
+
+def register_impls(lib, key: str, op_name: str = "") -> None:
+    """Perform only a build's kernel blocks of dispatch key ``key`` (``"CPU"``), over the
+    live build's registrations: the newest kernel of a key is the one the dispatcher runs,
+    so the live build's stay, shadowed, and nothing is ever without a kernel."""
+    lib.jit_loader_register_impls.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.jit_loader_register_impls.restype = ctypes.c_int
+    buf = ctypes.create_string_buffer(16384)
+    if lib.jit_loader_register_impls(key.encode(), buf, len(buf)) != 0:
+        raise JitLoaderError(explain_refusal(op_name, buf.value.decode(errors="replace"), {}))
 
 
 def explain_refusal(op_name: str, message: str, previous_schemas: dict[str, list[str]]) -> str:
@@ -161,6 +184,12 @@ def keepalive(namespaces: Iterable[str]) -> None:
                 _torch_private.destroy_library(lib)
                 continue
             held[op] = lib
+
+
+def held_ops(namespace: str) -> list[str]:
+    """The operators of ``namespace`` the live build declares, as :func:`keepalive` holds
+    them (no query of the dispatcher)."""
+    return sorted(KEEPALIVE.get(namespace, {}))
 
 
 def release(namespaces: Iterable[str], ops: Iterable[str] | None = None) -> list[str]:

@@ -67,20 +67,39 @@ class OpState:
     swapped: str | None = None
     # The background Ninja build of the swapped key, while one was started.
     background: Any = None
+    # The CPU side of live edits (swap/gate.py: the gates, the rebuild they wait for, the
+    # newer CPU kernels registered over the live library); None until the first.
+    cpu_side: Any = None
     # The thread making the op's NVRTC precompiled header ahead of a first kernel edit.
     warming: Any = None
-    # The class of this op's handles (jit_tools/handle.py) and the surface names it holds
-    # as class attributes: set_module drops them, so handles read the new surface.
+    # The class of this op's handles (jit_tools/handle.py) and the names it holds as class
+    # attributes (name -> value): set_module replaces them, so handles read the new surface.
     handle_class: Any = None
-    surface_names: set = dataclasses.field(default_factory=set)
+    handle_attrs: dict = dataclasses.field(default_factory=dict)
 
-    def set_module(self, module: types.ModuleType | None) -> None:
-        """Make ``module`` the op's current Python surface."""
+    def set_module(self, module: types.ModuleType | None, attributes: dict | None = None) -> None:
+        """Make ``module`` the op's current Python surface, and ``attributes`` (name ->
+        value) what its handles find as class attributes."""
         self.module = module
-        for name in self.surface_names:
-            if self.handle_class is not None and name in vars(self.handle_class):
-                delattr(self.handle_class, name)
-        self.surface_names.clear()
+        self.publish(attributes or {})
+
+    def publish(self, attributes: dict) -> None:
+        """Make the handle class hold ``attributes``, each as a ``staticmethod``, in place
+        of the earlier ones; a name of the handle's own (``name``, ``reload``...) stays
+        the handle's."""
+        old, self.handle_attrs = self.handle_attrs, dict(attributes)
+        cls = self.handle_class
+        if cls is None:
+            return
+        for name in old.keys() - attributes.keys():
+            if name in vars(cls):
+                delattr(cls, name)
+        for name, value in attributes.items():
+            if any(name in vars(base) for base in cls.__mro__[1:]):
+                continue
+            held = vars(cls).get(name)
+            if not (isinstance(held, staticmethod) and held.__func__ is value):
+                setattr(cls, name, staticmethod(value))
 
 
 # One re-entrant lock serialises loads in this process: an op's Python surface calls

@@ -543,11 +543,22 @@ BENCHMARKS = [
 ]
 
 
+def cells_of(module_file: str) -> list:
+    """The cells a module beside this one lists as (kind, source): md, code, or setup."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(Path(module_file).stem, HERE / module_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    made = {"md": md, "code": code, "setup": lambda _: code(SETUP_WITH_EXTENSION)}
+    return [made[kind](source) for kind, source in module.CELLS]
+
+
 NOTEBOOKS = {
     "01_quickstart.ipynb": QUICKSTART,
     "02_edit_and_rebuild.ipynb": EDIT_AND_REBUILD,
     "03_gradcheck_and_debug.ipynb": GRADCHECK_AND_DEBUG,
     "04_benchmarks.ipynb": BENCHMARKS,
+    "05_debug_and_profile.ipynb": cells_of("cells_debug_and_profile.py"),
 }
 
 

@@ -185,13 +185,13 @@ def test_a_wrong_declaration_names_the_argument(args, gives, message):
 PIECE = """
     import json, time
     from jit_tools import autograd, store
-    from jit_tools.builder import shared
+    from jit_tools.builder import process_pieces, shared
     first = autograd.cpp_library()
     root = store.current().root
     deadline = time.time() + 600
     while time.time() < deadline:
         try:
-            path = shared.autograd_piece(root, now=False)
+            path = process_pieces.autograd_piece(root, now=False)
             break
         except shared.Missing:
             time.sleep(1)

@@ -19,7 +19,7 @@ import pytest
 
 from jit_tools.builder import shared
 from jit_tools.store import CacheStore
-from subproc import json_result, private_env, run_python
+from subproc import ROOT, json_result, private_env, run_python
 from test_jit_loader import LOAD_AND_SCALE, copy_op, set_factor
 
 
@@ -39,12 +39,18 @@ def manifest_of(cache: Path, name: str, key: str) -> dict:
     return json.loads((cache / name / "builds" / key / "manifest.json").read_text())
 
 
-def build_ninja(cache: Path, name: str, op_dir: Path) -> str:
+def work_folder(cache: Path, name: str, op_dir: Path) -> Path:
     for work in (cache / name).glob("work-*"):
-        text = (work / "build.ninja").read_text()
-        if f"-I{op_dir} " in text:
-            return text
+        if f"-I{op_dir} " in (work / "build.ninja").read_text():
+            return work
     raise AssertionError(f"no work folder of {op_dir} in {cache / name}")
+
+
+def build_ninja(cache: Path, name: str, op_dir: Path) -> str:
+    """The op's build.ninja, with the options file of the precompiled header (which its
+    C++ units read, shared.PIECES_RSP) appended."""
+    work = work_folder(cache, name, op_dir)
+    return (work / "build.ninja").read_text() + (work / shared.PIECES_RSP).read_text()
 
 
 def pieces(cache: Path) -> dict[str, float]:
@@ -125,16 +131,22 @@ def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path)
     assert r1["compiled"] and r1["y"] == [2.0, 2.0, 2.0]
     used = manifest_of(cache, "toy_op", r1["key"])["shared"]
     assert not used["pch"] and not used["ccache"], used
-    assert "ccache" not in build_ninja(cache, "toy_op", first)
+    assert shared.PCH_HEADER not in build_ninja(cache, "toy_op", first)
+    # ccache is on the command line (so that it does not change once the pieces exist) but
+    # switched off: it made no store.
+    cxx = re.search(r"^cxx = (.*)$", build_ninja(cache, "toy_op", first), re.M).group(1)
+    assert (shared.unwrap(cxx) != cxx) == (shared.ccache() is not None), cxx
+    assert not (cache / "_ccache").exists()
     # No probe yet: the link tries gold and falls back to the default linker.
     assert used["linker"] == ("gold, else default" if shared.is_gcc("c++") else "default"), used
     if shared.is_gcc("c++") and shutil.which("ld.gold"):
         # Gold where it links this op here: the rule's gold half run again by hand (some
         # toolchains' gold stops where the default linker goes on, e.g. at a libstdc++.so
         # development link that points nowhere; there the default linker made the library).
-        (work,) = [w for w in (cache / "toy_op").glob("work-*") if f"-I{first} " in (w / "build.ninja").read_text()]
+        work = work_folder(cache, "toy_op", first)
         text = (work / "build.ninja").read_text()
         cxx, ldflags = (re.search(rf"^{var} = (.*)$", text, re.M).group(1) for var in ("cxx", "ldflags"))
+        cxx = shared.unwrap(cxx)
         gold_links = subprocess.run(f"{cxx} toy_op.o -fuse-ld=gold {ldflags} -o gold-try.so", shell=True,
                                     cwd=work, capture_output=True).returncode == 0
         (library,) = (cache / "toy_op" / "builds" / r1["key"]).glob("*.so")
@@ -352,3 +364,87 @@ def test_gold_probe_gets_past_a_dangling_libstdcxx_link(tmp_path, monkeypatch):
     assert "libstdc++.so.6" in needed
     # The piece is reused: a second call answers from it.
     assert shared.fast_linker(tmp_path / "cache", str(compiler), ldflags) == flags
+
+
+FIRST_USE = """
+    import json, os, sys, time, torch, jit_loader
+    from pathlib import Path
+    from jit_tools import _torch_private, abi, store
+    from jit_tools.builder.process_pieces import autograd_piece, building, fastcall_piece
+    op = jit_loader.load(sys.argv[1])
+    module = op.module
+    forward = module._FORWARD  # the surface's fast_op object, as the surface made it
+
+    def autograd_kernel():
+        dump = _torch_private.registrations_of("sigmoid::forward").splitlines()
+        return "cpp" if any("Autograd" in l and "jit_loader_autograd.cpp" in l for l in dump) else "python"
+
+    out = {"fast at first": _torch_private.fast_call_of(forward) is not None,
+           "autograd at first": autograd_kernel(),
+           "building": [building(fastcall_piece), building(autograd_piece)]}
+    folder = store.current().shared_folder()
+    deadline = time.monotonic() + 900
+    while building(fastcall_piece) or building(autograd_piece) or len(list(folder.glob("pch-*/ok"))) < 2:
+        assert time.monotonic() < deadline, sorted(os.listdir(folder))
+        time.sleep(0.5)
+    while _torch_private.fast_call_of(forward) is None and time.monotonic() < deadline:
+        time.sleep(0.1)  # the thread that watched the build gives the object its entry
+    x = torch.randn(8, requires_grad=True)
+    out["fast once built"] = _torch_private.fast_call_of(forward) is not None
+    out["same object"] = module._FORWARD is forward
+    out["call"] = torch.allclose(op.sigmoid(x), torch.sigmoid(x))
+    out["autograd once built"] = autograd_kernel()
+    out["reloaded"] = op.reload()  # nothing was edited: the surface takes the pieces up
+    out["autograd after the reload"] = autograd_kernel()
+    out["fast after the reload"] = _torch_private.fast_call_of(module._FORWARD) is not None
+    op.sigmoid(x).sum().backward()
+    out["grad"] = torch.allclose(x.grad, torch.sigmoid(x) * (1 - torch.sigmoid(x)))
+    out["headers"] = sorted(json.loads((p.parent / "flags.json").read_text())["flags"].count(
+        abi.TARGET_FLAG) for p in folder.glob("pch-*/ok"))
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not shared.is_gcc("c++") or shared.ccache() is None,
+                    reason="GCC's precompiled headers and ccache")
+def test_the_first_load_starts_every_piece_and_the_process_takes_them_up(tmp_path):
+    """In a new cache, with the default background builds: the first load of an op starts
+    the pieces an edit or a call needs (the precompiled headers of both ABIs, the fast
+    entry, the C++ autograd kernel) and goes on without them; once they are built, the
+    same process's fast_op object calls through the fast entry without running the surface
+    again, and the next load registers the C++ autograd kernel."""
+    op_dir = tmp_path / "sigmoid"
+    shutil.copytree(ROOT / "ops" / "sigmoid", op_dir,
+                    ignore=shutil.ignore_patterns("__pycache__", "_C*"))
+    env = private_env(tmp_path / "cache", JIT_LOADER_SHARED_NOW="0", JIT_LOADER_SHARED_DIR=None,
+                      CUDA_HOME=str(tmp_path / "no_cuda"), JIT_LOADER_PREBUILT="0")
+    r = json_result(run_python(FIRST_USE, op_dir, env=env))
+    assert r["fast at first"] is False and r["autograd at first"] == "python", r
+    assert r["building"] == [True, True], r
+    assert r["fast once built"] and r["same object"] and r["call"], r
+    assert r["autograd once built"] == "python", r  # registered at the next load
+    assert r["reloaded"] and r["autograd after the reload"] == "cpp" and r["fast after the reload"], r
+    assert r["grad"], r
+    assert r["headers"] == [0, 1], r  # the ATen header set and the stable one
+
+
+def test_the_other_abis_header_set_is_made_with_that_abis_flags(tmp_path):
+    """What the background build of a flag set's pieces adds for the other ABI is the
+    header set an op of that ABI with the same options uses: sigmoid (stable) and lltm
+    (ATen), their flags as torch writes them."""
+    from jit_tools import abi, key as keys, sources
+    from jit_tools.builder import ninja
+
+    flags = {}
+    for name in ("sigmoid", "lltm"):
+        op_dir = sources.resolve_op_dir(name)
+        _key, config, compiled, _inputs = keys.compute_key(name, op_dir, {})
+        (tmp_path / name).mkdir()
+        ninja.write_ninja_file(name, config, compiled, tmp_path / name)
+        cflags = re.search(r"^cflags = (.*)$", (tmp_path / name / "build.ninja").read_text(), re.M).group(1)
+        flags[name] = shared.common_flags(cflags, name, [op_dir])
+    assert abi.TARGET_FLAG in flags["sigmoid"] and flags["sigmoid"] != flags["lltm"]
+    assert shared.other_abi(flags["sigmoid"]) == {
+        "flags": flags["lltm"], "pch_header": shared.PCH_HEADER, "pch_text": shared.PCH_TEXT}
+    assert shared.other_abi(flags["lltm"]) == {
+        "flags": flags["sigmoid"], "pch_header": shared.STABLE_PCH_HEADER, "pch_text": abi.STABLE_PCH_TEXT}

@@ -1,8 +1,9 @@
 """jit_tools.swap.hotswap: the load path swaps a device-only edit in with NVRTC, and builds the rest.
 
 Without a GPU: which edits count as device-only (a kernel body yes; a launcher, a kernel
-signature, a header the .cpp includes no); ``JIT_LOADER_NVRTC=0`` and a process without a
-GPU take the Ninja build; the load path's bookkeeping around a swap (the driver part
+signature, a header the host glue includes no; the math header, which the CPU loops
+include, live with those loops stale: tests/test_live_edits.py goes on from there);
+``JIT_LOADER_NVRTC=0`` and a process without a GPU take the Ninja build; the load path's bookkeeping around a swap (the driver part
 faked). On a GPU: a kernel-body edit of a scaffolded op runs at the next call without
 Ninja, the new key's full build is published in the background for a new process, and an
 NVRTC error names the .cu's line while the old kernels keep running.
@@ -20,7 +21,8 @@ import torch
 import jit_loader
 from jit_tools import key as keys, pipeline
 from jit_tools.errors import BuildError
-from jit_tools.swap import hotswap, kernels
+from jit_tools import sources
+from jit_tools.swap import edits, hotswap, kernels
 from jit_tools.tools import scaffold
 from subproc import json_result, run_python
 
@@ -53,7 +55,7 @@ cudaError_t launch_scale(const float* x, float* y, long n, cudaStream_t stream) 
 def view_after(old: str, new: str) -> bool:
     """True when replacing old by new in KERNEL leaves what host code sees unchanged."""
     assert old in KERNEL
-    return hotswap.host_view(KERNEL.replace(old, new)) == hotswap.host_view(KERNEL)
+    return edits.host_view(KERNEL.replace(old, new)) == edits.host_view(KERNEL)
 
 
 # A .cu that instantiates its kernels through macros written without a semicolon, as the
@@ -68,11 +70,11 @@ OPS_INSTANTIATE_BINARY(op::Backward)
 def test_a_device_function_added_after_macro_lines_is_device_only():
     added = MACRO_UNIT + "__device__ float extra(float v) { return v + 1; }\n"
     templated = MACRO_UNIT + "template <typename T>\n__device__ T extra(T v) { return v; }\n"
-    assert hotswap.host_view(added) == hotswap.host_view(MACRO_UNIT)
-    assert hotswap.host_view(templated) == hotswap.host_view(MACRO_UNIT)
-    assert "OPS_INSTANTIATE_BINARY(op::Backward)" in hotswap.host_view(added)
+    assert edits.host_view(added) == edits.host_view(MACRO_UNIT)
+    assert edits.host_view(templated) == edits.host_view(MACRO_UNIT)
+    assert "OPS_INSTANTIATE_BINARY(op::Backward)" in edits.host_view(added)
     edited = MACRO_UNIT.replace("op::Backward", "op::Other") + "__device__ float extra(float v) { return v; }\n"
-    assert hotswap.host_view(edited) != hotswap.host_view(MACRO_UNIT)
+    assert edits.host_view(edited) != edits.host_view(MACRO_UNIT)
 
 
 @pytest.mark.parametrize("old,new", [
@@ -111,9 +113,19 @@ def probe(tmp_path):
     return state, config, compiled, plan.op_dir
 
 
+def judged(probe, config=None, texts=None):
+    state, live_config, compiled, op_dir = probe
+    texts = hotswap.current_texts(state, compiled) if texts is None else texts
+    return hotswap.why_not_live(state.live, live_config if config is None else config, texts,
+                                compiled, sources.include_dirs(op_dir, {}))
+
+
 def why_not(probe) -> str | None:
-    state, config, compiled, _ = probe
-    return hotswap.why_not_device_only(state.live, config, hotswap.current_texts(state, compiled))
+    """Why the edit builds; None when it is device-only (live, no host unit stale)."""
+    verdict = judged(probe)
+    if isinstance(verdict, str):
+        return verdict
+    return f"stale: {[p.name for p in verdict.stale_units]}" if verdict.stale_units else None
 
 
 def edit(path, old, new):
@@ -134,25 +146,34 @@ def test_a_kernel_body_edit_is_device_only(probe):
 def test_a_launcher_edit_is_not_device_only(probe):
     state, _, _, op_dir = probe
     edit(op_dir / f"{state.name}_cuda.cu", LAUNCH_LINE, "if (n <= 0) return cudaSuccess;")
-    assert why_not(probe) == f"the host code of {state.name}_cuda.cu changed"
+    assert why_not(probe) == (f"the host code of {state.name}_cuda.cu changed (more than "
+                              "function bodies)")
 
 
 @pytest.mark.skipif(not CAN_BUILD_CUDA, reason="CUDA sources are not built here")
-def test_a_header_the_cpp_includes_is_not_device_only(probe):
+def test_a_header_the_host_glue_includes_is_not_device_only(probe):
     state, _, _, op_dir = probe
-    header = op_dir / f"{state.name}.h"  # the math shared by the CPU and CUDA kernels
+    header = op_dir / f"{state.name}_host.h"  # the checks: host glue
     header.write_text(header.read_text() + "\n// edited\n")
-    assert why_not(probe) == f"{state.name}.h is host code or included by host code"
+    assert why_not(probe) == (f"{state.name}.cpp includes {state.name}_host.h and is not a "
+                              "CPU-loop unit (<op>_cpu.cpp)")
+
+
+@pytest.mark.skipif(not CAN_BUILD_CUDA, reason="CUDA sources are not built here")
+def test_the_math_header_is_live_with_the_cpu_loops_stale(probe):
+    state, _, _, op_dir = probe
+    edit(op_dir / f"{state.name}.h", "return signed_square(x);", "return signed_square(x) * T(2);")
+    assert why_not(probe) == f"stale: ['{state.name}_cpu.cpp']"
 
 
 @pytest.mark.skipif(not CAN_BUILD_CUDA, reason="CUDA sources are not built here")
 def test_a_new_file_or_new_flags_are_not_device_only(probe):
     state, config, compiled, op_dir = probe
     texts = hotswap.current_texts(state, compiled)
-    assert hotswap.why_not_device_only(state.live, dict(config, cuda_cflags=["-O2"]), texts) == \
+    assert judged(probe, config=dict(config, cuda_cflags=["-O2"])) == \
         "the build configuration changed"
     texts[op_dir / "extra.cu"] = b""
-    assert hotswap.why_not_device_only(state.live, config, texts) == "files were added or removed"
+    assert judged(probe, texts=texts) == "files were added or removed"
 
 
 @pytest.fixture
@@ -160,8 +181,8 @@ def faked_driver(monkeypatch):
     """A GPU and a swap that succeed, recorded instead of done (no driver here)."""
     calls = types.SimpleNamespace(swaps=[], builds=[], tracks=[])
     monkeypatch.setattr(hotswap, "gpu_visible", lambda: True)
-    monkeypatch.setattr(kernels, "swap", lambda state, opts=None: calls.swaps.append(state.name)
-                        or [f"{state.name}_op::forward_kernel<float>"])
+    monkeypatch.setattr(kernels, "swap", lambda state, opts=None, texts=None: calls.swaps.append(
+        state.name) or [f"{state.name}_op::forward_kernel<float>"])
     monkeypatch.setattr(kernels, "track", lambda state, on=True: calls.tracks.append(on))
     monkeypatch.setattr(hotswap, "build_later", lambda state, key, *a: calls.builds.append(key))
     return calls

@@ -22,7 +22,7 @@ from notebook_runner import ROOT, execute, kernel_env, kernel_spec, output_text
 
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = ["01_quickstart.ipynb", "02_edit_and_rebuild.ipynb", "03_gradcheck_and_debug.ipynb",
-             "04_benchmarks.ipynb"]
+             "04_benchmarks.ipynb", "05_debug_and_profile.ipynb"]
 
 
 def _generator():
@@ -102,3 +102,20 @@ def test_benchmarks(kernel):
     images = [out for cell in nb.cells for out in cell.get("outputs", [])
               if "image/png" in out.get("data", {})]
     assert len(images) == 2
+
+
+@pytest.mark.slow
+def test_debug_and_profile(kernel):
+    import torch
+    out = outputs(run("05_debug_and_profile.ipynb"))
+    assert "squash works on" in out and "planted at squash_cuda.cu:" in out
+    assert "check_finite: squash::forward: result 0" in out and "is inf" in out
+    assert "debug build" in out and "the fixed kernel runs:" in out
+    if not torch.cuda.is_available():
+        assert "skipped: no CUDA GPU here" in out
+    elif "skipped:" not in out:  # a GPU with compute-sanitizer and ncu
+        planted = next(l for l in out.splitlines() if l.startswith("planted at ")).split(":")[1]
+        assert f"Invalid __global__ write at " in out and f"squash_cuda.cu:{planted}" in out
+        assert "compute-sanitizer memcheck: clean, nothing found" in out
+        assert "compute-sanitizer racecheck: clean, nothing found" in out
+        assert "of the copy's speed" in out

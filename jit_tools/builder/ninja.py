@@ -361,6 +361,13 @@ def invalidate_stale_objects(work: Path, hashes: dict[str, str]) -> list[Path]:
     return stale
 
 
+def work_tag(op_dir: Path, config: dict) -> str:
+    """The name of the op's Ninja work folder for a configuration (one per op folder and
+    configuration, kept for incremental rebuilds; ``CacheStore.claim_work`` takes it)."""
+    cfg = {k: v for k, v in config.items() if k != "no_cuda_reason"}
+    return hashlib.sha256((json.dumps(cfg, sort_keys=True) + str(op_dir)).encode()).hexdigest()[:12]
+
+
 def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, config: dict,
           sources: list[Path], verbose: bool, lock_fd: int,
           hashes: dict[str, str] | None = None, progress: bool = True,
@@ -375,11 +382,9 @@ def build(store: CacheStore, name: str, op_dir: Path, opts: dict, key: str, conf
 
     Ninja runs in a work folder this process alone has claimed (``CacheStore.claim_work``),
     so that it is never another process's, whatever the build lock locked."""
-    cfg = {k: v for k, v in config.items() if k != "no_cuda_reason"}
-    tag = hashlib.sha256((json.dumps(cfg, sort_keys=True) + str(op_dir)).encode()).hexdigest()[:12]
     started = time.perf_counter()
     try:
-        claim = store.claim_work(name, tag)
+        claim = store.claim_work(name, work_tag(op_dir, config))
     except OSError as e:
         raise store.cache_error(e, f"building op {name!r}") or e
     try:
@@ -407,8 +412,14 @@ def _build_in(work: Path, store: CacheStore, name: str, op_dir: Path, opts: dict
         later = extra_env.pop("later", None)
         if_refused = extra_env.pop("if_refused", None)
         if hashes is not None:
-            invalidate_stale_objects(work, hashes)
             mtimes = _mtimes(hashes)
+            # Inputs edited since the key was computed (a background build that an edit
+            # overtook): the build could not be published, and compiling the edited
+            # units now would only mark them unknown for the build of the new key.
+            moved = sorted(p for p, h in keys.input_hashes(hashes).items() if h != hashes[p])
+            if moved:
+                raise SourcesChanged(f"op {name!r}: {', '.join(moved)} changed before it compiled")
+            invalidate_stale_objects(work, hashes)
         log_path = run_ninja(name, work, verbose, lock_fd, src.include_dirs(op_dir, opts),
                              store.root, extra_env, progress)
         if hashes is not None:

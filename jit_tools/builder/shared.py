@@ -34,7 +34,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
@@ -159,7 +158,7 @@ def common_flags(cflags: str, name: str, private_dirs) -> list[str]:
 REGISTRY_HEADERS = (str(keys.REGISTRY_HEADER), str(abis.STABLE_REGISTRY_HEADER))
 
 
-def _piece_key(kind: str, cxx: str, flags: list[str], post: str) -> str:
+def piece_key(kind: str, cxx: str, flags: list[str], post: str) -> str:
     ident = toolchain.file_identity(shutil.which(cxx)) or cxx
     text = "\0".join([kind, ident, *flags, post, torch.__version__,
                       str(getattr(torch.version, "git_version", "")), keys.SUPPORT_HASH])
@@ -188,7 +187,7 @@ class Missing(Exception):
     """A piece that is not built yet, and was not to be built now."""
 
 
-def _build_piece(folder: Path, make, now: bool = True) -> Path | None:
+def build_piece(folder: Path, make, now: bool = True) -> Path | None:
     """``folder`` complete (built by ``make(tmp_folder)`` under a lock if missing); None
     when building it failed before (marker) or now. With ``now`` false a missing piece
     raises :class:`Missing` instead of being built."""
@@ -227,7 +226,7 @@ def _build_piece(folder: Path, make, now: bool = True) -> Path | None:
     return folder if ok else None
 
 
-def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[bool, str]:
+def run(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[bool, str]:
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, errors="replace",
                           env=dict(os.environ, **(env or {})))
     return proc.returncode == 0, shlex.join(cmd) + "\n" + proc.stdout + proc.stderr
@@ -241,19 +240,19 @@ def precompiled_header(root: Path, cxx: str, flags: list[str], post: str,
     disabled or refused."""
     if _off("JIT_LOADER_PCH") or not is_gcc(cxx):
         return None
-    folder = CacheStore(root).shared_folder() / f"pch-{_piece_key('pch' + text, cxx, flags, post)}"
+    folder = CacheStore(root).shared_folder() / f"pch-{piece_key('pch' + text, cxx, flags, post)}"
 
     def make(tmp: Path):
         (tmp / header).write_text(text)
         (tmp / "flags.json").write_text(json.dumps(
             {"family": _pch_family(cxx, flags, post, text), "flags": flags}))
-        ok, log = _run([cxx, *flags, "-x", "c++-header", header, "-o", header + ".gch",
+        ok, log = run([cxx, *flags, "-x", "c++-header", header, "-o", header + ".gch",
                         *shlex.split(post)], tmp)
         if ok:  # the piece is whole when it is marked built
             pch_checksum(tmp / (header + ".gch"))
         return ok, log
 
-    built = _build_piece(folder, make, now)
+    built = build_piece(folder, make, now)
     if built is None:
         return None
     pch_checksum(built / (header + ".gch"))
@@ -267,7 +266,7 @@ def _is_define(flag: str) -> bool:
 def _pch_family(cxx: str, flags: list[str], post: str, text: str) -> str:
     """The key of ``flags`` less their macro definitions: precompiled headers of one
     family differ only in ``-D``/``-U`` flags."""
-    return _piece_key("pch" + text, cxx, [f for f in flags if not _is_define(f)], post)
+    return piece_key("pch" + text, cxx, [f for f in flags if not _is_define(f)], post)
 
 
 def sibling_header(root: Path, cxx: str, flags: list[str], post: str,
@@ -328,7 +327,7 @@ def pch_checksum(gch: Path) -> None:
 
 
 def _link_folder(root: Path, cxx: str, ldflags: str) -> Path:
-    return CacheStore(root).shared_folder() / f"link-{_piece_key('link-fuse-ld=gold', cxx, shlex.split(ldflags), '')}"
+    return CacheStore(root).shared_folder() / f"link-{piece_key('link-fuse-ld=gold', cxx, shlex.split(ldflags), '')}"
 
 
 def fast_linker(root: Path, cxx: str, ldflags: str, now: bool = True) -> list[str]:
@@ -343,13 +342,13 @@ def fast_linker(root: Path, cxx: str, ldflags: str, now: bool = True) -> list[st
     folder = _link_folder(root, cxx, ldflags)
 
     def probe(tmp: Path, extra: list[str]):
-        return _run([cxx, flag, *extra, "probe.o", *shlex.split(ldflags), "-o", str(tmp / "probe.so")], tmp)
+        return run([cxx, flag, *extra, "probe.o", *shlex.split(ldflags), "-o", str(tmp / "probe.so")], tmp)
 
     def make(tmp: Path):
         # An object that needs the C++ runtime, as every op does.
         (tmp / "probe.cpp").write_text('#include <string>\nextern "C" int jit_loader_probe(const char* s) '
                                        '{ return static_cast<int>(std::string(s).size()); }\n')
-        ok, log = _run([cxx, "-fPIC", "-c", "probe.cpp", "-o", "probe.o"], tmp)
+        ok, log = run([cxx, "-fPIC", "-c", "probe.cpp", "-o", "probe.o"], tmp)
         if not ok:
             return ok, log
         ok, log = probe(tmp, [])
@@ -368,7 +367,7 @@ def fast_linker(root: Path, cxx: str, ldflags: str, now: bool = True) -> list[st
             (tmp / "runtime-link").write_text(runtime + "\n")
         return ok, log + "\nwith a libstdc++.so link of its own:\n" + second
 
-    built = _build_piece(folder, make, now)
+    built = build_piece(folder, make, now)
     if built is None:
         return []
     return [flag, f"-L{built}"] if (built / "runtime-link").exists() else [flag]
@@ -388,115 +387,6 @@ def _gold_else_default(ninja_text: str, cxx: str) -> tuple[str, bool]:
     new = _LINK_RULE.sub(lambda m: m.group(1) + "$cxx $in -fuse-ld=gold $ldflags -o $out 2>/dev/null"
                          " || $cxx $in $ldflags -o $out", ninja_text, count=1)
     return new, new != ninja_text
-
-
-AUTOGRAD_SOURCE = keys.CSRC / "jit_loader_autograd.cpp"
-AUTOGRAD_LIBRARY = "jit_loader_autograd.so"
-
-
-def autograd_command(cxx: str) -> tuple[list[str], list[str]]:
-    """(compile flags, link flags) of the C++ autograd piece: torch's headers and the
-    C++ ABI of this torch build, linked against libc10 and libtorch_cpu only (no Python)."""
-    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
-    flags = ["-O2", "-fPIC", "-std=c++20", "-fvisibility=hidden",
-             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-             *(f"-isystem{p}" for p in toolchain.torch_include_paths())]
-    return flags, [f"-L{torch_lib}", "-lc10", "-ltorch_cpu", *keys.DEFAULT_LDFLAGS]
-
-
-def autograd_piece(root: Path, now: bool = True) -> Path | None:
-    """The loader's C++ autograd kernel (``csrc/jit_loader_autograd.cpp``, full ATen and
-    autograd headers) compiled once per exact torch build and compiler: the path of its
-    library, or None where the compiler refused it. With ``now`` false a missing piece
-    raises :class:`Missing`."""
-    cxx = unwrap(toolchain.cxx_compiler())
-    flags, ldflags = autograd_command(cxx)
-    kind = "autograd" + hashlib.sha256(AUTOGRAD_SOURCE.read_bytes()).hexdigest()
-    folder = CacheStore(root).shared_folder() / f"autograd-{_piece_key(kind, cxx, flags + ldflags, '')}"
-
-    def make(tmp: Path):
-        return _run([cxx, *flags, "-shared", str(AUTOGRAD_SOURCE), "-o", str(tmp / AUTOGRAD_LIBRARY),
-                     *ldflags], tmp)
-
-    built = _build_piece(folder, make, now)
-    return built / AUTOGRAD_LIBRARY if built else None
-
-
-def build_autograd_later(root: Path) -> None:
-    """Build the C++ autograd piece in a detached background process at low priority
-    (an op's first build never waits for it; the Python path serves meanwhile)."""
-    _background({"autograd": str(root)})
-
-
-def process_piece(build, build_later, loaded: dict, started: set, load, what: str):
-    """A piece this process uses (the C++ autograd kernel, the fast Python entry), loaded
-    once per folder of pieces: ``load(path)`` of the path ``build(root, now=...)`` gives, or
-    None where it is missing (then ``build_later(root)`` starts a background build, once per
-    process, unless ``JIT_LOADER_SHARED_NOW`` builds it now), was refused by the compiler,
-    sits in a cache this process cannot write, or does not load. ``loaded`` and ``started``
-    are the caller's: one per piece. ``what`` names the piece and the fallback in messages."""
-    from jit_tools import store as stores  # the cache of this process, as the load path sees it
-    root = stores.current().root
-    key = str(CacheStore(root).shared_folder())
-    if key in loaded:
-        return loaded[key]
-    try:
-        path = build(root, now=build_now())
-    except Missing:
-        if key not in started:
-            started.add(key)
-            build_later(root)
-        return None
-    except OSError as e:
-        logger.info("%s is not available (%s)", what, e)
-        loaded[key] = None
-        return None
-    obj = None
-    if path is not None:
-        try:
-            obj = load(path)
-        except (ImportError, OSError, AttributeError) as e:
-            logger.info("%s: %s could not be loaded (%s)", what, path, e)
-    loaded[key] = obj
-    return obj
-
-
-FASTCALL_SOURCE = keys.CSRC / "jit_loader_fastcall.cpp"
-FASTCALL_MODULE = "jit_loader_fastcall"
-
-
-def fastcall_command(cxx: str) -> tuple[list[str], list[str]]:
-    """(compile flags, link flags) of the fast Python entry: the autograd piece's, plus
-    Python's headers and torch's Python bindings (an extension module of this Python)."""
-    flags, ldflags = autograd_command(cxx)
-    return ([*flags, f"-isystem{sysconfig.get_paths()['include']}"],
-            [*ldflags, "-ltorch_python"])
-
-
-def fastcall_piece(root: Path, now: bool = True) -> Path | None:
-    """The loader's fast Python entry to dispatcher ops (``csrc/jit_loader_fastcall.cpp``),
-    an extension module compiled once per exact torch build, Python and compiler: its path,
-    or None where the compiler refused it. With ``now`` false a missing piece raises
-    :class:`Missing`."""
-    cxx = unwrap(toolchain.cxx_compiler())
-    flags, ldflags = fastcall_command(cxx)
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    kind = "fastcall" + sys.version + hashlib.sha256(FASTCALL_SOURCE.read_bytes()).hexdigest()
-    folder = CacheStore(root).shared_folder() / f"fastcall-{_piece_key(kind, cxx, flags + ldflags, '')}"
-    library = FASTCALL_MODULE + suffix
-
-    def make(tmp: Path):
-        return _run([cxx, *flags, "-shared", str(FASTCALL_SOURCE), "-o", str(tmp / library),
-                     *ldflags], tmp)
-
-    built = _build_piece(folder, make, now)
-    return built / library if built else None
-
-
-def build_fastcall_later(root: Path) -> None:
-    """Build the fast Python entry in a detached background process at low priority (the
-    ops are called through torch.ops meanwhile)."""
-    _background({"fastcall": str(root)})
 
 
 def nvcc_threads() -> int:
@@ -532,7 +422,7 @@ def parallel_nvcc(root: Path, nvcc: str) -> str | None:
         (tmp / "nvcc").chmod(0o755)
         return True, script
 
-    built = _build_piece(CacheStore(root).shared_folder() / f"nvcc-{key}", make)
+    built = build_piece(CacheStore(root).shared_folder() / f"nvcc-{key}", make)
     return str(built / "nvcc") if built else None
 
 
@@ -549,6 +439,22 @@ def unwrap(command: str) -> str:
     return shlex.join(tokens)
 
 
+def other_abi(flags: list[str]) -> dict | None:
+    """The flags, header name and text of the other ABI's header set, for the same op
+    folders, compiler and options as ``flags`` (a stable op's flags less the target
+    version, or an ATen op's with it, where the loader's own flags begin): built after a
+    flag set's own pieces, so that an op of the other ABI finds it, as the one loaded first
+    found its own. None where the flags do not show that place."""
+    if abis.TARGET_FLAG in flags:
+        return {"flags": [f for f in flags if f != abis.TARGET_FLAG], "pch_header": PCH_HEADER,
+                "pch_text": PCH_TEXT}
+    if keys.DEFAULT_CFLAGS[0] not in flags:
+        return None
+    at = flags.index(keys.DEFAULT_CFLAGS[0])
+    return {"flags": [*flags[:at], abis.TARGET_FLAG, *flags[at:]], "pch_header": STABLE_PCH_HEADER,
+            "pch_text": abis.STABLE_PCH_TEXT}
+
+
 def pieces_for(ninja_text: str) -> tuple[str, str]:
     """(precompiled header name, its text) for the ABI a build.ninja speaks: a stable
     build's units include the stable registry header and nothing of ATen, so their
@@ -556,6 +462,16 @@ def pieces_for(ninja_text: str) -> tuple[str, str]:
     if str(abis.STABLE_REGISTRY_HEADER) in ninja_text:
         return STABLE_PCH_HEADER, abis.STABLE_PCH_TEXT
     return PCH_HEADER, PCH_TEXT
+
+
+# The options file of the precompiled header in the op's work folder. Ninja recompiles a
+# unit whose command changed, and the pieces change no object: a unit compiled before its
+# flag set's pieces existed is the object it compiles to with them. So what the pieces
+# put on a unit's line, the header and ccache, is there from the first build on, the
+# header's flags inside this file (empty until the header exists) and ccache switched off
+# until the pieces exist; the first edit after they appear recompiles the edited unit
+# only, not every unit again.
+PIECES_RSP = "pieces.rsp"
 
 
 def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
@@ -575,7 +491,7 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
     pch_header, pch_text = pieces_for(text)
     ldflags = v.get("ldflags", "")
     later = {"root": str(root), "cxx": cxx, "flags": flags, "post": post, "ldflags": ldflags,
-             "pch_header": pch_header, "pch_text": pch_text}
+             "pch_header": pch_header, "pch_text": pch_text, "other_abi": other_abi(flags)}
     missing: list[str] = []
     if build_now():
         pch, linker = _pieces_now(later)
@@ -583,9 +499,13 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
         pch, linker, missing = _pieces_built(later)
     # ccache joins from a flag set's second build, as the other pieces do: the first
     # build of a flag set (often a one-off) is all misses, on each of which ccache hashes
-    # every header the unit read and stores the object.
-    launch = ccache() if not missing else None
-    if launch:
+    # every header the unit read and stores the object. It stays on the command line,
+    # switched off (CCACHE_DISABLE runs the compiler directly), so that the commands are
+    # the same once the pieces exist (see PIECES_RSP).
+    launch = ccache()
+    if launch and missing:
+        env["CCACHE_DISABLE"] = "1"
+    elif launch:
         env.update(ccache_env(root))
         CacheStore(root).ccache_folder().mkdir(parents=True, exist_ok=True)
         used["ccache"] = True
@@ -607,11 +527,14 @@ def apply(work: Path, name: str, private_dirs, root: Path) -> dict:
     if linker:
         text = re.sub(r"^ldflags = ", lambda m: f"ldflags = {shlex.join(linker)} ", text, count=1, flags=re.M)
         used["linker"] = "gold"
-    if pch is not None:
-        # First on the line: a precompiled header must come before any other token.
-        text = re.sub(r"^cflags = ", lambda m: "cflags = -include " + shlex.quote(str(pch))
-                      + " -Winvalid-pch ", text, count=1, flags=re.M)
-        used["pch"] = True
+    # First on the line: a precompiled header must come before any other token. Read by
+    # the compiler from a file (GCC's and ccache's @file), so that the units' commands
+    # stay the same whether the header exists yet or not (see PIECES_RSP).
+    (work / PIECES_RSP).write_text(
+        f"-include {shlex.quote(str(pch))} -Winvalid-pch\n" if pch is not None else "")
+    text = re.sub(r"^cflags = ", lambda m: f"cflags = {shlex.quote('@' + str(work / PIECES_RSP))} ",
+                  text, count=1, flags=re.M)
+    used["pch"] = pch is not None
     if "nvcc" in v:
         shim = parallel_nvcc(root, unwrap(v["nvcc"]))
         if shim:
@@ -665,19 +588,22 @@ def _pieces_built(spec: dict):
 def build_later(spec: dict) -> None:
     """Build the missing pieces of ``spec`` in a detached background process at low
     priority (after the op's own build, so that they never delay it)."""
-    _background(spec)
+    background(spec)
 
 
-def _background(spec: dict) -> None:
+def background(spec: dict, module: str = __name__) -> subprocess.Popen | None:
+    """``python -m <module> SPEC`` as a detached process (its own session, no output):
+    the background build of pieces; None where it could not start."""
     if layers.never_compile():  # JIT_LOADER_COMPILE=never: the pieces are not built
-        return
+        return None
     package_parent = Path(__file__).resolve().parents[2]
     try:
-        subprocess.Popen([sys.executable, "-m", "jit_tools.builder.shared", json.dumps(spec)],
-                         cwd=package_parent, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen([sys.executable, "-m", module, json.dumps(spec)],
+                                cwd=package_parent, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError as e:
         logger.debug("could not start the background build of shared pieces: %s", e)
+        return None
 
 
 def _main(argv: list[str]) -> int:
@@ -685,14 +611,6 @@ def _main(argv: list[str]) -> int:
     at a time per folder of pieces: builds that finish while it runs (each starts one)
     leave their pieces to the next build's background process instead of queueing."""
     spec = json.loads(argv[0])
-    if "autograd" in spec or "fastcall" in spec:  # one piece, under its own lock
-        with contextlib.suppress(OSError):
-            os.nice(10)
-        if "autograd" in spec:
-            autograd_piece(Path(spec["autograd"]))
-        else:
-            fastcall_piece(Path(spec["fastcall"]))
-        return 0
     folder = CacheStore(Path(spec["root"])).shared_folder()
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / "background.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -703,6 +621,10 @@ def _main(argv: list[str]) -> int:
     with contextlib.suppress(OSError):
         os.nice(10)
     _pieces_now(spec)
+    other = spec.get("other_abi")
+    if other is not None:
+        precompiled_header(Path(spec["root"]), spec["cxx"], other["flags"], spec["post"],
+                           other["pch_header"], other["pch_text"])
     return 0
 
 

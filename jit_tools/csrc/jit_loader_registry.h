@@ -1,7 +1,7 @@
 // Force-included into every translation unit of an op built by jit_loader.
 //
 // It replaces the TORCH_LIBRARY macros by versions that only *record* the
-// registration at load time; jit_loader_registry_core.h defines the three C functions
+// registration at load time; jit_loader_registry_core.h defines the four C functions
 // the loader calls through ctypes (jit_tools/registry.py) to perform it and to withdraw
 // it before a newer build of the same op registers. That is what lets a changed op be
 // loaded again in the same process. Its bytes and the core's are part of every op's
@@ -19,6 +19,9 @@ using Key = std::optional<c10::DispatchKey>;
 
 // Any block may be opened: torch::Library checks and throws.
 inline bool jit_loader_detail::opens(const Registration&, char*, size_t) { return true; }
+inline bool jit_loader_detail::key_is(const Key& key, const char* name) {
+  return key.has_value() && std::strcmp(c10::toString(*key), name) == 0;
+}
 
 #undef TORCH_LIBRARY
 #undef TORCH_LIBRARY_FRAGMENT

@@ -1,6 +1,6 @@
 // The part of the registry headers both ABIs share (included by jit_loader_registry.h
 // and jit_loader_stable_registry.h, never on its own): the list of recorded registration
-// blocks and the three C functions the loader calls through ctypes
+// blocks and the four C functions the loader calls through ctypes
 // (jit_tools/registry.py).
 //
 // Every unit of an op compiles this code (the entry points are emitted in each and the
@@ -10,7 +10,8 @@
 // The including header defines, in namespace jit_loader_detail, `Library` (the library
 // object type, with a nested `Kind`), `Key` (its dispatch-key argument), and after this
 // header `bool opens(const Registration&, char* error, size_t size)`: whether the block
-// may be opened (false with the reason in `error`).
+// may be opened (false with the reason in `error`), and `bool key_is(const Key&, const
+// char* name)`: whether an IMPL block's key is the dispatch key named `name` ("CPU").
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -53,6 +54,7 @@ struct __attribute__((visibility("hidden"))) Deferred {
 };
 
 inline bool opens(const Registration& r, char* error, size_t size);
+inline bool key_is(const Key& key, const char* name);
 
 // Destroy the library objects, newest first (which withdraws their definitions and kernels).
 __attribute__((visibility("hidden"))) inline void unregister_all() {
@@ -73,11 +75,26 @@ __attribute__((visibility("hidden"))) inline void unregister_all() {
 // Withdraw every registration of this library, newest first.
 JIT_LOADER_ENTRY void jit_loader_unregister() { jit_loader_detail::unregister_all(); }
 
-// Perform the recorded registrations; on failure withdraw them and copy the message.
-JIT_LOADER_ENTRY int jit_loader_register(char* error, size_t size) {
+// Perform the recorded registrations, or with impl_key only the IMPL blocks of that
+// dispatch key ("CPU": a newer build's CPU kernels over a live build that keeps the rest,
+// jit_tools/swap/gate.py); on failure withdraw them and copy the message.
+namespace jit_loader_detail {
+__attribute__((visibility("hidden"))) inline int register_blocks(const char* impl_key, char* error,
+                                                                 size_t size) {
   namespace d = jit_loader_detail;
+  const auto wanted = [impl_key](const Registration& r) {
+    return impl_key == nullptr || (r.kind == Library::Kind::IMPL && key_is(r.key, impl_key));
+  };
+  for (Registration* r = first; r != nullptr; r = r->next) {
+    if (wanted(*r) && r->live != nullptr) {  // twice would make the list of live blocks a loop
+      std::snprintf(error, size, "%s:%u: this library's block is registered already", r->file,
+                    static_cast<unsigned>(r->line));
+      return 1;
+    }
+  }
   try {
     for (d::Registration* r = d::first; r != nullptr; r = r->next) {
+      if (!wanted(*r)) continue;
       if (!d::opens(*r, error, size)) {
         d::unregister_all();
         return 1;
@@ -93,6 +110,15 @@ JIT_LOADER_ENTRY int jit_loader_register(char* error, size_t size) {
     std::snprintf(error, size, "%s", e.what());
     return 1;
   }
+}
+}  // namespace jit_loader_detail
+
+JIT_LOADER_ENTRY int jit_loader_register(char* error, size_t size) {
+  return jit_loader_detail::register_blocks(nullptr, error, size);
+}
+
+JIT_LOADER_ENTRY int jit_loader_register_impls(const char* key, char* error, size_t size) {
+  return jit_loader_detail::register_blocks(key, error, size);
 }
 
 // The namespaces this library registers into, each once, each followed by a space.

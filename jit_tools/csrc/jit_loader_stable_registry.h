@@ -2,7 +2,7 @@
 //
 // The stable twin of jit_loader_registry.h: it replaces the STABLE_TORCH_LIBRARY
 // macros by versions that only *record* the block at load time, and defines the same
-// three C functions (jit_loader_registry_core.h), which create the StableLibrary objects
+// four C functions (jit_loader_registry_core.h), which create the StableLibrary objects
 // when the loader asks and destroy them (which withdraws every definition and kernel)
 // before a newer build of the same op registers. It includes only torch/csrc/stable and
 // torch/headeronly, never ATen. Its bytes and the core's are part of every stable op's
@@ -31,6 +31,10 @@ __attribute__((visibility("hidden"))) inline const char* last_shim_error() {
 // library (a namespace declared twice, an unknown dispatch key) and would go on with
 // an invalid handle. So each block is opened once here first, with the status checked,
 // and closed again before StableLibrary opens it for good.
+inline bool jit_loader_detail::key_is(const Key& key, const char* name) {
+  return key != nullptr && std::strcmp(key, name) == 0;
+}
+
 inline bool jit_loader_detail::opens(const Registration& r, char* error, size_t size) {
   TorchLibraryHandle handle = nullptr;
   AOTITorchError status;

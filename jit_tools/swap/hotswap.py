@@ -1,17 +1,16 @@
-"""Which edits the load path swaps in with NVRTC instead of building, and the swap itself.
+"""The load path's live edits: an edit of an op's device code and math swapped into the
+live process instead of built (``jit_tools/swap/edits.py`` judges which), and the
+background build behind it.
 
-An edit is *device-only* when the live build's host code could not tell it happened:
-every changed file is a ``.cu`` or a header that no host source (``.cpp``) includes, and
-each changed file reads the same once the bodies of its ``__global__`` functions and its
-``__device__``-only functions are left out (:func:`host_view`). What is left is what host
-code sees: launchers, the ``#if !defined(__CUDACC_RTC__)`` blocks, kernel signatures,
-constants and types shared with the launchers, macros. Such an edit of an op whose live
-build has tracked kernels on a visible GPU is compiled with NVRTC and swapped in
-(``kernels.swap``); anything else, or a refusal on the way, takes the Ninja build.
-
-After a swap the op runs its build K's library with kernels compiled from the sources of
-key K2; the Ninja build of K2 runs in a background thread and is published without being
-activated, so a new process (or the AOT wheel) loads a build that matches its sources.
+A live edit runs like this: NVRTC compiles the kernels the process launched from the
+sources as they are now and installs them in the live library (``kernels.swap``); every
+other kernel compiles at its first launch; host units that include an edited header (CPU
+loops) are rebuilt by the background build, and every CPU call waits for them behind a
+gate (``jit_tools/swap/gate.py``). So ``load`` returns at once and no call on any device
+runs code older than the sources it saw. The Ninja build of the new key is published
+(never activated as a whole), so a new process, or the AOT wheel, loads a build that
+matches its sources. Anything the judgement refuses takes the Ninja build in the
+foreground, as before.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import contextlib
 import dataclasses
 import hashlib
 import os
-import re
 import threading
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from jit_tools import key as keys, layers, sources, store as stores
 from jit_tools.builder import ninja as builder
 from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
 from jit_tools.log import logger
-from jit_tools.swap import kernels, nvrtc
+from jit_tools.swap import cpu_link, edits, gate, kernels, nvrtc
 
 
 @dataclasses.dataclass
@@ -37,7 +35,6 @@ class LiveSources:
     key: str
     config: dict
     texts: dict[Path, bytes]   # every file compiled or included
-    host_files: set[Path]      # the non-.cu sources and every header they include
 
 
 def record(state, key: str, config: dict, compiled: list[Path], inputs: list[Path]) -> None:
@@ -46,7 +43,6 @@ def record(state, key: str, config: dict, compiled: list[Path], inputs: list[Pat
     state.live = None
     if not config.get("with_cuda"):
         return
-    include_dirs = sources.include_dirs(state.op_dir, state.options)
     try:
         texts = current_texts(state, compiled)
     except OSError:
@@ -54,124 +50,22 @@ def record(state, key: str, config: dict, compiled: list[Path], inputs: list[Pat
     hashes = {p: _sha(t) for p, t in texts.items()}
     if keys.digest(config, state.op_dir, hashes) != key:
         return  # edited meanwhile: the next load builds, and records then
-    host = [p for p in compiled if p.suffix not in sources.CUDA_SUFFIXES]
-    state.live = LiveSources(key, config, texts,
-                             set(host) | set(sources.local_headers(host, include_dirs)))
+    state.live = LiveSources(key, config, texts)
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# ---- what host code sees -------------------------------------------------------------------
-
-_COMMENT_OR_LITERAL = re.compile(
-    r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.DOTALL)
-_DEVICE_WORD = re.compile(r"\b(__global__|__device__)\b")
-
-
-def _strip_comments(text: str) -> str:
-    return _COMMENT_OR_LITERAL.sub(lambda m: " " if m.group(0)[0] == "/" else m.group(0), text)
-
-
-def _matching_brace(text: str, open_at: int) -> int:
-    depth = 0
-    for i in range(open_at, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return len(text) - 1
-
-
-def host_view(text: str) -> str:
-    """``text`` (C++/CUDA source) as host code sees it: comments out, whitespace
-    collapsed, the body of each ``__global__`` function and the whole of each
-    ``__device__`` function (not ``__host__ __device__``) left out. Preprocessor lines
-    stay as they are. Two texts with the same host view differ in device code only."""
-    code = _strip_comments(text)
-    out: list[str] = []
-    pos = 0          # text before pos is in out
-    decl_start = 0   # where the declaration holding the current position began
-    i = 0
-    while i < len(code):
-        c = code[i]
-        if c == "#" and not code[code.rfind("\n", 0, i) + 1:i].strip():
-            end = i
-            while True:  # a directive, with its continuation lines
-                end = code.find("\n", end)
-                if end < 0 or code[end - 1] != "\\":
-                    break
-                end += 1
-            i = len(code) if end < 0 else end
-            decl_start = i
-            continue
-        if c in ";{}":
-            decl_start = i + 1
-            i += 1
-            continue
-        m = _DEVICE_WORD.match(code, i)
-        if m is None or (i > 0 and (code[i - 1].isalnum() or code[i - 1] == "_")):
-            i += 1
-            continue
-        # A function definition: parentheses, then "{" at depth 0, no "=" before it.
-        j, depth, saw_paren = m.end(), 0, False
-        while j < len(code):
-            if code[j] == "(":
-                depth, saw_paren = depth + 1, True
-            elif code[j] == ")":
-                depth -= 1
-            elif depth == 0 and code[j] in ";={":
-                break
-            j += 1
-        if j >= len(code) or code[j] != "{" or not saw_paren:
-            i = m.end()
-            continue
-        close = _matching_brace(code, j)
-        head = code[decl_start:j]
-        if "__host__" in head:
-            i = close + 1
-            decl_start = i
-            continue
-        if m.group(1) == "__global__":  # the launchers name it: its signature stays
-            out.append(code[pos:j] + "{ <device code> }")
-        else:
-            # The function begins on the line of __device__, or at the template header just
-            # above it; text before that since the last ";{}" (e.g. a macro invocation
-            # without a semicolon) is host code.
-            start = code.rfind("\n", 0, m.start()) + 1
-            above = code.rfind("\n", 0, max(start - 1, 0)) + 1
-            if start > decl_start and code[above:start].strip().startswith("template"):
-                start = above
-            start = max(start, decl_start)
-            out.append(code[pos:start] + " ")
-        pos = i = decl_start = close + 1
-    out.append(code[pos:])
-    return " ".join("".join(out).split())
-
-
-def why_not_device_only(live: LiveSources | None, config: dict,
-                        texts: dict[Path, bytes]) -> str | None:
-    """None when ``texts`` (every file compiled or included, as they are now) differ from
-    the live build's in device code only; else why not, in a few words."""
+def why_not_live(live: LiveSources | None, config: dict, texts: dict[Path, bytes],
+                 compiled: list[Path], include_dirs: list[Path]) -> edits.LiveEdit | str:
+    """The live edit that turned the live build's sources into ``texts`` (every file
+    compiled or included, as they are now), or why it must build, in a few words."""
     if live is None:
         return "the live build's sources are not known"
     if config != live.config:
         return "the build configuration changed"
-    if set(texts) != set(live.texts):
-        return "files were added or removed"
-    changed = sorted(p for p in texts if texts[p] != live.texts[p])
-    if not changed:
-        return "no source changed"
-    for p in changed:
-        if p in live.host_files:
-            return f"{p.name} is host code or included by host code"
-        old, new = (t.decode(errors="replace") for t in (live.texts[p], texts[p]))
-        if host_view(old) != host_view(new):
-            return f"the host code of {p.name} changed"
-    return None
+    return edits.judge(live.texts, texts, compiled, include_dirs)
 
 
 # ---- the load path's use of it -------------------------------------------------------------
@@ -255,8 +149,8 @@ def wait_for_warm(state, timeout: float | None = None) -> None:
 
 
 def try_swap(state, key: str, config: dict, compiled: list[Path], inputs: list[Path]) -> bool:
-    """Swap the edit that turned the op's sources into key ``key`` into the live process
-    when it touched device code only; False (after a log line saying why) when the
+    """Take the edit that turned the op's sources into key ``key`` live (module docstring)
+    when :func:`why_not_live` allows it; False (after a log line saying why) when the
     Ninja build must run. An NVRTC error raises BuildError; the running kernels stay."""
     if not kernels.enabled():
         return False
@@ -264,30 +158,55 @@ def try_swap(state, key: str, config: dict, compiled: list[Path], inputs: list[P
         texts = current_texts(state, compiled)
     except OSError:
         return False
-    reason = why_not_device_only(state.live, config, texts)
-    if reason is None and not gpu_visible():
-        reason = "no GPU is visible"
-    if reason is None:
+    include_dirs = sources.include_dirs(state.op_dir, state.options)
+    verdict = why_not_live(state.live, config, texts, compiled, include_dirs)
+    # Without a GPU no kernel of this process can ever run: an edit with stale CPU units is
+    # still taken live for its CPU side (the gate); one without builds as before.
+    gpu = not isinstance(verdict, str) and gpu_visible()
+    if not isinstance(verdict, str) and not gpu and not verdict.stale_units:
+        verdict = "no GPU is visible"
+    if isinstance(verdict, str):
+        logger.debug("op %r: building (no kernel swap: %s)", state.name, verdict)
+        return False
+    try:
+        cu = [p for p in compiled if p.suffix in sources.CUDA_SUFFIXES]
+        unit = {*cu, *sources.local_headers(cu, include_dirs)}
+        names = kernels.swap(state, state.options, {p: texts[p] for p in unit if p in texts}) \
+            if gpu else []
+    except kernels.SwapRefused as e:
+        logger.debug("op %r: building (no kernel swap: %s)", state.name, e)
+        return False
+    except BuildError:
+        raise
+    except JitLoaderError as e:
+        logger.warning("op %r: the kernel swap failed (%s); building", state.name, e)
+        restore(state)
+        return False
+    rebuild = None
+    if verdict.stale_units:
         try:
-            names = kernels.swap(state, state.options)
-        except kernels.SwapRefused as e:
-            reason = str(e)
-        except BuildError:
-            raise
-        except JitLoaderError as e:
-            logger.warning("op %r: the kernel swap failed (%s); building", state.name, e)
+            rebuild = gate.start(state, key, verdict.stale_units)
+        except Exception as e:  # noqa: BLE001 - no gate, no live edit: build instead
+            logger.warning("op %r: the CPU kernels could not be gated (%s); building", state.name, e)
+            restore(state)
             return False
-        else:
-            logger.info("op %r: swapped in %d kernel(s) compiled by NVRTC over build %s",
-                        state.name, len(names), state.key)
-            build_later(state, key, config, compiled, inputs)
-            return True
-    logger.debug("op %r: building (no kernel swap: %s)", state.name, reason)
-    return False
+    else:  # the CPU code is the live build's again: no earlier edit's CPU kernels over it
+        gate.revert(state)
+    waits = f"CPU calls wait for {', '.join(rebuild.units)}" if rebuild else ""
+    if gpu:
+        logger.info("op %r: swapped in %d kernel(s) compiled by NVRTC over build %s%s", state.name,
+                    len(names), state.key, f"; {waits}" if waits else "")
+    else:
+        logger.info("op %r: %s, rebuilt in the background (no GPU, no kernel to swap)",
+                    state.name, waits)
+    build_later(state, key, config, compiled, inputs, rebuild)
+    return True
 
 
-def build_later(state, key: str, config: dict, compiled: list[Path], inputs: list[Path]) -> None:
-    """Build and publish ``key`` in a background thread, without activating it."""
+def build_later(state, key: str, config: dict, compiled: list[Path], inputs: list[Path],
+                rebuild: gate.Rebuild | None = None) -> None:
+    """Build and publish ``key`` in a background thread, without activating it; with
+    ``rebuild``, register its CPU kernels over the gate once published."""
     if layers.never_compile():  # JIT_LOADER_COMPILE=never
         return
     hashes = keys.input_hashes(inputs)
@@ -295,18 +214,56 @@ def build_later(state, key: str, config: dict, compiled: list[Path], inputs: lis
 
     def run() -> None:
         store = stores.current()
+        error = None
         try:
-            with store.loading(name), store.build_lock(name, quiet=True) as lock_fd:
-                if store.manifest(name, key) is None:
-                    builder.build(store, name, op_dir, options, key, config, compiled,
-                                  False, lock_fd, hashes=hashes, progress=False)
+            with store.loading(name):
+                with store.build_lock(name, quiet=True) as lock_fd:
+                    manifest = store.manifest(name, key)
+                    if manifest is None:
+                        if rebuild is not None:
+                            _cpu_ahead(state, rebuild, store, config, compiled, hashes, lock_fd)
+                        manifest, _log = builder.build(store, name, op_dir, options, key, config,
+                                                       compiled, False, lock_fd, hashes=hashes,
+                                                       progress=False)
+                if rebuild is not None and not rebuild.done.is_set():
+                    held = None
+                    with contextlib.suppress(OSError):
+                        held = store.hold(name, key)
+                    gate.activate(state, rebuild, store.library(name, key, manifest), held)
         except SourcesChanged as e:
             logger.debug("background build of %r dropped: %s", name, e)
+            error = JitLoaderError(f"op {name!r}: its CPU kernels were not rebuilt: {e}; load "
+                                   "the op again")
         except Exception as e:  # noqa: BLE001 - a thread has no caller to raise to
-            logger.warning("op %r: the background build of %s failed: %s", name, key,
+            error = e
+            gated = rebuild is not None and not rebuild.done.is_set()
+            logger.warning("op %r: the background build of %s failed%s: %s", name, key,
+                           "; its CPU calls raise this until the next edit" if gated else "",
                            str(e).splitlines()[0] if str(e) else type(e).__name__)
+        finally:
+            if rebuild is not None:
+                gate.finish(rebuild, error)
 
     _start(state, "background", "build", run)
+    if rebuild is not None:
+        rebuild.thread = state.background
+
+
+def _cpu_ahead(state, rebuild: gate.Rebuild, store, config: dict, compiled: list[Path],
+               hashes: dict[str, str], lock_fd: int) -> None:
+    """Register the CPU side of ``rebuild`` linked ahead of its full build, when it can be
+    (``jit_tools/swap/cpu_link.py``): the CPU calls go on while nvcc compiles."""
+    library = cpu_link.link_ahead(store, state.name, state.op_dir, config, compiled, hashes,
+                                  lock_fd)
+    if library is None:
+        return
+    try:
+        if gate.activate(state, rebuild, library):
+            gate.finish(rebuild)
+    except (OSError, JitLoaderError) as e:  # e.g. it needs the CUDA objects: the full build
+        logger.debug("op %r: CPU kernels linked ahead not used (%s)", state.name, e)
+        with contextlib.suppress(OSError):
+            library.unlink()
 
 
 def wait_for_background(state, timeout: float | None = None) -> None:
@@ -332,3 +289,9 @@ def restore(state) -> None:
     with contextlib.suppress(kernels.SwapRefused):
         kernels.track(state, False)
         kernels.track(state, True)
+
+
+def revert(state) -> None:
+    """The sources went back to the live build's key: its own kernels on every device."""
+    restore(state)
+    gate.revert(state)

@@ -5,7 +5,9 @@ Each op library carries a table of the kernels its launchers started
 (``ops/common/kernel_swap.h``), switched on by :func:`track`. :func:`swap` compiles, for the
 current GPU, the instantiations in that table from the op's ``.cu`` as it is now
 (``jit_tools/swap/nvrtc.py``), loads them with the CUDA driver (``cuModuleLoadData``) and
-installs them; the next launch of each runs the new code. It swaps only what it can prove
+installs them; the next launch of each runs the new code. Every other kernel of the
+library is compiled the same way at its first launch (:func:`pend`): the library's own
+code is older than the sources. It swaps only what it can prove
 the loaded host code still launches correctly: the op has one ``.cu``, and every kernel
 in use compiles to the same symbol (same name, template arguments and parameter types)
 as the loaded build's. Anything else (a new kernel, a changed signature) raises
@@ -19,10 +21,13 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import threading
 import time
 from pathlib import Path
 
+from jit_tools import sources
 from jit_tools.errors import JitLoaderError
+from jit_tools.log import logger
 from jit_tools.swap import nvrtc
 
 
@@ -39,12 +44,20 @@ def enabled() -> bool:
     return os.environ.get("JIT_LOADER_NVRTC", "1") not in ("0", "false", "False", "")
 
 
+# jit_loader_kernel_swap_pending's callback: (mangled name, device) -> CUfunction or null.
+_COMPILE_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int)
+# Every callback handed to a library stays alive: a launch in another thread may be running
+# one when the next replaces it.
+_CALLBACKS: list = []
+
+
 def op_library(op) -> ctypes.CDLL:
     """The op's loaded library (dlopen of a loaded path returns the same handle)."""
     if not op.library:
         raise SwapRefused(f"op {op.name!r} has no loaded library")
     lib = ctypes.CDLL(op.library, mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
     try:
+        lib.jit_loader_kernel_swap_pending.argtypes = [_COMPILE_FN]
         lib.jit_loader_kernel_swap_enable.argtypes = [ctypes.c_int]
         lib.jit_loader_kernel_name.restype = ctypes.c_char_p
         lib.jit_loader_kernel_name.argtypes = [ctypes.c_int]
@@ -139,9 +152,7 @@ def compile_in_use(name: str, op_dir: Path, in_use: list[str], arch: str,
     one ``.cu``, a kernel whose symbol changed)."""
     if not enabled():
         raise SwapRefused("JIT_LOADER_NVRTC=0")
-    cus = sorted(Path(op_dir).glob("*.cu"))
-    if len(cus) != 1:
-        raise SwapRefused(f"op {name!r} has {len(cus)} .cu files; the swap handles one")
+    cus = [_single_cu(name, op_dir)]
     if not in_use:
         raise SwapRefused(f"op {name!r} launched no kernel since kernels.track()")
     exprs = {nvrtc.name_expression(m): m for m in in_use}
@@ -160,11 +171,13 @@ def compile_in_use(name: str, op_dir: Path, in_use: list[str], arch: str,
     return compiled, exprs
 
 
-def swap(op, opts: dict | None = None) -> list[str]:
+def swap(op, opts: dict | None = None, texts: dict[Path, bytes] | None = None) -> list[str]:
     """Compile the kernels the op launched from its ``.cu`` as it is now and launch them
-    from the next call on; returns their name expressions. ``op``: a handle ``load``
-    returned, or the op's state (the load path's own swap). ``opts``: the build options
-    the op was loaded with (``extra_cuda_cflags=...``), when any."""
+    from the next call on; every other kernel compiles at its first launch (:func:`pend`).
+    Returns the name expressions compiled now. ``op``: a handle ``load`` returned, or the
+    op's state (the load path's own swap). ``opts``: the build options the op was loaded
+    with (``extra_cuda_cflags=...``), when any. ``texts``: the files the op compiles as
+    the caller read them (read now when None)."""
     if not enabled():
         raise SwapRefused("JIT_LOADER_NVRTC=0")
     import torch
@@ -172,17 +185,84 @@ def swap(op, opts: dict | None = None) -> list[str]:
     started = time.perf_counter()
     device = torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(device)
-    op_dir = getattr(op, "op_dir", None) or op.path
-    compiled, exprs = compile_in_use(op.name, Path(op_dir), launched(op), f"{major}.{minor}",
-                                     opts)
-    compiled_at = time.perf_counter()
-    module = _load(compiled.image, device)
+    op_dir = Path(getattr(op, "op_dir", None) or op.path)
     lib = op_library(op)
-    functions = {e: _function(module, compiled.lowered[e], device) for e in exprs}
-    for expr, mangled in exprs.items():
-        if not lib.jit_loader_kernel_replace(mangled.encode(), functions[expr], device):
-            raise JitLoaderError(f"op {op.name!r}: kernel {expr} vanished from its table")
+    in_use = launched(op)
+    exprs: dict[str, str] = {}
+    cached = True
+    if in_use:
+        compiled, exprs = compile_in_use(op.name, op_dir, in_use, f"{major}.{minor}", opts)
+        cached = compiled.cached
+    else:  # nothing launched yet: compile_in_use's checks, on what a launch asks for
+        _single_cu(op.name, op_dir)
+    compiled_at = time.perf_counter()
+    if exprs:
+        module = _load(compiled.image, device)
+        functions = {e: _function(module, compiled.lowered[e], device) for e in exprs}
+        for expr, mangled in exprs.items():
+            if not lib.jit_loader_kernel_replace(mangled.encode(), functions[expr], device):
+                raise JitLoaderError(f"op {op.name!r}: kernel {expr} vanished from its table")
+    pend(op, opts, texts if texts is not None else cu_texts(op_dir, opts))
     LAST_SWAP.clear()
     LAST_SWAP.update(op=op.name, kernels=len(exprs), compile_s=compiled_at - started,
-                     install_s=time.perf_counter() - compiled_at, cached=compiled.cached)
+                     install_s=time.perf_counter() - compiled_at, cached=cached)
     return list(exprs)
+
+
+def _single_cu(name: str, op_dir: Path) -> Path:
+    cus = sorted(Path(op_dir).glob("*.cu"))
+    if len(cus) != 1:
+        raise SwapRefused(f"op {name!r} has {len(cus)} .cu files; the swap handles one")
+    return cus[0]
+
+
+def cu_texts(op_dir: Path, opts: dict | None) -> dict[Path, bytes]:
+    """The op's ``.cu`` and every local header it includes, as they are now."""
+    cu = _single_cu(Path(op_dir).name, op_dir)
+    files = [cu, *sources.local_headers([cu], sources.include_dirs(Path(op_dir), opts or {}))]
+    return {p: p.read_bytes() for p in files}
+
+
+def pend(op, opts: dict | None, texts: dict[Path, bytes]) -> None:
+    """From now on, a kernel of the op's library that has no replacement for the current
+    device is compiled with NVRTC at its launch (that instantiation, for that device's arch,
+    cached by content) from the sources ``texts`` holds, the ones the loader loaded: the
+    library's own kernels are older. Should the files differ from ``texts`` by then (edited
+    again, not loaded yet), that launch fails and the log says to load; it never runs code
+    older or newer than what was loaded. ``track(op, False)`` ends it."""
+    lib = op_library(op)
+    name, op_dir = op.name, Path(getattr(op, "op_dir", None) or op.path)
+    cu = _single_cu(name, op_dir)
+    guard = threading.Lock()
+
+    def compile_at_launch(mangled: bytes, device: int) -> int | None:
+        try:
+            with guard:
+                return _compile_for_launch(name, op_dir, cu, opts, texts, mangled.decode(), device)
+        except BaseException as e:  # noqa: BLE001 - the launch reports the failure
+            logger.error("op %r: kernel %s was not compiled for its first launch since the "
+                         "sources were loaded, so the launch fails: %s", name,
+                         mangled.decode(errors="replace"), str(e).splitlines()[0] if str(e) else e)
+            return None
+
+    callback = _COMPILE_FN(compile_at_launch)
+    _CALLBACKS.append(callback)
+    lib.jit_loader_kernel_swap_pending(callback)
+
+
+def _compile_for_launch(name: str, op_dir: Path, cu: Path, opts: dict | None,
+                        texts: dict[Path, bytes], mangled: str, device: int) -> int:
+    import torch
+
+    now = {p: p.read_bytes() for p in texts if p.exists()}
+    if now != texts:
+        changed = sorted(p.name for p in texts if now.get(p) != texts[p])
+        raise JitLoaderError(f"{', '.join(changed)} changed since the op was loaded; load it "
+                             "again (jit_loader.load or op.reload())")
+    major, minor = torch.cuda.get_device_capability(device)
+    expr = nvrtc.name_expression(mangled)
+    compiled = nvrtc.compile_for_op(name, op_dir, cu, [expr], opts=opts, arch=f"{major}.{minor}")
+    if unnamed_namespace_free(compiled.lowered[expr]) != unnamed_namespace_free(mangled):
+        raise SwapRefused(f"the signature of {expr} changed; the launchers must be compiled again")
+    function = _function(_load(compiled.image, device), compiled.lowered[expr], device)
+    return function.value

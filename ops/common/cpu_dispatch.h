@@ -12,8 +12,15 @@
 //   function template body(CpuIsaTag<isa>{}, args...) compiled for the capability in force.
 //   A body that uses a capability's instructions directly tests the tag (under if
 //   constexpr); others ignore it.
+//
+// A JIT build runs where it was compiled: the loader defines OPS_CPU_CLONE as the clone
+// this machine takes (0 baseline, 1 AVX2, 2 AVX-512; its cache key names it, so a machine
+// that takes another builds its own), and only that clone is compiled, a third of the
+// CPU loops' compile on every edit of an op's math. Builds without it (the AOT wheels of
+// deploy/setup.py) keep all three.
 #include <cctype>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 namespace ops_common {
@@ -67,6 +74,38 @@ inline CpuIsa cpu_isa() {
 #define OPS_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi,bmi2")))
 #define OPS_TARGET_AVX512 \
   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c,bmi,bmi2")))
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && defined(OPS_CPU_CLONE)
+#if OPS_CPU_CLONE == 2
+#define OPS_CPU_CLONE_ISA ::ops_common::CpuIsa::kAvx512
+#define OPS_CPU_CLONE_TARGET OPS_TARGET_AVX512
+#elif OPS_CPU_CLONE == 1
+#define OPS_CPU_CLONE_ISA ::ops_common::CpuIsa::kAvx2
+#define OPS_CPU_CLONE_TARGET OPS_TARGET_AVX2
+#else
+#define OPS_CPU_CLONE_ISA ::ops_common::CpuIsa::kBaseline
+#define OPS_CPU_CLONE_TARGET
+#endif
+namespace ops_common {
+// The one clone of a JIT build needs its capability: a library copied to a machine (or run
+// under an ATEN_CPU_CAPABILITY) that lacks it says so instead of running illegal code.
+inline void check_cpu_clone() {
+  if (static_cast<int>(cpu_isa()) < static_cast<int>(OPS_CPU_CLONE_ISA)) {
+    throw std::runtime_error(std::string("this op's CPU loops were built for ") +
+                             cpu_isa_name(OPS_CPU_CLONE_ISA) + ", which this process cannot run (" +
+                             cpu_isa_name(cpu_isa()) + "); load it again to build for it");
+  }
+}
+}  // namespace ops_common
+#define OPS_CPU_CLONES(name, body)                                                 \
+  OPS_CPU_DEFINE_CLONE(name##_clone, OPS_CPU_CLONE_TARGET, OPS_CPU_CLONE_ISA, body) \
+  template <typename... Args>                                                      \
+  void name(Args... args) {                                                        \
+    ::ops_common::check_cpu_clone();                                               \
+    name##_clone(args...);                                                         \
+  }
+#elif defined(__x86_64__) && defined(__GNUC__)
 #define OPS_CPU_CLONES(name, body)                                                      \
   OPS_CPU_DEFINE_CLONE(name##_baseline, , ::ops_common::CpuIsa::kBaseline, body)        \
   OPS_CPU_DEFINE_CLONE(name##_avx2, OPS_TARGET_AVX2, ::ops_common::CpuIsa::kAvx2, body) \

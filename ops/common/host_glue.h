@@ -7,6 +7,7 @@
 // section cpp-edit; the call-overhead section was measured with it). Loops and
 // kernels live in units of their own (<op>_cpu.cpp, <op>_cuda.cu) at the build's level.
 // Clang does not know the pragma and compiles at the build's level.
-#if defined(__GNUC__) && !defined(__clang__)
+// A debug build (OPS_DEBUG) keeps its -O0.
+#if defined(__GNUC__) && !defined(__clang__) && !defined(OPS_DEBUG)
 #pragma GCC optimize("O1")
 #endif

@@ -4,6 +4,10 @@
 // an edited .cu and loaded with the CUDA driver. ops_common::launch consults it only once
 // the loader has switched it on for the library (jit_loader_kernel_swap_enable); until
 // then a launch costs one relaxed load more than cudaLaunchKernel.
+// Once the loaded sources are newer than the library's own kernels, the loader sets a
+// compile function (jit_loader_kernel_swap_pending): a launch of a kernel with no
+// replacement for the current device then asks it for one (NVRTC compiles that
+// instantiation) instead of running the library's stale kernel, and fails if it gets none.
 // Host code only (nvcc): NVRTC never sees it.
 #include <cuda_runtime_api.h>
 
@@ -18,10 +22,15 @@ struct Entry {
   int device;           // the device whose context holds replacement
 };
 
+// Returns a CUfunction of the current context of device for the kernel named mangled
+// (compiled from the loaded sources), or null when it cannot.
+using CompileFn = void* (*)(const char* mangled, int device);
+
 struct Table {
   int enabled;
   int count;            // entries[0, count) are published
   int writing;          // spin lock of the writers
+  CompileFn compile;    // set while the library's own kernels are stale
   Entry entries[kMaxKernels];
 };
 
@@ -73,17 +82,32 @@ inline LaunchFn driver_launch() {
   return fn;
 }
 
-// The replacement of kernel on the current device, or null (and the kernel recorded).
-inline void* replacement_for(const void* kernel) {
+// What a launch of kernel runs (the kernel recorded on its first launch).
+enum class Use { kKernel, kReplacement, kNone };
+
+// The replacement of kernel on the current device (Use::kReplacement, in *f); the kernel
+// itself (Use::kKernel); or nothing (Use::kNone): its own code is stale and no
+// replacement could be made, so the launch must fail rather than run it.
+inline Use replacement_for(const void* kernel, void** f) {
+  const CompileFn compile = __atomic_load_n(&table.compile, __ATOMIC_ACQUIRE);
   Entry* e = entry_for(kernel);
-  if (e == nullptr) return nullptr;
-  void* f = __atomic_load_n(&e->replacement, __ATOMIC_ACQUIRE);
-  if (f == nullptr) return nullptr;
+  if (e == nullptr) return compile == nullptr ? Use::kKernel : Use::kNone;  // the table is full
+  *f = __atomic_load_n(&e->replacement, __ATOMIC_ACQUIRE);
+  if (*f == nullptr && compile == nullptr) return Use::kKernel;
   int device = -1;
-  if (cudaGetDevice(&device) != cudaSuccess || device != __atomic_load_n(&e->device, __ATOMIC_ACQUIRE)) {
-    return nullptr;
+  if (cudaGetDevice(&device) != cudaSuccess) return compile == nullptr ? Use::kKernel : Use::kNone;
+  if (*f != nullptr && device == __atomic_load_n(&e->device, __ATOMIC_ACQUIRE)) {
+    return Use::kReplacement;
   }
-  return f;
+  if (compile == nullptr) return Use::kKernel;
+  const char* name = nullptr;
+  if (cudaFuncGetName(&name, kernel) != cudaSuccess || name == nullptr) return Use::kNone;
+  *f = compile(name, device);
+  if (*f == nullptr) return Use::kNone;
+  __atomic_store_n(&e->replacement, nullptr, __ATOMIC_RELEASE);
+  __atomic_store_n(&e->device, device, __ATOMIC_RELEASE);
+  __atomic_store_n(&e->replacement, *f, __ATOMIC_RELEASE);
+  return Use::kReplacement;
 }
 
 inline cudaError_t launch_replacement(void* f, dim3 grid, dim3 block, size_t shared_bytes,
@@ -104,14 +128,26 @@ inline cudaError_t launch_replacement(void* f, dim3 grid, dim3 block, size_t sha
 // each .cu of a library defines them, the link keeps one.
 extern "C" {
 
-// Switch the table on (1) or off (0); off also drops every replacement.
+// Switch the table on (1) or off (0); off also drops every replacement and the compile
+// function.
 __attribute__((weak)) int jit_loader_kernel_swap_enable(int on) {
   using ops_common::kernel_swap::table;
   if (!on) {
+    __atomic_store_n(&table.compile, nullptr, __ATOMIC_RELEASE);
     const int n = __atomic_load_n(&table.count, __ATOMIC_ACQUIRE);
     for (int i = 0; i < n; ++i) __atomic_store_n(&table.entries[i].replacement, nullptr, __ATOMIC_RELEASE);
   }
   __atomic_store_n(&table.enabled, on ? 1 : 0, __ATOMIC_RELEASE);
+  return 1;
+}
+
+// While compile is set (null: no longer), a kernel with no replacement for the current
+// device gets one from compile at its next launch, or that launch fails: the library's own
+// kernels are older than the sources the loader loaded. Switches the table on.
+__attribute__((weak)) int jit_loader_kernel_swap_pending(ops_common::kernel_swap::CompileFn compile) {
+  using ops_common::kernel_swap::table;
+  __atomic_store_n(&table.compile, compile, __ATOMIC_RELEASE);
+  if (compile != nullptr) __atomic_store_n(&table.enabled, 1, __ATOMIC_RELEASE);
   return 1;
 }
 

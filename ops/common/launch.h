@@ -45,6 +45,9 @@ inline int64_t ceil_div(int64_t a, int64_t b) {
 #if defined(__CUDACC__) && !defined(__CUDACC_RTC__)  // host code: not under NVRTC
 }  // namespace ops_common
 #include "common/kernel_swap.h"
+#if defined(OPS_DEBUG)
+#include "common/debug_launch.h"
+#endif
 namespace ops_common {
 
 // Streaming multiprocessors of the current device, asked once per device: the
@@ -71,15 +74,34 @@ inline int multiprocessor_count() {
 // launch syntax out of device code, so NVRTC can compile a .cu's kernels
 // (jit_tools/swap/nvrtc.py), and it is where a kernel swapped into the live process is
 // launched instead (common/kernel_swap.h, jit_tools/swap/kernels.py).
+// A debug build (OPS_DEBUG) checks each launch and waits for its kernel
+// (common/debug_launch.h).
 template <typename... Params>
 struct KernelLaunch {
   static cudaError_t run(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
                          cudaStream_t stream, Params... params) {
     void* args[] = {const_cast<void*>(static_cast<const void*>(&params))..., nullptr};
     const void* stub = reinterpret_cast<const void*>(kernel);
+#if defined(OPS_DEBUG)
+    const cudaError_t refused = debug::check_launch(stub, grid, block, shared_bytes, params...);
+    if (refused != cudaSuccess) return refused;
+    return debug::finish(stub, stream, start(stub, grid, block, shared_bytes, stream, args));
+#else
+    return start(stub, grid, block, shared_bytes, stream, args);
+#endif
+  }
+
+  static cudaError_t start(const void* stub, dim3 grid, dim3 block, size_t shared_bytes,
+                           cudaStream_t stream, void** args) {
     if (kernel_swap::enabled()) {  // a kernel swapped in by the loader (common/kernel_swap.h)
-      if (void* f = kernel_swap::replacement_for(stub)) {
-        return kernel_swap::launch_replacement(f, grid, block, shared_bytes, stream, args);
+      void* f = nullptr;
+      switch (kernel_swap::replacement_for(stub, &f)) {
+        case kernel_swap::Use::kReplacement:
+          return kernel_swap::launch_replacement(f, grid, block, shared_bytes, stream, args);
+        case kernel_swap::Use::kNone:  // stale code, no replacement: the loader logged why
+          return cudaErrorInvalidPtx;
+        case kernel_swap::Use::kKernel:
+          break;
       }
     }
     const cudaError_t launched = cudaLaunchKernel(stub, grid, block, args, shared_bytes, stream);

@@ -7,12 +7,15 @@
     python -m jit_loader unpack OUT.tar.gz [--into DIR]
     python -m jit_loader doctor
     python -m jit_loader new    NAME [--cuda] [--aten [--schema SCHEMA]] [--dir PATH]
+    python -m jit_loader sanitize OP [--tool TOOL] [--variants VARIANT]
+    python -m jit_loader profile  OP [--case NAME] [--dtype DTYPE]
 
 One module per command (``listing``, ``build``, ``clean``, ``pack``, ``unpack``, ``doctor``,
-``new``), each with its ``NAME``, ``HELP``, ``DESCRIPTION``, ``add_arguments`` (where it
-takes any) and ``run``. Everything goes through the loader's own pipeline (``op_key``,
-``cached_builds``, ``build_in_use``, ``remove_build``, ``load_library``), its toolchain and
-its cache store, so the command line sees the cache exactly as a loading process does.
+``new``, ``sanitize``, ``profile``), each with its ``NAME``, ``HELP``, ``DESCRIPTION``,
+``add_arguments`` (where it takes any) and ``run``. Everything goes through the loader's own
+pipeline (``op_key``, ``cached_builds``, ``build_in_use``, ``remove_build``, ``load_library``),
+its toolchain and its cache store, so the command line sees the cache exactly as a loading
+process does.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ import argparse
 import sys
 
 from jit_tools.errors import JitLoaderError
-from jit_tools.tools.cli import build, clean, doctor, listing, new, pack, unpack
+from jit_tools.tools.cli import build, clean, doctor, listing, new, pack, profile, sanitize, unpack
 
-COMMANDS = (listing, build, clean, pack, unpack, doctor, new)
+COMMANDS = (listing, build, clean, pack, unpack, doctor, new, sanitize, profile)
 
 EPILOG = """\
 examples:
@@ -35,6 +38,8 @@ examples:
   python -m jit_loader pack ops.tar.gz gelu    gelu's build in one bundle; unpack installs it elsewhere
   python -m jit_loader new my_op --cuda        start a new op (CPU and CUDA kernels, tests)
   python -m jit_loader new rms --aten --schema "rms(Tensor x, Tensor weight, float eps) -> Tensor"
+  python -m jit_loader sanitize my_op --tool all   the op's examples under compute-sanitizer
+  python -m jit_loader profile my_op               per-kernel time, bandwidth, occupancy (ncu)
 
 The cache lives in $JIT_LOADER_CACHE (default ~/.cache/jit_loader).
 """

@@ -26,7 +26,7 @@ def _build_options(args) -> dict:
     """The build options of ``load`` given on the command line (part of the key)."""
     return {"cuda_arch": args.cuda_arch, "extra_cflags": args.extra_cflags,
             "extra_cuda_cflags": args.extra_cuda_cflags, "extra_ldflags": args.extra_ldflags,
-            "extra_include_paths": args.extra_include_paths}
+            "extra_include_paths": args.extra_include_paths, "debug": args.debug}
 
 
 def _build_one(op_dir: str, options: dict, verbose: bool, max_jobs: int) -> dict:
@@ -44,6 +44,7 @@ def _build_one(op_dir: str, options: dict, verbose: bool, max_jobs: int) -> dict
         return result
     info = state.info
     result.update(ok=True, key=info.key, compiled=info.compiled, seconds=info.seconds,
+                  debug=bool(state.options.get("debug")),
                   log=info.log_path, cuda_arch=info.cuda_arch, no_cuda_reason=info.no_cuda_reason)
     return result
 
@@ -101,6 +102,7 @@ def build_ops(op_dirs: list[Path], args) -> dict[Path, dict]:
             continue
         if layers.find_build(op_dir.name, key)[1] is not None:
             results[op_dir] = {"name": op_dir.name, "ok": True, "compiled": False, "key": key,
+                               "debug": config.get("debug", False),
                                "cuda_arch": config["cuda_arch"], "with_cuda": config["with_cuda"],
                                "no_cuda_reason": config["no_cuda_reason"]}
         else:
@@ -151,6 +153,7 @@ def report(op_dirs: list[Path], results: dict[Path, dict]) -> int:
                 print(f"        {'':<{width}}  full log: {r['log']}")
             continue
         what = f"built in {r['seconds']:.1f} s" if r["compiled"] else "up to date (cached)"
+        what += ", debug build" if r.get("debug") else ""
         extra = f", CUDA arch {r['cuda_arch']}" if r.get("cuda_arch") else ""
         extra += f", CPU only: {r['no_cuda_reason']}" if r.get("no_cuda_reason") else ""
         print(f"ok      {r['name']:<{width}}  {what}, key {r['key']}{extra}")
@@ -173,6 +176,10 @@ def add_build_options(p) -> None:
         p.add_argument(flag, dest=dest, action="append", default=[], metavar=metavar,
                        help=f"{meaning}; repeatable; load's {dest}. Flags are part of the build's "
                             "key: a process loads this build only with the same flags")
+    p.add_argument("--debug", action="store_true", default=None,
+                   help="the debug build (host -O0 -g, device line info, OPS_DEBUG checks): what "
+                        "load(op, debug=True), JIT_LOADER_DEBUG=1 and sanitize load (default: "
+                        "JIT_LOADER_DEBUG)")
     p.add_argument("-j", "--jobs", type=int, metavar="N",
                    help="compile jobs in total, shared among the ops built at once "
                         "(default: MAX_JOBS, else the number of cores)")

@@ -128,6 +128,7 @@ def _describe_op(name: str, op_dir: Path | None, verify: str = "changed") -> dic
             "cuda_arch": config.get("cuda_arch"), "torch": config.get("torch"),
             "origin": b["origin"],
             "other_folder": op_dir is not None and b.get("op_dir") not in (None, str(op_dir)),
+            "debug": bool(config.get("debug")),
         })
     info["builds"] = builds
     info["current_cached"] = any(b["current"] and b["valid"] for b in builds)
@@ -187,6 +188,7 @@ def run(args) -> int:
             arch = f"  cuda {b['cuda_arch']}" if b["cuda_arch"] else ""
             where = "" if b["origin"] == "local cache" else f"  in {b['origin']}"
             where += f"  from {b['op_dir']}" if b["other_folder"] else ""
+            arch += "  debug" if b["debug"] else ""
             print(f"  {mark} {b['key']}  {text.size(b['size_bytes']):>9}  {text.age(b['age_seconds']):>8} old"
                   f"  {state}{arch}{where}")
         if not op["builds"]:

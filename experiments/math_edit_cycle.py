@@ -1,0 +1,188 @@
+"""The math-edit cycle of ``python -m experiments.bench_loader --only-math-edit`` (needs a GPU).
+
+For copies of sigmoid, GELU and resize and a scaffolded op (``python -m jit_loader new``),
+each in a private loader cache, every timing from the write of the file to the result:
+
+* the math header (``<op>.h``) edited, to the next CUDA result and to the CPU result (the
+  call made right after the CUDA one; it waits for the rebuilt CPU loops). Each edit writes
+  a new constant into the math (sigmoid, GELU, the scaffold: ``+ T(r)`` on the forward;
+  resize: its tap weights times ``r``, a backward result), so no cache holds it, and the
+  row says whether both results carry the new math (CUDA equals CPU, both differ from
+  before);
+* the ``.cu`` edited before the process launched any kernel of the op, to the first CUDA
+  result (a new process per edit; the edit adds a device function the call does not run);
+* the host glue ``<op>.cpp`` edited after a ``.cu`` edit (whose background build is waited
+  for first), to the CPU result, with the units that build compiled.
+
+"fresh" is the first edit of each kind in a process whose cache started empty (the op's
+first build, not timed, made it; the shared build pieces may still be in the making, as
+for a user's first edit); "warm" is the median of ``rounds`` edits in a later process on
+the same cache. The process runs as a notebook does (JIT_LOADER_NVRTC_WARM=1) and waits for
+the op's background work before its first edit.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OPS = ("sigmoid", "gelu", "resize", "scaffold")
+SCAFFOLD_NAME = "math_edit_op"
+
+# In one interpreter: the op loaded and called on both devices, then the timed edits;
+# prints one JSON line.
+CYCLE = r"""
+import json, os, re, sys, time, torch, jit_loader
+from pathlib import Path
+kind, op_dir, rounds, offset = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+before_first_launch = sys.argv[5] == "first-launch"
+name = op_dir.name
+torch.manual_seed(0)
+EDITS = {
+    "sigmoid": ("sigmoid.h", "return ops_common::sigmoid<kFast>(x);",
+                "return ops_common::sigmoid<kFast>(x) + T({r});"),
+    "gelu": ("gelu.h", "return x * ops_common::sigmoid<kFast>(T(kAlpha) * x);",
+             "return x * ops_common::sigmoid<kFast>(T(kAlpha) * x) + T({r});"),
+    "resize": ("resize.h", "return (t.i0 == i ? T(1) - t.l1 : T(0)) + (t.i1 == i ? t.l1 : T(0));",
+               "return T({r}) * ((t.i0 == i ? T(1) - t.l1 : T(0)) + (t.i1 == i ? t.l1 : T(0)));"),
+    "scaffold": (f"{name}.h", "return signed_square(x);",
+                 "return signed_square(x) + T({r});"),
+}
+header_name, old, new = EDITS[kind]
+header, cu, glue = op_dir / header_name, op_dir / f"{name}_cuda.cu", op_dir / f"{name}.cpp"
+originals = {p: p.read_text() for p in (header, cu, glue)}
+assert old in originals[header], (header, old)
+op = jit_loader.load(op_dir)
+if kind == "resize":
+    inputs = {"cpu": torch.randn(2, 3, 16, 16)}
+    grads = {"cpu": torch.randn(2, 3, 24, 20)}
+    inputs["cuda"], grads["cuda"] = inputs["cpu"].cuda(), grads["cpu"].cuda()
+    def call(device):
+        x = inputs[device].clone().requires_grad_()
+        op.resize_bilinear(x, (24, 20)).backward(grads[device])
+        return x.grad
+else:
+    function = getattr(op, {"scaffold": name}.get(kind, kind))
+    inputs = {"cpu": torch.randn(1 << 16)}
+    inputs["cuda"] = inputs["cpu"].cuda()
+    call = lambda device: function(inputs[device])
+
+def cuda_result():
+    y = call("cuda")
+    torch.cuda.synchronize()
+    return y
+
+def settle():
+    for p, text in originals.items():
+        if p.read_text() != text:
+            p.write_text(text)
+    op.reload()
+    op.wait_for_background()
+
+def compiled_units():
+    log = op.build.log_path
+    return sorted({Path(p).name for p in re.findall(r" -c (\S+)", Path(log).read_text())}) if log else []
+
+out = {}
+if before_first_launch:  # nothing of the op ran in this process
+    op.wait_for_background()  # NVRTC's header of the .cu, made ahead as in a notebook
+    started = time.perf_counter()
+    cu.write_text(originals[cu] + f"\n__device__ float jit_bench_edit_{os.getpid()}(float v) {{ return v + {offset}; }}\n")
+    op.reload()
+    cuda_result()
+    out["first_launch"] = [time.perf_counter() - started]
+    out["swapped"] = [op.build.swapped_over is not None]
+    settle()
+    print(json.dumps(out)); sys.exit()
+before = call("cpu")
+cuda_result()
+op.wait_for_background()
+out.update(cuda=[], cpu=[], reload=[], swapped=[], new_math=[], cpp_after_cu=[], cpp_units=[])
+for i in range(rounds):
+    r = offset + i
+    started = time.perf_counter()
+    header.write_text(originals[header].replace(old, new.format(r=r), 1))
+    op.reload()
+    out["reload"].append(time.perf_counter() - started)
+    out["swapped"].append(op.build.swapped_over is not None)
+    on_cuda = cuda_result()
+    out["cuda"].append(time.perf_counter() - started)
+    on_cpu = call("cpu")
+    out["cpu"].append(time.perf_counter() - started)
+    out["new_math"].append(bool(torch.allclose(on_cuda.cpu(), on_cpu, rtol=1e-4, atol=1e-4)
+                                and not torch.allclose(on_cpu, before)))
+    op.wait_for_background()
+settle()
+for i in range(rounds):
+    cu.write_text(originals[cu] + f"\n__device__ float jit_bench_edit_{os.getpid()}_{i}(float v) {{ return v + {offset + i}; }}\n")
+    op.reload()
+    cuda_result()
+    op.wait_for_background()
+    started = time.perf_counter()
+    glue.write_text(originals[glue] + f"\n[[maybe_unused]] static int jit_bench_cpp_edit_{offset + i}() {{ return {i}; }}\n")
+    op.reload()
+    call("cpu")
+    out["cpp_after_cu"].append(time.perf_counter() - started)
+    out["cpp_units"].append(compiled_units())
+    settle()
+print(json.dumps(out))
+"""
+
+
+def _run(args: list[str], env: dict) -> dict:
+    proc = subprocess.run([sys.executable, "-c", CYCLE, *args], env=env, capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"math-edit cycle failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _op_copy(kind: str, folder: Path) -> Path:
+    if kind == "scaffold":
+        from jit_tools.tools import scaffold
+
+        return scaffold.create(SCAFFOLD_NAME, folder, cuda=True).op_dir
+    copy = folder / kind
+    shutil.copytree(ROOT / "ops" / kind, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def _median(values: list[float]) -> float | None:
+    values = sorted(values)
+    return values[len(values) // 2] if values else None
+
+
+def rows(tmp: Path, base_env: dict, rounds: int, ops=OPS) -> list[dict]:
+    """One row per op and measurement: fresh, warm, n, note."""
+    out = []
+    for kind in ops:
+        env, env_first = ({**base_env, "JIT_LOADER_CACHE": str(tmp / f"cache-{kind}{suffix}"),
+                           "JIT_LOADER_NVRTC_WARM": "1"} for suffix in ("", "-first-launch"))
+        op_dir = _op_copy(kind, tmp / f"ops-{kind}")
+        fresh = _run([kind, str(op_dir), "1", "1", "cycle"], env)
+        warm = _run([kind, str(op_dir), str(rounds), "101", "cycle"], env)
+        first = [_run([kind, str(op_dir), "1", "201", "first-launch"], env_first)]  # fresh cache
+        first += [_run([kind, str(op_dir), "1", str(202 + i), "first-launch"], env)
+                  for i in range(rounds)]
+
+        def add(measurement: str, fresh_s, warm_s, n: int, note: str = "") -> None:
+            out.append({"op": kind, "measurement": measurement, "fresh": fresh_s, "warm": warm_s,
+                        "n": n, "note": note})
+
+        both = fresh["new_math"] + warm["new_math"]
+        swapped = fresh["swapped"] + warm["swapped"]
+        note = f"swapped {sum(swapped)}/{len(swapped)}, new math on both {sum(both)}/{len(both)}"
+        add("math header edit -> CUDA result", fresh["cuda"][0], _median(warm["cuda"]), rounds,
+            f"{note}; load() {_median(warm['reload']):.3g} s")
+        add("math header edit -> CPU result", fresh["cpu"][0], _median(warm["cpu"]), rounds)
+        add(".cu edit before the first launch -> CUDA result", first[0]["first_launch"][0],
+            _median([f["first_launch"][0] for f in first[1:]]), rounds,
+            f"swapped {sum(f['swapped'][0] for f in first)}/{len(first)}")
+        add(".cpp edit after a .cu edit -> CPU result", fresh["cpp_after_cu"][0],
+            _median(warm["cpp_after_cu"]), rounds,
+            "compiled: " + ", ".join(sorted({u for units in warm["cpp_units"] for u in units})))
+    return out
