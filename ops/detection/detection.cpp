@@ -1,16 +1,15 @@
 // Detection ops (NMS, batched NMS, ROIAlign): schema and CPU host side, torchvision's
-// semantics, on the stable ABI (the autograd of roi_align is in detection.py). Argument
-// checks in detection_checks.h; the kernels, over the math of detection.h, in
-// detection_cpu.cpp.
+// semantics, on the stable ABI (the autograd of roi_align is in detection.py). Checks and
+// the steps both backends share in detection_host.h; the kernels, over the math of
+// detection.h, in detection_cpu.cpp.
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 
-#include <optional>
 #include <vector>
 
 #include "common/stable_ops.h"
-#include "detection_checks.h"
 #include "detection_cpu.h"
+#include "detection_host.h"
 
 namespace {
 
@@ -27,26 +26,18 @@ Tensor nms_cpu_impl(const char* op, const Tensor& boxes, const Tensor& scores, c
   detection::check_nms_args(op, boxes, scores, idxs);
   const int64_t n = boxes.size(0);
   if (n == 0) return torch::stable::new_empty(boxes, std::vector<int64_t>{0}, ScalarType::Long);
-  // Stable, as torchvision sorts: tied scores keep their index order.
-  const Tensor order = ops_common::argsort_descending_stable(scores);
   // 16-bit boxes are compared in float on the CPU.
   const ScalarType compute = boxes.scalar_type() == ScalarType::Double ? ScalarType::Double
                                                                        : ScalarType::Float;
-  const Tensor sorted = ops_common::contiguous(
-      ops_common::to_dtype(ops_common::index_select(boxes, 0, order), compute));
-  std::optional<Tensor> classes;
-  if (idxs != nullptr) {
-    classes = ops_common::contiguous(
-        ops_common::to_dtype(ops_common::index_select(*idxs, 0, order), ScalarType::Long));
-  }
-  const int64_t* c = classes ? classes->const_data_ptr<int64_t>() : nullptr;
-  const int64_t* o = order.const_data_ptr<int64_t>();
-  Tensor keep = torch::stable::new_empty(order, std::vector<int64_t>{n});
+  const detection::NmsInput in = detection::nms_input(boxes, scores, idxs, compute);
+  const int64_t* c = in.classes ? in.classes->const_data_ptr<int64_t>() : nullptr;
+  const int64_t* o = in.order.const_data_ptr<int64_t>();
+  Tensor keep = torch::stable::new_empty(in.order, std::vector<int64_t>{n});
   int64_t* k = keep.mutable_data_ptr<int64_t>();
   const int64_t num_kept =
       compute == ScalarType::Double
-          ? detection::nms_cpu_kernel(sorted.const_data_ptr<double>(), c, o, n, iou_threshold, k)
-          : detection::nms_cpu_kernel(sorted.const_data_ptr<float>(), c, o, n, iou_threshold, k);
+          ? detection::nms_cpu_kernel(in.boxes.const_data_ptr<double>(), c, o, n, iou_threshold, k)
+          : detection::nms_cpu_kernel(in.boxes.const_data_ptr<float>(), c, o, n, iou_threshold, k);
   return torch::stable::narrow(keep, 0, 0, num_kept);
 }
 
@@ -81,7 +72,7 @@ std::vector<int64_t> roi_batches(const char* op, const A* rois, int64_t num_rois
 template <typename scalar_t, typename F>
 void with_rois(const char* op, const Tensor& rois, const RoiAlignParams& p, F&& kernel) {
   using A = ops_common::opmath_t<scalar_t>;
-  const Tensor r = ops_common::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
+  const Tensor r = detection::rois_for<scalar_t>(rois);
   const A* rp = r.const_data_ptr<A>();
   kernel(rp, roi_batches(op, rp, p.num_rois, p.batch).data());
 }

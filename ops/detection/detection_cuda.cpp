@@ -3,13 +3,12 @@
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 
-#include <optional>
 #include <vector>
 
 #include "common/stable_cuda_host.h"
 #include "common/stable_ops.h"
-#include "detection_checks.h"
 #include "detection_cuda.h"
+#include "detection_host.h"
 
 namespace {
 
@@ -25,26 +24,19 @@ Tensor nms_cuda_impl(const char* op, const Tensor& boxes, const Tensor& scores, 
   const ops_common::DeviceGuard guard(boxes.get_device_index());
   const int64_t n = boxes.size(0);
   if (n == 0) return torch::stable::new_empty(boxes, std::vector<int64_t>{0}, ScalarType::Long);
-  // Stable, as torchvision sorts: tied scores keep their index order.
-  const Tensor order = ops_common::argsort_descending_stable(scores);
-  const Tensor sorted = ops_common::contiguous(ops_common::index_select(boxes, 0, order));
-  std::optional<Tensor> classes;
-  if (idxs != nullptr) {
-    classes = ops_common::contiguous(
-        ops_common::to_dtype(ops_common::index_select(*idxs, 0, order), ScalarType::Long));
-  }
+  const detection::NmsInput in = detection::nms_input(boxes, scores, idxs, boxes.scalar_type());
   const int64_t col_blocks = (n + detection::kNmsBlock - 1) / detection::kNmsBlock;
   Tensor mask = torch::stable::new_empty(boxes, std::vector<int64_t>{n * col_blocks}, ScalarType::Long);
   Tensor keep = torch::stable::new_empty(boxes, std::vector<int64_t>{n}, ScalarType::Long);
   Tensor num_kept = torch::stable::new_empty(boxes, std::vector<int64_t>{1}, ScalarType::Long);
   const cudaStream_t stream = ops_common::current_stream(boxes);
   auto* mask_ptr = reinterpret_cast<uint64_t*>(mask.mutable_data_ptr<int64_t>());
-  OPS_DISPATCH_FLOATING(sorted.scalar_type(), "nms_cuda", [&] {
+  OPS_DISPATCH_FLOATING(in.boxes.scalar_type(), "nms_cuda", [&] {
     OPS_CHECK_LAUNCH(detection::launch_nms_mask<cuda_t<scalar_t>>(
-        cuda_ptr<scalar_t>(sorted), classes ? classes->const_data_ptr<int64_t>() : nullptr, n,
-        static_cast<float>(iou_threshold), mask_ptr, stream));
+        cuda_ptr<scalar_t>(in.boxes), in.classes ? in.classes->const_data_ptr<int64_t>() : nullptr,
+        n, static_cast<float>(iou_threshold), mask_ptr, stream));
   });
-  OPS_CHECK_LAUNCH(detection::launch_nms_reduce(mask_ptr, order.const_data_ptr<int64_t>(), n,
+  OPS_CHECK_LAUNCH(detection::launch_nms_reduce(mask_ptr, in.order.const_data_ptr<int64_t>(), n,
                                                 keep.mutable_data_ptr<int64_t>(),
                                                 num_kept.mutable_data_ptr<int64_t>(), stream));
   // The one host sync: the output's length is the number of kept boxes, which only the
@@ -65,13 +57,6 @@ Tensor batched_nms_cuda(const Tensor& boxes, const Tensor& scores, const Tensor&
   return nms_cuda_impl("detection.batched_nms", boxes, scores, &idxs, iou_threshold);
 }
 
-// rois in the accumulation type A of scalar_t, as the kernels read them.
-template <typename scalar_t>
-Tensor rois_for(const Tensor& rois) {
-  return ops_common::contiguous(
-      ops_common::to_dtype(rois, ops_common::scalar_type_of<ops_common::opmath_t<scalar_t>>()));
-}
-
 Tensor roi_align_cuda(const Tensor& input, const Tensor& rois, double spatial_scale,
                       int64_t pooled_height, int64_t pooled_width, int64_t sampling_ratio, bool aligned) {
   const RoiAlignParams p = detection::roi_align_params("detection.roi_align", input, rois, spatial_scale,
@@ -81,7 +66,7 @@ Tensor roi_align_cuda(const Tensor& input, const Tensor& rois, double spatial_sc
   Tensor output = torch::stable::new_empty(x, std::vector<int64_t>{p.num_rois, p.channels, pooled_height, pooled_width});
   if (output.numel() == 0) return output;
   OPS_DISPATCH_FLOATING(x.scalar_type(), "roi_align_cuda", [&] {
-    const Tensor r = rois_for<scalar_t>(rois);
+    const Tensor r = detection::rois_for<scalar_t>(rois);
     OPS_CHECK_LAUNCH(detection::launch_roi_align_forward(
         cuda_ptr<scalar_t>(x), r.const_data_ptr<ops_common::opmath_t<scalar_t>>(), p,
         cuda_ptr<scalar_t>(output), ops_common::current_stream(x)));
@@ -104,7 +89,7 @@ Tensor roi_align_backward_cuda(const Tensor& grad, const Tensor& rois, double sp
   if (g.numel() == 0) return torch::stable::zero_(grad_input);
   OPS_DISPATCH_FLOATING(g.scalar_type(), "roi_align_backward_cuda", [&] {
     using A = ops_common::opmath_t<scalar_t>;
-    const Tensor r = rois_for<scalar_t>(rois);
+    const Tensor r = detection::rois_for<scalar_t>(rois);
     const cudaStream_t stream = ops_common::current_stream(g);
     if (detection::roi_align_tiles_fit(pooled_height, pooled_width, sizeof(A))) {
       // Channels innermost, so that a warp reads one bin's channels in one coalesced load:

@@ -1,14 +1,17 @@
 #pragma once
-// Argument checks of the detection ops, shared by the CPU and CUDA host code (stable ABI):
-// each names the argument and shows the bad value. ROIAlign's return the call's parameter
-// block, which the kernels of both backends take.
+// Host side shared by the CPU (detection.cpp) and CUDA (detection_cuda.cpp) backends, on
+// the stable ABI: argument checks that name the argument and show the bad value (ROIAlign's
+// return the call's parameter block, which the kernels of both take) and NMS's boxes in
+// score order.
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/util/Exception.h>
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "common/stable_checks.h"
+#include "common/stable_ops.h"
 #include "detection_types.h"
 
 namespace detection {
@@ -80,6 +83,36 @@ inline RoiAlignParams roi_align_backward_params(
             " (rois, channels, output_size), got ", ops_common::shape_of(grad));
   return {rois.size(0), batch, channels, height, width, static_cast<int>(pooled_height),
           static_cast<int>(pooled_width), static_cast<int>(sampling_ratio), spatial_scale, aligned};
+}
+
+// rois as the kernels of both backends read them: contiguous, in the accumulation type of
+// scalar_t.
+template <typename scalar_t>
+torch::stable::Tensor rois_for(const torch::stable::Tensor& rois) {
+  return ops_common::contiguous(
+      ops_common::to_dtype(rois, ops_common::scalar_type_of<ops_common::opmath_t<scalar_t>>()));
+}
+
+// The boxes of an NMS call in score order (a stable sort, as torchvision sorts: tied scores
+// keep their index order), contiguous in dtype compute, and their classes (int64) for
+// batched NMS.
+struct NmsInput {
+  torch::stable::Tensor order, boxes;
+  std::optional<torch::stable::Tensor> classes;
+};
+
+inline NmsInput nms_input(const torch::stable::Tensor& boxes, const torch::stable::Tensor& scores,
+                          const torch::stable::Tensor* idxs,
+                          torch::headeronly::ScalarType compute) {
+  NmsInput in;
+  in.order = ops_common::argsort_descending_stable(scores);
+  in.boxes = ops_common::contiguous(
+      ops_common::to_dtype(ops_common::index_select(boxes, 0, in.order), compute));
+  if (idxs != nullptr) {
+    in.classes = ops_common::contiguous(ops_common::to_dtype(
+        ops_common::index_select(*idxs, 0, in.order), torch::headeronly::ScalarType::Long));
+  }
+  return in;
 }
 
 }  // namespace detection
