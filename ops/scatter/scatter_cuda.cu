@@ -52,31 +52,15 @@ struct alignas(sizeof(T) * N) Vec {
 
 // VEC keys read from L2 (not L1, which may hold a stale line), 16 bytes per load where
 // VEC allows; the pointer is then 16-byte aligned (K and k0 are multiples of VEC).
-template <int VEC>
-__device__ __forceinline__ void load_keys(const unsigned int* p, unsigned int (&out)[VEC]) {
-  if constexpr (VEC % 4 == 0) {
+template <int VEC, typename Key>
+__device__ __forceinline__ void load_keys(const Key* p, Key (&out)[VEC]) {
+  constexpr int kPer16 = int(16 / sizeof(Key));
+  using Wide = std::conditional_t<sizeof(Key) == 4, uint4, ulonglong2>;
+  if constexpr (VEC % kPer16 == 0) {
 #pragma unroll
-    for (int q = 0; q < VEC / 4; ++q) {
-      const uint4 u = __ldcg(reinterpret_cast<const uint4*>(p) + q);
-      out[4 * q] = u.x;
-      out[4 * q + 1] = u.y;
-      out[4 * q + 2] = u.z;
-      out[4 * q + 3] = u.w;
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) out[j] = __ldcg(p + j);
-  }
-}
-template <int VEC>
-__device__ __forceinline__ void load_keys(const unsigned long long* p,
-                                          unsigned long long (&out)[VEC]) {
-  if constexpr (VEC % 2 == 0) {
-#pragma unroll
-    for (int q = 0; q < VEC / 2; ++q) {
-      const ulonglong2 u = __ldcg(reinterpret_cast<const ulonglong2*>(p) + q);
-      out[2 * q] = u.x;
-      out[2 * q + 1] = u.y;
+    for (int q = 0; q < VEC / kPer16; ++q) {
+      const Wide u = __ldcg(reinterpret_cast<const Wide*>(p) + q);
+      memcpy(out + kPer16 * q, &u, sizeof(u));
     }
   } else {
 #pragma unroll
