@@ -80,6 +80,28 @@ void backward_tile(T* gi, Rest... rest) {
   backward_math(kPlain, gi, rest...);
 }
 
+// The three gate blocks [input gate | output gate | candidate] of a row (of gates, their
+// gradients or the bias), features [j0, j0 + n), to and from tiles i, o, c.
+template <typename Row, typename Acc>
+void load_gates(Row row, int64_t state, int64_t j0, int64_t n, Acc* i, Acc* o, Acc* c) {
+  for (int64_t t = 0; t < n; ++t) {
+    i[t] = Acc(row[j0 + t]);
+    o[t] = Acc(row[state + j0 + t]);
+    c[t] = Acc(row[2 * state + j0 + t]);
+  }
+}
+
+template <typename Row, typename Acc>
+void store_gates(Row row, int64_t state, int64_t j0, int64_t n, const Acc* i, const Acc* o,
+                 const Acc* c) {
+  using T = std::remove_reference_t<decltype(row[0])>;
+  for (int64_t t = 0; t < n; ++t) {
+    row[j0 + t] = T(i[t]);
+    row[state + j0 + t] = T(o[t]);
+    row[2 * state + j0 + t] = T(c[t]);
+  }
+}
+
 // float and double rows with unit feature stride (the usual case: gates and the outputs are
 // fresh contiguous buffers) run in place, a row at a time; other rows (16-bit types, strided
 // bias or old_cell) go through tiles converted to the compute type.
@@ -120,24 +142,14 @@ void forward_cpu_kernel(const at::Tensor& gates, const at::Tensor& bias,
     for (int64_t b = begin; b < end; ++b) {
       for (int64_t j0 = 0; j0 < state; j0 += kTile) {
         const int64_t n = std::min(kTile, state - j0);
-        for (int64_t t = 0; t < n; ++t) {
-          const int64_t j = j0 + t;
-          zi[t] = opmath_t(z[b][j]);
-          zo[t] = opmath_t(z[b][state + j]);
-          zc[t] = opmath_t(z[b][2 * state + j]);
-          bi[t] = opmath_t(b_[j]);
-          bo[t] = opmath_t(b_[state + j]);
-          bc[t] = opmath_t(b_[2 * state + j]);
-          cell[t] = opmath_t(c0[b][j]);
-        }
+        load_gates(z[b], state, j0, n, zi, zo, zc);
+        load_gates(b_, state, j0, n, bi, bo, bc);
+        for (int64_t t = 0; t < n; ++t) cell[t] = opmath_t(c0[b][j0 + t]);
         forward_run(zi, zo, zc, bi, bo, bc, cell, next, h, n);
+        store_gates(z[b], state, j0, n, zi, zo, zc);
         for (int64_t t = 0; t < n; ++t) {
-          const int64_t j = j0 + t;
-          z[b][j] = scalar_t(zi[t]);
-          z[b][state + j] = scalar_t(zo[t]);
-          z[b][2 * state + j] = scalar_t(zc[t]);
-          c1[b][j] = scalar_t(next[t]);
-          h1[b][j] = scalar_t(h[t]);
+          c1[b][j0 + t] = scalar_t(next[t]);
+          h1[b][j0 + t] = scalar_t(h[t]);
         }
       }
     }
@@ -167,31 +179,19 @@ at::Tensor backward_cpu_kernel(const at::Tensor& grad_h, const at::Tensor& grad_
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t j0 = begin; j0 < end; j0 += kTile) {
         const int64_t n = std::min(kTile, end - j0);
+        load_gates(g[b], state, j0, n, gi, go, gcand);
         for (int64_t t = 0; t < n; ++t) {
-          const int64_t j = j0 + t;
-          gi[t] = opmath_t(g[b][j]);
-          go[t] = opmath_t(g[b][state + j]);
-          gcand[t] = opmath_t(g[b][2 * state + j]);
-          cell[t] = opmath_t(c1[b][j]);
-          dh[t] = opmath_t(gh[b][j]);
-          dcell[t] = opmath_t(gc[b][j]);
+          cell[t] = opmath_t(c1[b][j0 + t]);
+          dh[t] = opmath_t(gh[b][j0 + t]);
+          dcell[t] = opmath_t(gc[b][j0 + t]);
         }
         opmath_t* sum_i = sums.data() + (j0 - begin);
         backward_tile(gi, go, gcand, cell, dh, dcell, sum_i, sum_i + width, sum_i + 2 * width, n);
-        for (int64_t t = 0; t < n; ++t) {
-          const int64_t j = j0 + t;
-          dz[b][j] = scalar_t(gi[t]);
-          dz[b][state + j] = scalar_t(go[t]);
-          dz[b][2 * state + j] = scalar_t(gcand[t]);
-          dc0[b][j] = scalar_t(cell[t]);
-        }
+        store_gates(dz[b], state, j0, n, gi, go, gcand);
+        for (int64_t t = 0; t < n; ++t) dc0[b][j0 + t] = scalar_t(cell[t]);
       }
     }
-    for (int64_t t = 0; t < width; ++t) {
-      db[begin + t] = scalar_t(sums[t]);
-      db[state + begin + t] = scalar_t(sums[width + t]);
-      db[2 * state + begin + t] = scalar_t(sums[2 * width + t]);
-    }
+    store_gates(db, state, begin, width, sums.data(), sums.data() + width, sums.data() + 2 * width);
   });
   return d_bias;
 }
