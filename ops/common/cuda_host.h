@@ -19,12 +19,7 @@ inline cudaStream_t current_stream() { return c10::cuda::getCurrentCUDAStream().
 // c10::Error naming the CUDA error, as C10_CUDA_KERNEL_LAUNCH_CHECK does.
 #if defined(OPS_DEBUG)  // a debug build's launch checks say what failed (common/debug_launch.h)
 #include "common/debug_launch.h"
-#define OPS_CHECK_LAUNCH(expr)                                                                \
-  do {                                                                                       \
-    const cudaError_t ops_launch_error_ = (expr);                                            \
-    TORCH_CHECK(ops_launch_error_ == cudaSuccess, "CUDA error: ", cudaGetErrorString(ops_launch_error_), \
-            ::ops_common::debug::launch_detail());                                          \
-  } while (0)
+#define OPS_CHECK_LAUNCH(expr) OPS_DEBUG_CHECK_LAUNCH(TORCH_CHECK, expr)
 #else
 #define OPS_CHECK_LAUNCH(expr) C10_CUDA_CHECK(expr)
 #endif
