@@ -9,9 +9,9 @@
 // the same loops about 4x slower than AVX2.
 //
 //   OPS_CPU_CLONES(name, body): defines name(args...), which calls the always-inline
-//   function template body(args...) compiled for the capability in force.
-//   OPS_CPU_CLONES_ISA(name, body): the same, calling body(CpuIsaTag<isa>{}, args...),
-//   for bodies that use a capability's instructions directly (under if constexpr).
+//   function template body(CpuIsaTag<isa>{}, args...) compiled for the capability in force.
+//   A body that uses a capability's instructions directly tests the tag (under if
+//   constexpr); others ignore it.
 //
 // A JIT build runs where it was compiled: the loader defines OPS_CPU_CLONE as the clone
 // this machine takes (0 baseline, 1 AVX2, 2 AVX-512; its cache key names it, so a machine
@@ -62,6 +62,14 @@ inline CpuIsa cpu_isa() {
 
 }  // namespace ops_common
 
+// One clone: fn(args...) compiled with target (a function attribute, or nothing), calling
+// body with the tag of isa. Every mode below defines its clones with it.
+#define OPS_CPU_DEFINE_CLONE(fn, target, isa, body)  \
+  template <typename... Args>                        \
+  target void fn(Args... args) {                     \
+    body(::ops_common::CpuIsaTag<isa>{}, args...);   \
+  }
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define OPS_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi,bmi2")))
 #define OPS_TARGET_AVX512 \
@@ -90,80 +98,30 @@ inline void check_cpu_clone() {
   }
 }
 }  // namespace ops_common
-#define OPS_CPU_CLONES(name, body)                             \
-  template <typename... Args>                                  \
-  OPS_CPU_CLONE_TARGET void name##_clone(Args... args) {       \
-    body(args...);                                             \
-  }                                                            \
-  template <typename... Args>                                  \
-  void name(Args... args) {                                    \
-    ::ops_common::check_cpu_clone();                           \
-    name##_clone(args...);                                     \
-  }
-#define OPS_CPU_CLONES_ISA(name, body)                                      \
-  template <typename... Args>                                               \
-  OPS_CPU_CLONE_TARGET void name##_clone(Args... args) {                    \
-    body(::ops_common::CpuIsaTag<OPS_CPU_CLONE_ISA>{}, args...);            \
-  }                                                                         \
-  template <typename... Args>                                               \
-  void name(Args... args) {                                                 \
-    ::ops_common::check_cpu_clone();                                        \
-    name##_clone(args...);                                                  \
+#define OPS_CPU_CLONES(name, body)                                                 \
+  OPS_CPU_DEFINE_CLONE(name##_clone, OPS_CPU_CLONE_TARGET, OPS_CPU_CLONE_ISA, body) \
+  template <typename... Args>                                                      \
+  void name(Args... args) {                                                        \
+    ::ops_common::check_cpu_clone();                                               \
+    name##_clone(args...);                                                         \
   }
 #elif defined(__x86_64__) && defined(__GNUC__)
-#define OPS_CPU_CLONES(name, body)                                                    \
-  template <typename... Args>                                                         \
-  void name##_baseline(Args... args) {                                                \
-    body(args...);                                                                    \
-  }                                                                                   \
-  template <typename... Args>                                                         \
-  OPS_TARGET_AVX2 void name##_avx2(Args... args) {                                    \
-    body(args...);                                                                    \
-  }                                                                                   \
-  template <typename... Args>                                                         \
-  OPS_TARGET_AVX512 void name##_avx512(Args... args) {                                \
-    body(args...);                                                                    \
-  }                                                                                   \
-  template <typename... Args>                                                         \
-  void name(Args... args) {                                                           \
-    switch (::ops_common::cpu_isa()) {                                                \
-      case ::ops_common::CpuIsa::kAvx512: return name##_avx512(args...);              \
-      case ::ops_common::CpuIsa::kAvx2: return name##_avx2(args...);                  \
-      default: return name##_baseline(args...);                                       \
-    }                                                                                 \
-  }
-#define OPS_CPU_CLONES_ISA(name, body)                                                \
-  template <typename... Args>                                                         \
-  void name##_baseline(Args... args) {                                                \
-    body(::ops_common::CpuIsaTag<::ops_common::CpuIsa::kBaseline>{}, args...);        \
-  }                                                                                   \
-  template <typename... Args>                                                         \
-  OPS_TARGET_AVX2 void name##_avx2(Args... args) {                                    \
-    body(::ops_common::CpuIsaTag<::ops_common::CpuIsa::kAvx2>{}, args...);            \
-  }                                                                                   \
-  template <typename... Args>                                                         \
-  OPS_TARGET_AVX512 void name##_avx512(Args... args) {                                \
-    body(::ops_common::CpuIsaTag<::ops_common::CpuIsa::kAvx512>{}, args...);          \
-  }                                                                                   \
-  template <typename... Args>                                                         \
-  void name(Args... args) {                                                           \
-    switch (::ops_common::cpu_isa()) {                                                \
-      case ::ops_common::CpuIsa::kAvx512: return name##_avx512(args...);              \
-      case ::ops_common::CpuIsa::kAvx2: return name##_avx2(args...);                  \
-      default: return name##_baseline(args...);                                       \
-    }                                                                                 \
+#define OPS_CPU_CLONES(name, body)                                                      \
+  OPS_CPU_DEFINE_CLONE(name##_baseline, , ::ops_common::CpuIsa::kBaseline, body)        \
+  OPS_CPU_DEFINE_CLONE(name##_avx2, OPS_TARGET_AVX2, ::ops_common::CpuIsa::kAvx2, body) \
+  OPS_CPU_DEFINE_CLONE(name##_avx512, OPS_TARGET_AVX512, ::ops_common::CpuIsa::kAvx512, \
+                       body)                                                            \
+  template <typename... Args>                                                           \
+  void name(Args... args) {                                                             \
+    switch (::ops_common::cpu_isa()) {                                                  \
+      case ::ops_common::CpuIsa::kAvx512: return name##_avx512(args...);                \
+      case ::ops_common::CpuIsa::kAvx2: return name##_avx2(args...);                    \
+      default: return name##_baseline(args...);                                         \
+    }                                                                                   \
   }
 #else
-#define OPS_CPU_CLONES(name, body)  \
-  template <typename... Args>       \
-  void name(Args... args) {         \
-    body(args...);                  \
-  }
-#define OPS_CPU_CLONES_ISA(name, body)                                         \
-  template <typename... Args>                                                  \
-  void name(Args... args) {                                                    \
-    body(::ops_common::CpuIsaTag<::ops_common::CpuIsa::kBaseline>{}, args...); \
-  }
+#define OPS_CPU_CLONES(name, body) \
+  OPS_CPU_DEFINE_CLONE(name, , ::ops_common::CpuIsa::kBaseline, body)
 #endif
 
 // For loop bodies: inlined into each clone, so each is compiled for that clone's ISA.

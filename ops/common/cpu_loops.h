@@ -129,7 +129,7 @@ OPS_CPU_BODY void map_contiguous_body(Tag, Storage, Op, int64_t n, T* __restrict
   map_blocked(f, n, out, in...);
 }
 
-OPS_CPU_CLONES_ISA(map_contiguous, map_contiguous_body)
+OPS_CPU_CLONES(map_contiguous, map_contiguous_body)
 
 // out[i] = Op::apply(in[i]...) for i < n, on all threads.
 template <typename Op, typename scalar_t, typename... In>

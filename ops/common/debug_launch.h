@@ -159,3 +159,12 @@ inline cudaError_t finish(const void* stub, cudaStream_t stream, cudaError_t lau
 
 }  // namespace debug
 }  // namespace ops_common
+
+// OPS_CHECK_LAUNCH of a debug build, with the ABI's check (TORCH_CHECK or STD_TORCH_CHECK):
+// the CUDA error and what the launch check found.
+#define OPS_DEBUG_CHECK_LAUNCH(CHECK, expr)                                                 \
+  do {                                                                                      \
+    const cudaError_t ops_launch_error_ = (expr);                                           \
+    CHECK(ops_launch_error_ == cudaSuccess, "CUDA error: ", cudaGetErrorString(ops_launch_error_), \
+          ::ops_common::debug::launch_detail());                                            \
+  } while (0)

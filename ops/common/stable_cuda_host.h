@@ -1,18 +1,15 @@
 #pragma once
 // Host side of a stable-ABI CUDA backend (an op's *_cuda.cpp), the twin of
-// common/cuda_host.h: device guard, the current stream, and the mapping from torch's
-// scalar types to the storage types the torch-free launchers take (common/cuda_types.h:
-// c10::Half / c10::BFloat16 have the bit layout of half_t / bfloat16_t).
+// common/cuda_host.h: device guard, the current stream, and the storage types the
+// torch-free launchers take for torch's scalar types (common/cuda_ptr.h).
 #include <cuda_runtime_api.h>
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/c/shim.h>
 #include <torch/csrc/stable/macros.h>
 #include <torch/csrc/stable/tensor.h>
-#include <torch/headeronly/util/BFloat16.h>
-#include <torch/headeronly/util/Half.h>
 #include <torch/headeronly/util/shim_utils.h>
 
-#include "common/cuda_types.h"
+#include "common/cuda_ptr.h"
 
 // torch's shims declare their CUDA functions only where USE_CUDA is defined before their
 // first inclusion, which the precompiled header set is not; these are the shims' own
@@ -26,21 +23,6 @@ void torch_c10_cuda_free_error_msg(char* error_msg);
 }
 
 namespace ops_common {
-
-template <typename T> struct cuda_type { using type = T; };
-template <> struct cuda_type<c10::Half> { using type = half_t; };
-template <> struct cuda_type<c10::BFloat16> { using type = bfloat16_t; };
-template <typename T> using cuda_t = typename cuda_type<T>::type;
-
-// A tensor's data as the CUDA type its launcher takes.
-template <typename scalar_t>
-inline cuda_t<scalar_t>* cuda_ptr(torch::stable::Tensor& t) {
-  return reinterpret_cast<cuda_t<scalar_t>*>(t.mutable_data_ptr<scalar_t>());
-}
-template <typename scalar_t>
-inline const cuda_t<scalar_t>* cuda_ptr(const torch::stable::Tensor& t) {
-  return reinterpret_cast<const cuda_t<scalar_t>*>(t.const_data_ptr<scalar_t>());
-}
 
 // torch::stable::accelerator::DeviceGuard, made only where the device is not current
 // already. The stable guard is a heap object made through a shim call that first asks
@@ -78,12 +60,7 @@ inline cudaStream_t current_stream(const torch::stable::Tensor& t) {
 // error naming the CUDA error, as STD_CUDA_KERNEL_LAUNCH_CHECK does.
 #if defined(OPS_DEBUG)  // a debug build's launch checks say what failed (common/debug_launch.h)
 #include "common/debug_launch.h"
-#define OPS_CHECK_LAUNCH(expr)                                                                \
-  do {                                                                                       \
-    const cudaError_t ops_launch_error_ = (expr);                                            \
-    STD_TORCH_CHECK(ops_launch_error_ == cudaSuccess, "CUDA error: ", cudaGetErrorString(ops_launch_error_), \
-            ::ops_common::debug::launch_detail());                                          \
-  } while (0)
+#define OPS_CHECK_LAUNCH(expr) OPS_DEBUG_CHECK_LAUNCH(STD_TORCH_CHECK, expr)
 #else
 #define OPS_CHECK_LAUNCH(expr) STD_CUDA_CHECK(expr)
 #endif

@@ -1,25 +1,19 @@
-// Detection ops (NMS, batched NMS, ROIAlign): schema and CPU kernels, torchvision's
-// semantics, on the stable ABI (the autograd of roi_align is in detection.py). Shared math
-// in detection.h, argument checks in detection_checks.h.
-//
-// NMS on the CPU keeps torchvision's greedy order but works on the boxes copied into
-// score order (contiguous, so the inner loop vectorises), resolves 64 candidates at a
-// time and lets the kept ones of a step suppress all later boxes in parallel; suppressed
-// boxes are squeezed out once they make up a quarter of the rest.
+// Detection ops (NMS, batched NMS, ROIAlign): schema and CPU host side, torchvision's
+// semantics, on the stable ABI (the autograd of roi_align is in detection.py). Checks and
+// the steps both backends share in detection_host.h; the kernels, over the math of
+// detection.h, in detection_cpu.cpp.
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 
-#include <algorithm>
-#include <optional>
 #include <vector>
 
 #include "common/stable_ops.h"
-#include "detection.h"
-#include "detection_checks.h"
+#include "detection_cpu.h"
+#include "detection_host.h"
 
 namespace {
 
-using detection::RoiAxis;
+using detection::RoiAlignParams;
 using torch::headeronly::ScalarType;
 using torch::stable::Tensor;
 
@@ -27,142 +21,24 @@ using torch::stable::Tensor;
 // NMS
 // ---------------------------------------------------------------------------------------
 
-template <typename T>
-struct SortedBoxes {
-  std::vector<T> x1, y1, x2, y2, area;
-  std::vector<int64_t> cls;   // empty without classes
-  std::vector<int64_t> rank;  // position in score order
-
-  void move(int64_t from, int64_t to) {
-    x1[to] = x1[from];
-    y1[to] = y1[from];
-    x2[to] = x2[from];
-    y2[to] = y2[from];
-    area[to] = area[from];
-    rank[to] = rank[from];
-    if (!cls.empty()) cls[to] = cls[from];
-  }
-};
-
-// Box i (kept) suppresses boxes [begin, end) that overlap it above the threshold.
-template <typename T, typename Th, bool kClasses>
-void suppress_range(const SortedBoxes<T>& b, int64_t i, int64_t begin, int64_t end, Th threshold,
-                    uint8_t* flags) {
-  const T ix1 = b.x1[i], iy1 = b.y1[i], ix2 = b.x2[i], iy2 = b.y2[i], iarea = b.area[i];
-  const int64_t icls = kClasses ? b.cls[i] : 0;
-  const T* x1 = b.x1.data();
-  const T* y1 = b.y1.data();
-  const T* x2 = b.x2.data();
-  const T* y2 = b.y2.data();
-  const T* area = b.area.data();
-  const int64_t* cls = b.cls.data();
-  for (int64_t j = begin; j < end; ++j) {
-    const bool above = detection::cpu_iou_above(ix1, iy1, ix2, iy2, iarea, x1[j], y1[j], x2[j],
-                                                y2[j], area[j], threshold);
-    const bool same = kClasses ? cls[j] == icls : true;
-    flags[j] |= static_cast<uint8_t>(above & same);
-  }
-}
-
-template <typename T, typename Th, bool kClasses>
-int64_t greedy_nms(SortedBoxes<T>& b, Th threshold, const int64_t* order, int64_t* keep) {
-  const int64_t n = static_cast<int64_t>(b.x1.size());
-  std::vector<uint8_t> flags(n, 0);
-  int64_t alive = n;
-  int64_t cursor = 0;
-  int64_t num_kept = 0;
-  std::vector<int64_t> kept_here;
-  kept_here.reserve(detection::kNmsBlock);
-  while (cursor < alive) {
-    const int64_t step_end = std::min<int64_t>(cursor + detection::kNmsBlock, alive);
-    kept_here.clear();
-    for (int64_t i = cursor; i < step_end; ++i) {
-      if (flags[i]) continue;
-      keep[num_kept++] = order[b.rank[i]];
-      kept_here.push_back(i);
-      suppress_range<T, Th, kClasses>(b, i, i + 1, step_end, threshold, flags.data());
-    }
-    cursor = step_end;
-    if (kept_here.empty() || cursor >= alive) continue;
-    // Threads only pay off for large steps: a parallel region per 64 candidates costs
-    // more than the comparisons of a small step (about a nanosecond each).
-    const int64_t pairs = static_cast<int64_t>(kept_here.size()) * (alive - cursor);
-    const int64_t grain = pairs >= (int64_t(1) << 21) ? std::max<int64_t>(4096, (alive - cursor) / 64)
-                                                      : alive - cursor;
-    torch::stable::parallel_for(cursor, alive, grain, [&](int64_t begin, int64_t end) {
-      for (const int64_t i : kept_here) {
-        suppress_range<T, Th, kClasses>(b, i, begin, end, threshold, flags.data());
-      }
-    });
-    int64_t removed = 0;
-    for (int64_t j = cursor; j < alive; ++j) removed += flags[j];
-    if (4 * removed >= alive - cursor) {
-      int64_t out = cursor;
-      for (int64_t j = cursor; j < alive; ++j) {
-        if (flags[j]) continue;
-        b.move(j, out);
-        flags[out++] = 0;
-      }
-      alive = out;
-    }
-  }
-  return num_kept;
-}
-
-template <typename T>
-Tensor nms_cpu_typed(const Tensor& boxes_sorted, const Tensor& order,
-                     const std::optional<Tensor>& classes_sorted, double iou_threshold) {
-  const int64_t n = boxes_sorted.size(0);
-  SortedBoxes<T> b;
-  for (auto* v : {&b.x1, &b.y1, &b.x2, &b.y2, &b.area}) v->resize(n);
-  b.rank.resize(n);
-  const T* p = boxes_sorted.const_data_ptr<T>();
-  for (int64_t i = 0; i < n; ++i) {
-    b.x1[i] = p[4 * i];
-    b.y1[i] = p[4 * i + 1];
-    b.x2[i] = p[4 * i + 2];
-    b.y2[i] = p[4 * i + 3];
-    b.area[i] = (b.x2[i] - b.x1[i]) * (b.y2[i] - b.y1[i]);
-    b.rank[i] = i;
-  }
-  const bool with_classes = classes_sorted.has_value();
-  if (with_classes) {
-    const int64_t* c = classes_sorted->const_data_ptr<int64_t>();
-    b.cls.assign(c, c + n);
-  }
-  Tensor keep = torch::stable::new_empty(order, std::vector<int64_t>{n});
-  int64_t* k = keep.mutable_data_ptr<int64_t>();
-  const int64_t* o = order.const_data_ptr<int64_t>();
-  int64_t num_kept;
-  if constexpr (std::is_same_v<T, float>) {
-    const float threshold = detection::float_threshold_below(iou_threshold);
-    num_kept = with_classes ? greedy_nms<T, float, true>(b, threshold, o, k)
-                            : greedy_nms<T, float, false>(b, threshold, o, k);
-  } else {
-    num_kept = with_classes ? greedy_nms<T, double, true>(b, iou_threshold, o, k)
-                            : greedy_nms<T, double, false>(b, iou_threshold, o, k);
-  }
-  return torch::stable::narrow(keep, 0, 0, num_kept);
-}
-
 Tensor nms_cpu_impl(const char* op, const Tensor& boxes, const Tensor& scores, const Tensor* idxs,
                     double iou_threshold) {
   detection::check_nms_args(op, boxes, scores, idxs);
-  if (boxes.size(0) == 0) return torch::stable::new_empty(boxes, std::vector<int64_t>{0}, ScalarType::Long);
-  // Stable, as torchvision sorts: tied scores keep their index order.
-  const Tensor order = ops_common::argsort_descending_stable(scores);
+  const int64_t n = boxes.size(0);
+  if (n == 0) return torch::stable::new_empty(boxes, std::vector<int64_t>{0}, ScalarType::Long);
   // 16-bit boxes are compared in float on the CPU.
   const ScalarType compute = boxes.scalar_type() == ScalarType::Double ? ScalarType::Double
                                                                        : ScalarType::Float;
-  const Tensor sorted = ops_common::contiguous(
-      ops_common::to_dtype(ops_common::index_select(boxes, 0, order), compute));
-  std::optional<Tensor> classes;
-  if (idxs != nullptr) {
-    classes = ops_common::contiguous(
-        ops_common::to_dtype(ops_common::index_select(*idxs, 0, order), ScalarType::Long));
-  }
-  return compute == ScalarType::Double ? nms_cpu_typed<double>(sorted, order, classes, iou_threshold)
-                                       : nms_cpu_typed<float>(sorted, order, classes, iou_threshold);
+  const detection::NmsInput in = detection::nms_input(boxes, scores, idxs, compute);
+  const int64_t* c = in.classes ? in.classes->const_data_ptr<int64_t>() : nullptr;
+  const int64_t* o = in.order.const_data_ptr<int64_t>();
+  Tensor keep = torch::stable::new_empty(in.order, std::vector<int64_t>{n});
+  int64_t* k = keep.mutable_data_ptr<int64_t>();
+  const int64_t num_kept =
+      compute == ScalarType::Double
+          ? detection::nms_cpu_kernel(in.boxes.const_data_ptr<double>(), c, o, n, iou_threshold, k)
+          : detection::nms_cpu_kernel(in.boxes.const_data_ptr<float>(), c, o, n, iou_threshold, k);
+  return torch::stable::narrow(keep, 0, 0, num_kept);
 }
 
 Tensor nms_cpu(const Tensor& boxes, const Tensor& scores, double iou_threshold) {
@@ -178,30 +54,6 @@ Tensor batched_nms_cpu(const Tensor& boxes, const Tensor& scores, const Tensor& 
 // ROIAlign
 // ---------------------------------------------------------------------------------------
 
-// Sampling points of one roi along one axis: bin-major, `grid` samples per bin.
-template <typename A>
-struct AxisSamples {
-  std::vector<int> low, high;
-  std::vector<A> w_low, w_high;
-  std::vector<uint8_t> valid;
-
-  void fill(const RoiAxis<A>& ax, int pooled, int size) {
-    const size_t count = size_t(pooled) * size_t(ax.grid);
-    low.resize(count);
-    high.resize(count);
-    w_low.resize(count);
-    w_high.resize(count);
-    valid.resize(count);
-    for (int p = 0; p < pooled; ++p) {
-      for (int i = 0; i < ax.grid; ++i) {
-        const size_t s = size_t(p) * ax.grid + i;
-        valid[s] = detection::axis_weights(detection::sample_position(ax, p, i), size, low[s],
-                                           high[s], w_low[s], w_high[s]);
-      }
-    }
-  }
-};
-
 // Batch index of every roi, checked here since the rois are on the host anyway.
 template <typename A>
 std::vector<int64_t> roi_batches(const char* op, const A* rois, int64_t num_rois, int64_t batch) {
@@ -215,128 +67,29 @@ std::vector<int64_t> roi_batches(const char* op, const A* rois, int64_t num_rois
   return out;
 }
 
-struct RoiAlignParams {
-  int64_t num_rois, batch, channels, height, width;
-  int pooled_height, pooled_width, sampling_ratio;
-  double spatial_scale;
-  bool aligned;
-};
-
-// Items per thread so that each carries at least ~64k bins of work: small calls (gradcheck,
-// a few rois) run inline instead of paying for a parallel region.
-inline int64_t grain_for(int64_t bins_per_item) {
-  return std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, bins_per_item));
-}
-
-template <typename T, typename A>
-void roi_align_forward_cpu_kernel(const T* input, const A* rois, const std::vector<int64_t>& batches,
-                                  const RoiAlignParams& p, T* output) {
-  const int64_t plane = p.height * p.width;
-  const int64_t bins = int64_t(p.pooled_height) * p.pooled_width;
-  const A scale = static_cast<A>(p.spatial_scale);
-  torch::stable::parallel_for(0, p.num_rois, grain_for(p.channels * bins), [&](int64_t begin, int64_t end) {
-    AxisSamples<A> ys, xs;
-    for (int64_t r = begin; r < end; ++r) {
-      const A* roi = rois + r * 5;
-      const RoiAxis<A> ry = detection::roi_axis(roi[2], roi[4], scale, p.pooled_height,
-                                                p.sampling_ratio, p.aligned, static_cast<int>(p.height));
-      const RoiAxis<A> rx = detection::roi_axis(roi[1], roi[3], scale, p.pooled_width,
-                                                p.sampling_ratio, p.aligned, static_cast<int>(p.width));
-      ys.fill(ry, p.pooled_height, static_cast<int>(p.height));
-      xs.fill(rx, p.pooled_width, static_cast<int>(p.width));
-      const A count = static_cast<A>(std::max(ry.grid * rx.grid, 1));
-      for (int64_t c = 0; c < p.channels; ++c) {
-        const T* in = input + (batches[r] * p.channels + c) * plane;
-        T* out = output + (r * p.channels + c) * bins;
-        for (int ph = 0; ph < p.pooled_height; ++ph) {
-          for (int pw = 0; pw < p.pooled_width; ++pw) {
-            A acc = 0;
-            for (int iy = 0; iy < ry.grid; ++iy) {
-              const size_t sy = size_t(ph) * ry.grid + iy;
-              if (!ys.valid[sy]) continue;
-              const int64_t r0 = int64_t(ys.low[sy]) * p.width, r1 = int64_t(ys.high[sy]) * p.width;
-              for (int ix = 0; ix < rx.grid; ++ix) {
-                const size_t sx = size_t(pw) * rx.grid + ix;
-                if (!xs.valid[sx]) continue;
-                const int x0 = xs.low[sx], x1 = xs.high[sx];
-                const A w1 = ys.w_low[sy] * xs.w_low[sx], w2 = ys.w_low[sy] * xs.w_high[sx];
-                const A w3 = ys.w_high[sy] * xs.w_low[sx], w4 = ys.w_high[sy] * xs.w_high[sx];
-                acc += w1 * static_cast<A>(in[r0 + x0]) + w2 * static_cast<A>(in[r0 + x1]) +
-                       w3 * static_cast<A>(in[r1 + x0]) + w4 * static_cast<A>(in[r1 + x1]);
-              }
-            }
-            out[int64_t(ph) * p.pooled_width + pw] = static_cast<T>(acc / count);
-          }
-        }
-      }
-    }
-  });
-}
-
-// Scatter of the forward's weights, parallel over channels: each thread owns whole
-// gradient planes, so no two threads add to one element and the result is deterministic.
-template <typename T, typename A>
-void roi_align_backward_cpu_kernel(const T* grad, const A* rois, const std::vector<int64_t>& batches,
-                                   const RoiAlignParams& p, A* grad_input) {
-  const int64_t plane = p.height * p.width;
-  const int64_t bins = int64_t(p.pooled_height) * p.pooled_width;
-  const A scale = static_cast<A>(p.spatial_scale);
-  torch::stable::parallel_for(0, p.channels, grain_for(p.num_rois * bins), [&](int64_t c_begin, int64_t c_end) {
-    AxisSamples<A> ys, xs;
-    for (int64_t r = 0; r < p.num_rois; ++r) {
-      const A* roi = rois + r * 5;
-      const RoiAxis<A> ry = detection::roi_axis(roi[2], roi[4], scale, p.pooled_height,
-                                                p.sampling_ratio, p.aligned, static_cast<int>(p.height));
-      const RoiAxis<A> rx = detection::roi_axis(roi[1], roi[3], scale, p.pooled_width,
-                                                p.sampling_ratio, p.aligned, static_cast<int>(p.width));
-      if (ry.grid <= 0 || rx.grid <= 0) continue;
-      ys.fill(ry, p.pooled_height, static_cast<int>(p.height));
-      xs.fill(rx, p.pooled_width, static_cast<int>(p.width));
-      const A count = static_cast<A>(ry.grid * rx.grid);
-      for (int64_t c = c_begin; c < c_end; ++c) {
-        const T* g = grad + (r * p.channels + c) * bins;
-        A* out = grad_input + (batches[r] * p.channels + c) * plane;
-        for (int ph = 0; ph < p.pooled_height; ++ph) {
-          for (int pw = 0; pw < p.pooled_width; ++pw) {
-            const A gv = static_cast<A>(g[int64_t(ph) * p.pooled_width + pw]) / count;
-            for (int iy = 0; iy < ry.grid; ++iy) {
-              const size_t sy = size_t(ph) * ry.grid + iy;
-              if (!ys.valid[sy]) continue;
-              const int64_t r0 = int64_t(ys.low[sy]) * p.width, r1 = int64_t(ys.high[sy]) * p.width;
-              for (int ix = 0; ix < rx.grid; ++ix) {
-                const size_t sx = size_t(pw) * rx.grid + ix;
-                if (!xs.valid[sx]) continue;
-                const int x0 = xs.low[sx], x1 = xs.high[sx];
-                out[r0 + x0] += ys.w_low[sy] * xs.w_low[sx] * gv;
-                out[r0 + x1] += ys.w_low[sy] * xs.w_high[sx] * gv;
-                out[r1 + x0] += ys.w_high[sy] * xs.w_low[sx] * gv;
-                out[r1 + x1] += ys.w_high[sy] * xs.w_high[sx] * gv;
-              }
-            }
-          }
-        }
-      }
-    }
-  });
+// Runs kernel(rois, batches) with the rois in the accumulation type A of scalar_t and the
+// batch index of each, checked.
+template <typename scalar_t, typename F>
+void with_rois(const char* op, const Tensor& rois, const RoiAlignParams& p, F&& kernel) {
+  using A = ops_common::opmath_t<scalar_t>;
+  const Tensor r = detection::rois_for<scalar_t>(rois);
+  const A* rp = r.const_data_ptr<A>();
+  kernel(rp, roi_batches(op, rp, p.num_rois, p.batch).data());
 }
 
 Tensor roi_align_cpu(const Tensor& input, const Tensor& rois, double spatial_scale,
                      int64_t pooled_height, int64_t pooled_width, int64_t sampling_ratio, bool aligned) {
   constexpr const char* op = "detection.roi_align";
-  detection::check_roi_align_args(op, input, rois, spatial_scale, pooled_height, pooled_width);
+  const RoiAlignParams p = detection::roi_align_params(op, input, rois, spatial_scale, pooled_height,
+                                                       pooled_width, sampling_ratio, aligned);
   const Tensor x = ops_common::contiguous(input);
-  Tensor output = torch::stable::new_empty(x, std::vector<int64_t>{rois.size(0), input.size(1), pooled_height, pooled_width});
+  Tensor output = torch::stable::new_empty(x, std::vector<int64_t>{p.num_rois, p.channels, pooled_height, pooled_width});
   if (output.numel() == 0) return output;
-  const RoiAlignParams p{rois.size(0), x.size(0), x.size(1), x.size(2), x.size(3),
-                         static_cast<int>(pooled_height), static_cast<int>(pooled_width),
-                         static_cast<int>(sampling_ratio), spatial_scale, aligned};
   OPS_DISPATCH_FLOATING(x.scalar_type(), "roi_align_cpu", [&] {
-    using A = ops_common::opmath_t<scalar_t>;
-    const Tensor r = ops_common::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
-    const A* rp = r.const_data_ptr<A>();
-    const std::vector<int64_t> batches = roi_batches(op, rp, p.num_rois, p.batch);
-    roi_align_forward_cpu_kernel<scalar_t, A>(x.const_data_ptr<scalar_t>(), rp, batches, p,
+    with_rois<scalar_t>(op, rois, p, [&](const auto* r, const int64_t* batches) {
+      detection::roi_align_forward_cpu_kernel(x.const_data_ptr<scalar_t>(), r, batches, p,
                                               output.mutable_data_ptr<scalar_t>());
+    });
   });
   return output;
 }
@@ -346,24 +99,21 @@ Tensor roi_align_backward_cpu(const Tensor& grad, const Tensor& rois, double spa
                               int64_t channels, int64_t height, int64_t width, int64_t sampling_ratio,
                               bool aligned) {
   constexpr const char* op = "detection.roi_align_backward";
-  detection::check_roi_align_backward_args(op, grad, rois, spatial_scale, pooled_height, pooled_width,
-                                           batch, channels, height, width);
+  const RoiAlignParams p = detection::roi_align_backward_params(
+      op, grad, rois, spatial_scale, pooled_height, pooled_width, batch, channels, height, width,
+      sampling_ratio, aligned);
   const Tensor g = ops_common::contiguous(grad);
   // Accumulated in the op-math type (float for 16-bit grads), rounded once at the end.
   const ScalarType acc_type = g.scalar_type() == ScalarType::Double ? ScalarType::Double
                                                                     : ScalarType::Float;
   Tensor grad_input = torch::stable::new_zeros(g, std::vector<int64_t>{batch, channels, height, width}, acc_type);
   if (grad_input.numel() == 0 || g.numel() == 0) return ops_common::to_dtype(grad_input, g.scalar_type());
-  const RoiAlignParams p{rois.size(0), batch, channels, height, width,
-                         static_cast<int>(pooled_height), static_cast<int>(pooled_width),
-                         static_cast<int>(sampling_ratio), spatial_scale, aligned};
   OPS_DISPATCH_FLOATING(g.scalar_type(), "roi_align_backward_cpu", [&] {
-    using A = ops_common::opmath_t<scalar_t>;
-    const Tensor r = ops_common::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
-    const A* rp = r.const_data_ptr<A>();
-    const std::vector<int64_t> batches = roi_batches(op, rp, p.num_rois, p.batch);
-    roi_align_backward_cpu_kernel<scalar_t, A>(g.const_data_ptr<scalar_t>(), rp, batches, p,
+    with_rois<scalar_t>(op, rois, p, [&](const auto* r, const int64_t* batches) {
+      using A = ops_common::opmath_t<scalar_t>;
+      detection::roi_align_backward_cpu_kernel(g.const_data_ptr<scalar_t>(), r, batches, p,
                                                grad_input.mutable_data_ptr<A>());
+    });
   });
   return ops_common::to_dtype(grad_input, g.scalar_type());
 }

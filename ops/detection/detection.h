@@ -1,5 +1,6 @@
 #pragma once
-// Detection math shared by the CPU and CUDA kernels (torch-free, so the .cu includes it).
+// Detection math shared by the CPU kernels (detection_cpu.cpp) and the CUDA kernels
+// (detection_cuda.cu); torch-free, so the .cu includes it.
 // Box overlap of NMS and the sampling geometry of ROIAlign live here once, so the two
 // backends cannot drift apart.
 #include <cmath>
@@ -95,6 +96,22 @@ OPS_HOST_DEVICE RoiAxis<A> roi_axis(A lo, A hi, A spatial_scale, int pooled, int
   return ax;
 }
 
+// Both axes of one roi (batch index, x1, y1, x2, y2) of a call: rows from y1 and y2,
+// columns from x1 and x2. spatial_scale is p.spatial_scale in the accumulation type A,
+// converted once per kernel rather than once per roi.
+template <typename A>
+struct RoiAxes {
+  RoiAxis<A> y, x;
+};
+
+template <typename A>
+OPS_HOST_DEVICE RoiAxes<A> roi_axes(const A* roi, A spatial_scale, const RoiAlignParams& p) {
+  return {roi_axis(roi[2], roi[4], spatial_scale, p.pooled_height, p.sampling_ratio, p.aligned,
+                   static_cast<int>(p.height)),
+          roi_axis(roi[1], roi[3], spatial_scale, p.pooled_width, p.sampling_ratio, p.aligned,
+                   static_cast<int>(p.width))};
+}
+
 // Position of sample i of bin p (the same expression in forward and backward).
 template <typename A>
 OPS_HOST_DEVICE A sample_position(const RoiAxis<A>& ax, int p, int i) {
@@ -148,27 +165,28 @@ OPS_HOST_DEVICE A bin_pixel_weight(const RoiAxis<A>& ax, int p, int pixel, int s
   return total;
 }
 
-// Bins of an axis that can reach pixel `pixel`: a range [lo, hi] (empty when lo > hi) that
-// contains every bin whose span comes within two pixels of it (samples reach one pixel).
+// Bins of an axis that can reach a pixel of [p0, p1]: a range [lo, hi] (empty when
+// lo > hi) that contains every bin whose span comes within two pixels of one of them
+// (samples reach one pixel), maybe a few more.
 template <typename A>
-OPS_HOST_DEVICE void bin_range(const RoiAxis<A>& ax, int pixel, int pooled, int& lo, int& hi) {
+OPS_HOST_DEVICE void bin_range(const RoiAxis<A>& ax, int p0, int p1, int pooled, int& lo,
+                               int& hi) {
   lo = 0;
   hi = -1;
-  const A fp = static_cast<A>(pixel);
+  const A a = static_cast<A>(p0) - static_cast<A>(2), b = static_cast<A>(p1) + static_cast<A>(2);
   if (ax.bin == static_cast<A>(0)) {
-    if (ax.start >= fp - static_cast<A>(2) && ax.start <= fp + static_cast<A>(2)) hi = pooled - 1;
+    if (ax.start >= a && ax.start <= b) hi = pooled - 1;
     return;
   }
-  const A u0 = (fp - static_cast<A>(2) - ax.start) / ax.bin;
-  const A u1 = (fp + static_cast<A>(2) - ax.start) / ax.bin;
-  A a = floor(u0 < u1 ? u0 : u1) - static_cast<A>(1);
-  A b = floor(u0 < u1 ? u1 : u0);
-  if (!(a <= b)) return;  // NaN
-  a = a > static_cast<A>(0) ? a : static_cast<A>(0);
-  b = b < static_cast<A>(pooled - 1) ? b : static_cast<A>(pooled - 1);
-  if (a > b) return;
-  lo = static_cast<int>(a);
-  hi = static_cast<int>(b);
+  const A u0 = (a - ax.start) / ax.bin, u1 = (b - ax.start) / ax.bin;
+  A l = floor(u0 < u1 ? u0 : u1) - static_cast<A>(1);
+  A h = floor(u0 < u1 ? u1 : u0);
+  if (!(l <= h)) return;  // NaN
+  l = l > static_cast<A>(0) ? l : static_cast<A>(0);
+  h = h < static_cast<A>(pooled - 1) ? h : static_cast<A>(pooled - 1);
+  if (l > h) return;
+  lo = static_cast<int>(l);
+  hi = static_cast<int>(h);
 }
 
 }  // namespace detection

@@ -3,17 +3,16 @@
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 
-#include <optional>
 #include <vector>
 
 #include "common/stable_cuda_host.h"
 #include "common/stable_ops.h"
-#include "detection_types.h"
-#include "detection_checks.h"
 #include "detection_cuda.h"
+#include "detection_host.h"
 
 namespace {
 
+using detection::RoiAlignParams;
 using ops_common::cuda_ptr;
 using ops_common::cuda_t;
 using torch::headeronly::ScalarType;
@@ -25,26 +24,19 @@ Tensor nms_cuda_impl(const char* op, const Tensor& boxes, const Tensor& scores, 
   const ops_common::DeviceGuard guard(boxes.get_device_index());
   const int64_t n = boxes.size(0);
   if (n == 0) return torch::stable::new_empty(boxes, std::vector<int64_t>{0}, ScalarType::Long);
-  // Stable, as torchvision sorts: tied scores keep their index order.
-  const Tensor order = ops_common::argsort_descending_stable(scores);
-  const Tensor sorted = ops_common::contiguous(ops_common::index_select(boxes, 0, order));
-  std::optional<Tensor> classes;
-  if (idxs != nullptr) {
-    classes = ops_common::contiguous(
-        ops_common::to_dtype(ops_common::index_select(*idxs, 0, order), ScalarType::Long));
-  }
+  const detection::NmsInput in = detection::nms_input(boxes, scores, idxs, boxes.scalar_type());
   const int64_t col_blocks = (n + detection::kNmsBlock - 1) / detection::kNmsBlock;
   Tensor mask = torch::stable::new_empty(boxes, std::vector<int64_t>{n * col_blocks}, ScalarType::Long);
   Tensor keep = torch::stable::new_empty(boxes, std::vector<int64_t>{n}, ScalarType::Long);
   Tensor num_kept = torch::stable::new_empty(boxes, std::vector<int64_t>{1}, ScalarType::Long);
   const cudaStream_t stream = ops_common::current_stream(boxes);
   auto* mask_ptr = reinterpret_cast<uint64_t*>(mask.mutable_data_ptr<int64_t>());
-  OPS_DISPATCH_FLOATING(sorted.scalar_type(), "nms_cuda", [&] {
+  OPS_DISPATCH_FLOATING(in.boxes.scalar_type(), "nms_cuda", [&] {
     OPS_CHECK_LAUNCH(detection::launch_nms_mask<cuda_t<scalar_t>>(
-        cuda_ptr<scalar_t>(sorted), classes ? classes->const_data_ptr<int64_t>() : nullptr, n,
-        static_cast<float>(iou_threshold), mask_ptr, stream));
+        cuda_ptr<scalar_t>(in.boxes), in.classes ? in.classes->const_data_ptr<int64_t>() : nullptr,
+        n, static_cast<float>(iou_threshold), mask_ptr, stream));
   });
-  OPS_CHECK_LAUNCH(detection::launch_nms_reduce(mask_ptr, order.const_data_ptr<int64_t>(), n,
+  OPS_CHECK_LAUNCH(detection::launch_nms_reduce(mask_ptr, in.order.const_data_ptr<int64_t>(), n,
                                                 keep.mutable_data_ptr<int64_t>(),
                                                 num_kept.mutable_data_ptr<int64_t>(), stream));
   // The one host sync: the output's length is the number of kept boxes, which only the
@@ -67,21 +59,17 @@ Tensor batched_nms_cuda(const Tensor& boxes, const Tensor& scores, const Tensor&
 
 Tensor roi_align_cuda(const Tensor& input, const Tensor& rois, double spatial_scale,
                       int64_t pooled_height, int64_t pooled_width, int64_t sampling_ratio, bool aligned) {
-  constexpr const char* op = "detection.roi_align";
-  detection::check_roi_align_args(op, input, rois, spatial_scale, pooled_height, pooled_width);
+  const RoiAlignParams p = detection::roi_align_params("detection.roi_align", input, rois, spatial_scale,
+                                                       pooled_height, pooled_width, sampling_ratio, aligned);
   const ops_common::DeviceGuard guard(input.get_device_index());
   const Tensor x = ops_common::contiguous(input);
-  Tensor output = torch::stable::new_empty(x, std::vector<int64_t>{rois.size(0), input.size(1), pooled_height, pooled_width});
+  Tensor output = torch::stable::new_empty(x, std::vector<int64_t>{p.num_rois, p.channels, pooled_height, pooled_width});
   if (output.numel() == 0) return output;
   OPS_DISPATCH_FLOATING(x.scalar_type(), "roi_align_cuda", [&] {
-    using T = cuda_t<scalar_t>;
-    using A = ops_common::opmath_t<scalar_t>;
-    const Tensor r = ops_common::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
-    OPS_CHECK_LAUNCH((detection::launch_roi_align_forward<T, A>(
-        cuda_ptr<scalar_t>(x), r.const_data_ptr<A>(), rois.size(0), x.size(0), x.size(1), x.size(2),
-        x.size(3), static_cast<int>(pooled_height), static_cast<int>(pooled_width),
-        static_cast<A>(spatial_scale), static_cast<int>(sampling_ratio), aligned,
-        cuda_ptr<scalar_t>(output), ops_common::current_stream(x))));
+    const Tensor r = detection::rois_for<scalar_t>(rois);
+    OPS_CHECK_LAUNCH(detection::launch_roi_align_forward(
+        cuda_ptr<scalar_t>(x), r.const_data_ptr<ops_common::opmath_t<scalar_t>>(), p,
+        cuda_ptr<scalar_t>(output), ops_common::current_stream(x)));
   });
   return output;
 }
@@ -90,9 +78,9 @@ Tensor roi_align_backward_cuda(const Tensor& grad, const Tensor& rois, double sp
                                int64_t pooled_height, int64_t pooled_width, int64_t batch,
                                int64_t channels, int64_t height, int64_t width, int64_t sampling_ratio,
                                bool aligned) {
-  constexpr const char* op = "detection.roi_align_backward";
-  detection::check_roi_align_backward_args(op, grad, rois, spatial_scale, pooled_height, pooled_width,
-                                           batch, channels, height, width);
+  const RoiAlignParams p = detection::roi_align_backward_params(
+      "detection.roi_align_backward", grad, rois, spatial_scale, pooled_height, pooled_width, batch,
+      channels, height, width, sampling_ratio, aligned);
   const ops_common::DeviceGuard guard(grad.get_device_index());
   const Tensor g = ops_common::contiguous(grad);
   // Every element is written by the gather kernel: no zero fill needed.
@@ -100,26 +88,20 @@ Tensor roi_align_backward_cuda(const Tensor& grad, const Tensor& rois, double sp
   if (grad_input.numel() == 0) return grad_input;
   if (g.numel() == 0) return torch::stable::zero_(grad_input);
   OPS_DISPATCH_FLOATING(g.scalar_type(), "roi_align_backward_cuda", [&] {
-    using T = cuda_t<scalar_t>;
     using A = ops_common::opmath_t<scalar_t>;
-    const Tensor r = ops_common::contiguous(ops_common::to_dtype(rois, ops_common::scalar_type_of<A>()));
+    const Tensor r = detection::rois_for<scalar_t>(rois);
+    const cudaStream_t stream = ops_common::current_stream(g);
     if (detection::roi_align_tiles_fit(pooled_height, pooled_width, sizeof(A))) {
       // Channels innermost, so that a warp reads one bin's channels in one coalesced load:
       // (K, C, PH, PW) -> (K, PH, PW, C), two transposes (2.11's stable API has no permute).
       const Tensor gt = ops_common::contiguous(
           torch::stable::transpose(torch::stable::transpose(g, 1, 2), 2, 3));
-      OPS_CHECK_LAUNCH((detection::launch_roi_align_backward_tiles<T, A>(
-          cuda_ptr<scalar_t>(gt), r.const_data_ptr<A>(), rois.size(0), batch, channels, height, width,
-          static_cast<int>(pooled_height), static_cast<int>(pooled_width), static_cast<A>(spatial_scale),
-          static_cast<int>(sampling_ratio), aligned, cuda_ptr<scalar_t>(grad_input),
-          ops_common::current_stream(g))));
+      OPS_CHECK_LAUNCH(detection::launch_roi_align_backward_tiles(
+          cuda_ptr<scalar_t>(gt), r.const_data_ptr<A>(), p, cuda_ptr<scalar_t>(grad_input), stream));
       return;
     }
-    OPS_CHECK_LAUNCH((detection::launch_roi_align_backward<T, A>(
-        cuda_ptr<scalar_t>(g), r.const_data_ptr<A>(), rois.size(0), batch, channels, height, width,
-        static_cast<int>(pooled_height), static_cast<int>(pooled_width), static_cast<A>(spatial_scale),
-        static_cast<int>(sampling_ratio), aligned, cuda_ptr<scalar_t>(grad_input),
-        ops_common::current_stream(g))));
+    OPS_CHECK_LAUNCH(detection::launch_roi_align_backward(
+        cuda_ptr<scalar_t>(g), r.const_data_ptr<A>(), p, cuda_ptr<scalar_t>(grad_input), stream));
   });
   return grad_input;
 }

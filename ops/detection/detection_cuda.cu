@@ -173,6 +173,9 @@ __device__ __forceinline__ int64_t roi_batch(A b, int64_t batch) {
   return (b >= A(0) && b < static_cast<A>(batch)) ? static_cast<int64_t>(b) : -1;
 }
 
+// The kernels take RoiAlignParams's fields as parameters of their own (the launchers
+// unpack the block): with the struct as a kernel parameter ptxas allocated the tiled
+// backward's registers differently, with spills where there were none.
 template <typename T, int CB>
 __global__ void roi_align_forward_kernel(const T* __restrict__ input, const acc_t<T>* __restrict__ rois,
                                          int64_t num_rois, int64_t batch, int64_t channels,
@@ -303,8 +306,8 @@ __global__ void roi_align_backward_kernel(const T* __restrict__ grad, const acc_
         // Only the bins near this row (warp-uniform) and near each lane's column are
         // visited, so the lanes of a warp stay in step.
         int ph_lo, ph_hi, pw_lo, pw_hi;
-        bin_range(gy, h, pooled_height, ph_lo, ph_hi);
-        bin_range(gx, w, pooled_width, pw_lo, pw_hi);
+        bin_range(gy, h, h, pooled_height, ph_lo, ph_hi);
+        bin_range(gx, w, w, pooled_width, pw_lo, pw_hi);
         if (!inside) pw_hi = pw_lo - 1;
         // The column weights of the first kCachedBins bins of the lane's range are computed
         // once per roi, not once per row bin.
@@ -349,29 +352,6 @@ __global__ void roi_align_backward_kernel(const T* __restrict__ grad, const acc_
       }
     }
   }
-}
-
-// The bins of an axis whose span comes within two pixels of [p0, p1] (bin_range for a
-// run of pixels): every bin that can reach one of them, maybe a few more.
-template <typename A>
-__device__ __forceinline__ void bins_near(const RoiAxis<A>& ax, int p0, int p1, int pooled,
-                                          int& lo, int& hi) {
-  lo = 0;
-  hi = -1;
-  const A a = static_cast<A>(p0) - A(2), b = static_cast<A>(p1) + A(2);
-  if (ax.bin == A(0)) {
-    if (ax.start >= a && ax.start <= b) hi = pooled - 1;
-    return;
-  }
-  const A u0 = (a - ax.start) / ax.bin, u1 = (b - ax.start) / ax.bin;
-  A l = floor(u0 < u1 ? u0 : u1) - A(1);
-  A h = floor(u0 < u1 ? u1 : u0);
-  if (!(l <= h)) return;  // NaN
-  l = l > A(0) ? l : A(0);
-  h = h < static_cast<A>(pooled - 1) ? h : static_cast<A>(pooled - 1);
-  if (l > h) return;
-  lo = static_cast<int>(l);
-  hi = static_cast<int>(h);
 }
 
 template <typename T, int N>
@@ -430,8 +410,8 @@ __global__ void __launch_bounds__(256)
           const RoiAxis<A> ry = roi_axis(roi[2], roi[4], spatial_scale, PH, sampling_ratio, aligned, H);
           const RoiAxis<A> rx = roi_axis(roi[1], roi[3], spatial_scale, PW, sampling_ratio, aligned, W);
           int a, b, c, d;
-          bins_near(ry, h0, h_last, PH, a, b);
-          bins_near(rx, w0, w_last, PW, c, d);
+          bin_range(ry, h0, h_last, PH, a, b);
+          bin_range(rx, w0, w_last, PW, c, d);
           hit = ry.grid > 0 && rx.grid > 0 && a <= b && c <= d;
         }
       }
@@ -471,8 +451,8 @@ __global__ void __launch_bounds__(256)
         __syncthreads();
         if (h < H) {
           int ph_lo, ph_hi, pw_lo, pw_hi;
-          bin_range(ry, h, PH, ph_lo, ph_hi);
-          bins_near(rx, w0, w_last, PW, pw_lo, pw_hi);
+          bin_range(ry, h, h, PH, ph_lo, ph_hi);
+          bin_range(rx, w0, w_last, PW, pw_lo, pw_hi);
           const T* g_roi = grad_t + rr * bins * channels + c_lane;
           for (int ph = ph_lo; ph <= ph_hi; ++ph) {
             const A a = wy[warp * PH + ph];
@@ -546,103 +526,78 @@ cudaError_t launch_nms_reduce(const uint64_t* mask, const int64_t* order, int64_
                             col_blocks, keep, num_kept);
 }
 
-template <typename T, typename A>
-cudaError_t launch_roi_align_forward(const T* input, const A* rois, int64_t num_rois,
-                                     int64_t batch, int64_t channels, int64_t height,
-                                     int64_t width, int pooled_height, int pooled_width,
-                                     A spatial_scale, int sampling_ratio, bool aligned,
+template <typename T>
+cudaError_t launch_roi_align_forward(const T* input, const acc_t<T>* rois, const RoiAlignParams& p,
                                      T* output, cudaStream_t stream) {
-  const int64_t chunks = (channels + kForwardChannels - 1) / kForwardChannels;
-  const int64_t total = num_rois * chunks * pooled_height * pooled_width;
+  const int64_t chunks = (p.channels + kForwardChannels - 1) / kForwardChannels;
+  const int64_t total = p.num_rois * chunks * p.pooled_height * p.pooled_width;
   constexpr int threads = 256;
   return ops_common::launch(roi_align_forward_kernel<T, kForwardChannels>,
                             ops_common::grid_size(total, threads, int64_t(1) << 20), threads, 0,
-                            stream, input, rois, num_rois, batch, channels, height, width,
-                            pooled_height, pooled_width, spatial_scale, sampling_ratio, aligned,
+                            stream, input, rois, p.num_rois, p.batch, p.channels, p.height,
+                            p.width, p.pooled_height, p.pooled_width,
+                            static_cast<acc_t<T>>(p.spatial_scale), p.sampling_ratio, p.aligned,
                             output);
 }
 
-template <typename T, typename A>
-cudaError_t launch_roi_align_backward(const T* grad_output, const A* rois, int64_t num_rois,
-                                      int64_t batch, int64_t channels, int64_t height,
-                                      int64_t width, int pooled_height, int pooled_width,
-                                      A spatial_scale, int sampling_ratio, bool aligned,
-                                      T* grad_input, cudaStream_t stream) {
-  const int64_t chunks = (channels + kBackwardChannels - 1) / kBackwardChannels;
-  const int64_t planes = batch * chunks;
+template <typename T>
+cudaError_t launch_roi_align_backward(const T* grad_output, const acc_t<T>* rois,
+                                      const RoiAlignParams& p, T* grad_input, cudaStream_t stream) {
+  const int64_t chunks = (p.channels + kBackwardChannels - 1) / kBackwardChannels;
+  const int64_t planes = p.batch * chunks;
   const dim3 block(32, kRowsPerBlock);
-  const dim3 grid(static_cast<unsigned>((width + 31) / 32),
-                  static_cast<unsigned>((height + kRowsPerBlock - 1) / kRowsPerBlock),
+  const dim3 grid(static_cast<unsigned>((p.width + 31) / 32),
+                  static_cast<unsigned>((p.height + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>(planes < 65535 ? planes : 65535));
   return ops_common::launch(roi_align_backward_kernel<T, kBackwardChannels>, grid, block, 0,
-                            stream, grad_output, rois, num_rois, batch, channels, height, width,
-                            pooled_height, pooled_width, spatial_scale, sampling_ratio, aligned,
+                            stream, grad_output, rois, p.num_rois, p.batch, p.channels, p.height,
+                            p.width, p.pooled_height, p.pooled_width,
+                            static_cast<acc_t<T>>(p.spatial_scale), p.sampling_ratio, p.aligned,
                             grad_input);
 }
 
 template <typename T, int TW, int CPT>
-cudaError_t launch_tiles(const T* grad_t, const acc_t<T>* rois, int64_t num_rois, int64_t batch,
-                         int64_t channels, int64_t height, int64_t width, int pooled_height,
-                         int pooled_width, acc_t<T> spatial_scale, int sampling_ratio, bool aligned,
+cudaError_t launch_tiles(const T* grad_t, const acc_t<T>* rois, const RoiAlignParams& p,
                          T* grad_input, cudaStream_t stream) {
   using A = acc_t<T>;
-  const int64_t chunks = (channels + 32 * CPT - 1) / (32 * CPT);
-  const int64_t planes = batch * chunks;
+  const int64_t chunks = (p.channels + 32 * CPT - 1) / (32 * CPT);
+  const int64_t planes = p.batch * chunks;
   const dim3 block(32, kTileRows);
-  const dim3 grid(static_cast<unsigned>((width + TW - 1) / TW),
-                  static_cast<unsigned>((height + kTileRows - 1) / kTileRows),
+  const dim3 grid(static_cast<unsigned>((p.width + TW - 1) / TW),
+                  static_cast<unsigned>((p.height + kTileRows - 1) / kTileRows),
                   static_cast<unsigned>(planes < 65535 ? planes : 65535));
-  const size_t shared = 2 * size_t(kTileRows * pooled_height + TW * pooled_width) * sizeof(A);
-  const bool vec = channels % CPT == 0 &&
+  const size_t shared = 2 * size_t(kTileRows * p.pooled_height + TW * p.pooled_width) * sizeof(A);
+  const bool vec = p.channels % CPT == 0 &&
                    reinterpret_cast<uintptr_t>(grad_t) % (sizeof(T) * CPT) == 0;
-  const int H = static_cast<int>(height), W = static_cast<int>(width);
   const auto kernel = vec ? roi_align_backward_tiles_kernel<T, TW, CPT, true>
                          : roi_align_backward_tiles_kernel<T, TW, CPT, false>;
-  return ops_common::launch(kernel, grid, block, shared, stream, grad_t, rois, num_rois, batch,
-                            channels, H, W, pooled_height, pooled_width, spatial_scale,
-                            sampling_ratio, aligned, grad_input);
+  return ops_common::launch(kernel, grid, block, shared, stream, grad_t, rois, p.num_rois, p.batch,
+                            p.channels, static_cast<int>(p.height), static_cast<int>(p.width),
+                            p.pooled_height, p.pooled_width, static_cast<A>(p.spatial_scale),
+                            p.sampling_ratio, p.aligned, grad_input);
 }
 
-template <typename T, typename A>
-cudaError_t launch_roi_align_backward_tiles(const T* grad_t, const A* rois, int64_t num_rois,
-                                            int64_t batch, int64_t channels, int64_t height,
-                                            int64_t width, int pooled_height, int pooled_width,
-                                            A spatial_scale, int sampling_ratio, bool aligned,
-                                            T* grad_input, cudaStream_t stream) {
+template <typename T>
+cudaError_t launch_roi_align_backward_tiles(const T* grad_t, const acc_t<T>* rois,
+                                            const RoiAlignParams& p, T* grad_input,
+                                            cudaStream_t stream) {
   // Wide channel groups amortise each roi's setup (listing, weights, barrier) over more
   // work; narrower groups (wider tiles instead) keep the lanes busy when channels are few.
-  if (channels >= 192) {
-    return launch_tiles<T, 8, 8>(grad_t, rois, num_rois, batch, channels, height, width,
-                                 pooled_height, pooled_width, spatial_scale, sampling_ratio,
-                                 aligned, grad_input, stream);
-  }
-  if (channels >= 96) {
-    return launch_tiles<T, 8, 4>(grad_t, rois, num_rois, batch, channels, height, width,
-                                 pooled_height, pooled_width, spatial_scale, sampling_ratio,
-                                 aligned, grad_input, stream);
-  }
-  if (channels >= 48) {
-    return launch_tiles<T, 16, 2>(grad_t, rois, num_rois, batch, channels, height, width,
-                                  pooled_height, pooled_width, spatial_scale, sampling_ratio,
-                                  aligned, grad_input, stream);
-  }
-  return launch_tiles<T, 16, 1>(grad_t, rois, num_rois, batch, channels, height, width,
-                                pooled_height, pooled_width, spatial_scale, sampling_ratio, aligned,
-                                grad_input, stream);
+  if (p.channels >= 192) return launch_tiles<T, 8, 8>(grad_t, rois, p, grad_input, stream);
+  if (p.channels >= 96) return launch_tiles<T, 8, 4>(grad_t, rois, p, grad_input, stream);
+  if (p.channels >= 48) return launch_tiles<T, 16, 2>(grad_t, rois, p, grad_input, stream);
+  return launch_tiles<T, 16, 1>(grad_t, rois, p, grad_input, stream);
 }
 
-#define DETECTION_INSTANTIATE(T)                                                              \
-  template cudaError_t launch_nms_mask<T>(const T*, const int64_t*, int64_t, float, uint64_t*, \
-                                          cudaStream_t);                                      \
-  template cudaError_t launch_roi_align_forward<T, acc_t<T>>(                                 \
-      const T*, const acc_t<T>*, int64_t, int64_t, int64_t, int64_t, int64_t, int, int,         \
-      acc_t<T>, int, bool, T*, cudaStream_t);                                                 \
-  template cudaError_t launch_roi_align_backward<T, acc_t<T>>(                                \
-      const T*, const acc_t<T>*, int64_t, int64_t, int64_t, int64_t, int64_t, int, int,         \
-      acc_t<T>, int, bool, T*, cudaStream_t);                                                 \
-  template cudaError_t launch_roi_align_backward_tiles<T, acc_t<T>>(                          \
-      const T*, const acc_t<T>*, int64_t, int64_t, int64_t, int64_t, int64_t, int, int,         \
-      acc_t<T>, int, bool, T*, cudaStream_t);
+#define DETECTION_INSTANTIATE(T)                                                                 \
+  template cudaError_t launch_nms_mask<T>(const T*, const int64_t*, int64_t, float, uint64_t*,    \
+                                          cudaStream_t);                                         \
+  template cudaError_t launch_roi_align_forward<T>(const T*, const acc_t<T>*,                     \
+                                                   const RoiAlignParams&, T*, cudaStream_t);      \
+  template cudaError_t launch_roi_align_backward<T>(const T*, const acc_t<T>*,                    \
+                                                    const RoiAlignParams&, T*, cudaStream_t);     \
+  template cudaError_t launch_roi_align_backward_tiles<T>(const T*, const acc_t<T>*,              \
+                                                          const RoiAlignParams&, T*, cudaStream_t);
 
 DETECTION_INSTANTIATE(float)
 DETECTION_INSTANTIATE(double)

@@ -1,5 +1,5 @@
 #pragma once
-// The LLTM cell's elementwise math, compiled by the CPU loops (lltm.cpp) and the CUDA
+// The LLTM cell's elementwise math, compiled by the CPU loops (lltm_cpu.cpp) and the CUDA
 // kernels (lltm_cuda.cu) alike, so the two cannot drift. Torch-free. The activations
 // themselves are the shared ones of common/scalar_math.h.
 //

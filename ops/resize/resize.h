@@ -11,32 +11,15 @@
 // agree with F.interpolate bit for bit. Torch-free; included by the CPU kernels
 // (resize_cpu.cpp) and the CUDA kernels (resize_cuda.cu) only: the host glue sees
 // resize_types.h.
-#include <cmath>
-
 #include "common/host_device.h"
+#include "common/std_lite.h"
 #include "resize_types.h"
 
 namespace resize_op {
 
-OPS_HOST_DEVICE float fused_multiply_add(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
-
-OPS_HOST_DEVICE double fused_multiply_add(double a, double b, double c) {
-#if defined(__CUDA_ARCH__)
-  return __fma_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
-
 template <typename T>
 OPS_HOST_DEVICE T source_coordinate(const AxisMap<T>& axis, int dst) {
-  const T src = fused_multiply_add(static_cast<T>(dst) + axis.shift, axis.scale, -axis.shift);
+  const T src = std::fma(static_cast<T>(dst) + axis.shift, axis.scale, -axis.shift);
   return src > T(0) ? src : T(0);
 }
 

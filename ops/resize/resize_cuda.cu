@@ -293,12 +293,14 @@ struct Tiles {
   bool vector;  // rows are multiples of 4 and the result is aligned: Pack4 stores
 };
 
-__device__ __forceinline__ void tile_origin(int64_t tile, const Tiles& t, int64_t& plane, int& tx,
-                                            int& ty) {
-  tx = static_cast<int>(tile % t.tiles_x);
-  const int64_t rest = tile / t.tiles_x;
-  ty = static_cast<int>(rest % t.tiles_y);
-  plane = rest / t.tiles_y;
+// Tile `tile` of a grid of tiles_x x tiles_y tiles per plane, planes one after another:
+// its plane and its column and row in the grid.
+__device__ __forceinline__ void tile_origin(int64_t tile, int tiles_x, int tiles_y, int64_t& plane,
+                                            int& tx, int& ty) {
+  tx = static_cast<int>(tile % tiles_x);
+  const int64_t rest = tile / tiles_x;
+  ty = static_cast<int>(rest % tiles_y);
+  plane = rest / tiles_y;
 }
 
 // A store that marks its lines evict-first (st.global.cs): the forward's result is not
@@ -351,7 +353,7 @@ forward_tile_kernel(const T* __restrict__ input, T* __restrict__ output, Geometr
   for (int64_t tile = blockIdx.x; tile < t.count; tile += gridDim.x) {
     int64_t plane;
     int tx, ty;
-    tile_origin(tile, t, plane, tx, ty);
+    tile_origin(tile, t.tiles_x, t.tiles_y, plane, tx, ty);
     const int64_t j0 = int64_t(tx) * kTileCols;
     const int y0 = ty * t.rows, y1 = min(y0 + t.rows, g.out_h);
     const int first = taps(rows, y0).i0;
@@ -424,7 +426,7 @@ backward_tile_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_inp
   for (int64_t tile = blockIdx.x; tile < t.count; tile += gridDim.x) {
     int64_t plane;
     int tx, ty;
-    tile_origin(tile, t, plane, tx, ty);
+    tile_origin(tile, t.tiles_x, t.tiles_y, plane, tx, ty);
     const int64_t j0 = int64_t(tx) * kTileCols;
     const int y0 = ty * t.rows, y1 = min(y0 + t.rows, g.in_h);
     const int d0 = first_reader(rows, y0);
@@ -555,10 +557,9 @@ backward_rows_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_inp
   extern __shared__ __align__(32) unsigned char tile_bytes[];
   acc* U = reinterpret_cast<acc*>(tile_bytes);
   for (int64_t tile = blockIdx.x; tile < t.count; tile += gridDim.x) {
-    const int tx = static_cast<int>(tile % t.tiles_x);
-    const int64_t rest = tile / t.tiles_x;
-    const int ty = static_cast<int>(rest % t.tiles_y);
-    const int64_t plane = rest / t.tiles_y;
+    int64_t plane;
+    int tx, ty;
+    tile_origin(tile, t.tiles_x, t.tiles_y, plane, tx, ty);
     const int x0 = tx * kTileCols, x1 = min(x0 + kTileCols, g.in_w);
     const int y0 = ty * t.rows, y1 = min(y0 + t.rows, g.in_h);
     const int e0 = first_reader(cols, x0) & ~3;
@@ -832,10 +833,9 @@ backward_strip_kernel(const T* __restrict__ grad_output, T* __restrict__ grad_in
   acc(*W)[32] = weights[threadIdx.x / 32];
   const int64_t warps = int64_t(gridDim.x) * kStripWarps;
   for (int64_t task = int64_t(blockIdx.x) * kStripWarps + threadIdx.x / 32; task < tasks.count; task += warps) {
-    const int strip = static_cast<int>(task % tasks.strips);
-    const int64_t rest = task / tasks.strips;
-    const int block = static_cast<int>(rest % tasks.blocks);
-    const int64_t plane = rest / tasks.blocks;
+    int64_t plane;
+    int strip, block;
+    tile_origin(task, tasks.strips, tasks.blocks, plane, strip, block);
     const int x0 = strip * kStripCols, x1 = min(x0 + kStripCols, g.in_w);
     const int y0 = block * tasks.rows, y1 = min(y0 + tasks.rows, g.in_h);
     const int e0 = first_reader(cols, x0) & ~3;

@@ -34,16 +34,24 @@ def broadcast_index(index: Tensor, src: Tensor, dim: int) -> Tensor:
     return index.expand(src.shape)
 
 
-def scatter_loop(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
-                 dim_size: Optional[int] = None, reduce: str = "sum") -> Tuple[Tensor, Tensor]:
-    """The definition, one element at a time: returns (out, arg); arg is src.size(dim) for
-    empty groups and where out's own value stays the extreme (max/min only)."""
+def output_of(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor],
+              dim_size: Optional[int]) -> Tuple[int, Tensor, list]:
+    """(dim made non-negative, the index broadcast to src, the output's shape): dim_size
+    is out's size along dim where out is given, else index.max() + 1 unless given."""
     dim = dim % src.dim()
     idx = broadcast_index(index, src, dim)
     if dim_size is None:
         dim_size = out.size(dim) if out is not None else (int(idx.max()) + 1 if idx.numel() else 0)
     shape = list(src.shape)
     shape[dim] = dim_size
+    return dim, idx, shape
+
+
+def scatter_loop(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                 dim_size: Optional[int] = None, reduce: str = "sum") -> Tuple[Tensor, Tensor]:
+    """The definition, one element at a time: returns (out, arg); arg is src.size(dim) for
+    empty groups and where out's own value stays the extreme (max/min only)."""
+    dim, idx, shape = output_of(src, index, dim, out, dim_size)
     result = out.clone() if out is not None else torch.zeros(shape, dtype=src.dtype)
     arg = torch.full(shape, src.size(dim), dtype=torch.long)
     count = torch.zeros(shape, dtype=torch.long)
@@ -71,12 +79,7 @@ def scatter_torch(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tenso
                   dim_size: Optional[int] = None, reduce: str = "sum") -> Tensor:
     """The same values from torch's own ops: scatter_add_ for sum, scatter_reduce for the rest
     (empty groups of max/min set to 0 where out was not given)."""
-    dim = dim % src.dim()
-    idx = broadcast_index(index, src, dim)
-    if dim_size is None:
-        dim_size = out.size(dim) if out is not None else (int(idx.max()) + 1 if idx.numel() else 0)
-    shape = list(src.shape)
-    shape[dim] = dim_size
+    dim, idx, shape = output_of(src, index, dim, out, dim_size)
     if reduce in ("sum", "mean"):
         total = (out.clone() if out is not None else src.new_zeros(shape)).scatter_add_(dim, idx, src)
         if reduce == "sum":

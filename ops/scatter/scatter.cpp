@@ -1,25 +1,20 @@
 // scatter: schema, the host composition both backends share (checks, torch_scatter's index
-// broadcasting, dim_size inference, finalisation), the CPU kernels and the autograd
-// kernels. Autograd is a torch::autograd::Function in C++, as in PyTorch Geometric's
+// broadcasting, dim_size inference, finalisation) and the autograd kernels; the CPU
+// kernels are in scatter_cpu.cpp. Autograd is a torch::autograd::Function in C++, as in PyTorch Geometric's
 // torch_scatter, registered for the Autograd key, so the op is differentiable from Python,
 // TorchScript and C++ alike.
 // ATen, not the stable ABI: the stable ABI has no autograd, and the C++ autograd is the point.
 #include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
-#include <ATen/Dispatch_v2.h>
-#include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
-#include <algorithm>
-#include <cstring>
+#include <array>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "common/checks.h"
-#include "scatter.h"
+#include "scatter_cpu.h"
 #include "scatter_host.h"
 
 namespace scatter {
@@ -337,122 +332,7 @@ namespace {
 
 // --- CPU backend ---------------------------------------------------------------------------
 
-template <typename F>
-void with_reduce(Reduce reduce, F&& f) {
-  switch (reduce) {
-    case Reduce::kSum: f(std::integral_constant<Reduce, Reduce::kSum>{}); break;
-    case Reduce::kMean: f(std::integral_constant<Reduce, Reduce::kMean>{}); break;
-    case Reduce::kMax: f(std::integral_constant<Reduce, Reduce::kMax>{}); break;
-    case Reduce::kMin: f(std::integral_constant<Reduce, Reduce::kMin>{}); break;
-  }
-}
-
-// Tasks own disjoint ranges of output rows (per b): each scans every index of its b in
-// order and takes the ones in its range, so the result is race-free and the same for any
-// thread count (sums in index order, ties to the first position).
-struct RowTasks {
-  int64_t chunks, rows_per_chunk;
-  RowTasks(int64_t batches, int64_t rows) {
-    const int64_t threads = at::get_num_threads();
-    chunks = batches >= threads ? 1 : std::max<int64_t>(1, std::min(rows, threads));
-    rows_per_chunk = (rows + chunks - 1) / chunks;
-  }
-};
-
-template <typename scalar_t, Reduce R>
-void reduce_cpu_kernel(const Problem& p, at::Tensor& work, at::Tensor& arg) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const auto [B, E, K, N] = p.shape;
-  const scalar_t* src = p.src.const_data_ptr<scalar_t>();
-  const int64_t* index = p.index.const_data_ptr<int64_t>();
-  const IndexStrides s = p.strides;
-  acc_t* w = work.mutable_data_ptr<acc_t>();
-  int64_t* a = arg.defined() ? arg.mutable_data_ptr<int64_t>() : nullptr;
-  const bool has_out = p.has_out;
-  const RowTasks tasks(B, N);
-  auto update = [&](acc_t* wk, int64_t* ak, acc_t v, int64_t e) {
-    if constexpr (R == Reduce::kSum || R == Reduce::kMean) {
-      *wk += v;
-    } else if ((!has_out && *ak == E) || better<R>(v, *wk)) {
-      *wk = v;
-      *ak = e;
-    }
-  };
-  at::parallel_for(0, B * tasks.chunks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t b = t / tasks.chunks;
-      const int64_t lo = (t % tasks.chunks) * tasks.rows_per_chunk;
-      const int64_t hi = std::min(N, lo + tasks.rows_per_chunk);
-      for (int64_t e = 0; e < E; ++e) {
-        const scalar_t* row = src + (b * E + e) * K;
-        if (s.k == 0) {
-          const int64_t n = index_at(index, s, b, e, 0);
-          if (n < lo || n >= hi) continue;
-          acc_t* wr = w + (b * N + n) * K;
-          int64_t* ar = a ? a + (b * N + n) * K : nullptr;
-          for (int64_t k = 0; k < K; ++k) update(wr + k, ar ? ar + k : nullptr, acc_t(row[k]), e);
-        } else {
-          for (int64_t k = 0; k < K; ++k) {
-            const int64_t n = index_at(index, s, b, e, k);
-            if (n < lo || n >= hi) continue;
-            const int64_t o = (b * N + n) * K + k;
-            update(w + o, a ? a + o : nullptr, acc_t(row[k]), e);
-          }
-        }
-      }
-    }
-  });
-}
-
-void count_cpu(const Problem& p, at::Tensor& count) {
-  const auto [B, E, K, N] = p.shape;
-  const int64_t Bc = p.count_b, Kc = p.count_k;
-  const int64_t* index = p.index.const_data_ptr<int64_t>();
-  int64_t* c = count.mutable_data_ptr<int64_t>();
-  const RowTasks tasks(Bc, N);
-  at::parallel_for(0, Bc * tasks.chunks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t b = t / tasks.chunks;
-      const int64_t lo = (t % tasks.chunks) * tasks.rows_per_chunk;
-      const int64_t hi = std::min(N, lo + tasks.rows_per_chunk);
-      for (int64_t e = 0; e < E; ++e) {
-        for (int64_t k = 0; k < Kc; ++k) {
-          const int64_t n = index_at(index, p.strides, b, e, k);
-          if (n >= lo && n < hi) ++c[(b * N + n) * Kc + k];
-        }
-      }
-    }
-  });
-}
-
-// t (contiguous, CPU) filled with value: in place by the host itself below ATen's grain
-// size, where fill_'s trip through the dispatcher costs more than the fill.
-template <typename T>
-void fill_cpu(at::Tensor& t, T value) {
-  if (t.numel() >= at::internal::GRAIN_SIZE) {
-    t.fill_(value);
-  } else if (value == T(0)) {
-    std::memset(t.data_ptr(), 0, t.nbytes());
-  } else {
-    std::fill_n(t.mutable_data_ptr<T>(), t.numel(), value);
-  }
-}
-
-bool run_cpu(const Problem& p, at::Tensor& work, at::Tensor& arg, at::Tensor& count) {
-  if (!p.has_out) fill_cpu(work, 0);  // zero bits are zero in every dtype of work
-  if (arg.defined()) fill_cpu<int64_t>(arg, p.shape.E);
-  if (count.defined()) {
-    fill_cpu<int64_t>(count, 0);
-    count_cpu(p, count);
-  }
-  AT_DISPATCH_V2(p.src.scalar_type(), "scatter_cpu", AT_WRAP([&] {
-    with_reduce(p.reduce, [&](auto r) {
-      reduce_cpu_kernel<scalar_t, decltype(r)::value>(p, work, arg);
-    });
-  }), AT_EXPAND(AT_FLOATING_TYPES), at::kHalf, at::kBFloat16, at::kInt, at::kLong);
-  return false;
-}
-
+// The kernels are in scatter_cpu.cpp; the bounds check is the host's own.
 const Backend kCpuBackend{&check_index_on_host, &run_cpu, false};
 
 std::tuple<at::Tensor, at::Tensor> reduce_cpu(const at::Tensor& src, const at::Tensor& index,

@@ -1,5 +1,5 @@
 #pragma once
-// Scatter reductions, shared by the CPU kernels (scatter.cpp) and the CUDA kernels
+// Scatter reductions, shared by the CPU kernels (scatter_cpu.cpp) and the CUDA kernels
 // (scatter_cuda.cu); torch-free. Every problem is seen as three dimensions:
 //   src   [B, E, K]  contiguous; E = src.size(dim), B and K the dimensions before and after
 //   out   [B, N, K]  N = dim_size
@@ -8,6 +8,7 @@
 //         edges at dim 0 of [E, K] features has strides {0, 1, 0}).
 // out[b, index(b, e, k), k] gathers src[b, e, k] under the reduction.
 #include <cstdint>
+#include <type_traits>
 
 #include "common/host_device.h"
 #include "scatter_types.h"
@@ -41,6 +42,18 @@ OPS_HOST_DEVICE int64_t lower_bound(const int64_t* index, const IndexStrides& s,
 template <Reduce R, typename T>
 OPS_HOST_DEVICE bool better(T v, T best) {
   return R == Reduce::kMax ? v > best : v < best;
+}
+
+// f(std::integral_constant<Reduce, reduce>{}): the reduction as a compile-time constant,
+// so that each kernel is compiled once per kind (host code: the dispatch of a call).
+template <typename F>
+void with_reduce(Reduce reduce, F&& f) {
+  switch (reduce) {
+    case Reduce::kSum: f(std::integral_constant<Reduce, Reduce::kSum>{}); break;
+    case Reduce::kMean: f(std::integral_constant<Reduce, Reduce::kMean>{}); break;
+    case Reduce::kMax: f(std::integral_constant<Reduce, Reduce::kMax>{}); break;
+    case Reduce::kMin: f(std::integral_constant<Reduce, Reduce::kMin>{}); break;
+  }
 }
 
 }  // namespace scatter

@@ -52,31 +52,15 @@ struct alignas(sizeof(T) * N) Vec {
 
 // VEC keys read from L2 (not L1, which may hold a stale line), 16 bytes per load where
 // VEC allows; the pointer is then 16-byte aligned (K and k0 are multiples of VEC).
-template <int VEC>
-__device__ __forceinline__ void load_keys(const unsigned int* p, unsigned int (&out)[VEC]) {
-  if constexpr (VEC % 4 == 0) {
+template <int VEC, typename Key>
+__device__ __forceinline__ void load_keys(const Key* p, Key (&out)[VEC]) {
+  constexpr int kPer16 = int(16 / sizeof(Key));
+  using Wide = std::conditional_t<sizeof(Key) == 4, uint4, ulonglong2>;
+  if constexpr (VEC % kPer16 == 0) {
 #pragma unroll
-    for (int q = 0; q < VEC / 4; ++q) {
-      const uint4 u = __ldcg(reinterpret_cast<const uint4*>(p) + q);
-      out[4 * q] = u.x;
-      out[4 * q + 1] = u.y;
-      out[4 * q + 2] = u.z;
-      out[4 * q + 3] = u.w;
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) out[j] = __ldcg(p + j);
-  }
-}
-template <int VEC>
-__device__ __forceinline__ void load_keys(const unsigned long long* p,
-                                          unsigned long long (&out)[VEC]) {
-  if constexpr (VEC % 2 == 0) {
-#pragma unroll
-    for (int q = 0; q < VEC / 2; ++q) {
-      const ulonglong2 u = __ldcg(reinterpret_cast<const ulonglong2*>(p) + q);
-      out[2 * q] = u.x;
-      out[2 * q + 1] = u.y;
+    for (int q = 0; q < VEC / kPer16; ++q) {
+      const Wide u = __ldcg(reinterpret_cast<const Wide*>(p) + q);
+      memcpy(out + kPer16 * q, &u, sizeof(u));
     }
   } else {
 #pragma unroll
@@ -113,6 +97,31 @@ __device__ __forceinline__ void divmod(int64_t a, int64_t d, int64_t& q, int64_t
     q = a / d;
     r = a - q * d;
   }
+}
+
+// Grid-stride over [0, total): f(i) for each index of this thread.
+template <typename F>
+__device__ __forceinline__ void for_each_index(int64_t total, F&& f) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    f(i);
+  }
+}
+
+// Grid-stride over the flat positions i of a [rows, cols, inner / VEC] extent, VEC inner
+// elements at a time: f(r, c, k, rc, i) for each position of this thread, with k the first
+// of its VEC inner elements and rc = r * cols + c.
+template <int VEC = 1, typename F>
+__device__ __forceinline__ void for_each_position(int64_t rows, int64_t cols, int64_t inner,
+                                                  F&& f) {
+  const int64_t inner_vectors = inner / VEC;
+  for_each_index(rows * cols * inner_vectors, [&](int64_t i) {
+    int64_t k, rc, r, c;
+    divmod(i, inner_vectors, rc, k);
+    k *= VEC;
+    divmod(rc, cols, r, c);
+    f(r, c, k, rc, i);
+  });
 }
 
 __device__ void record(IndexError* error, IndexErrorKind kind, int64_t value, int64_t position,
@@ -253,14 +262,7 @@ __global__ void __launch_bounds__(kThreads)
                    IndexError* error, const int64_t* __restrict__ rowptr) {
   using A = acc_t<T>;
   constexpr int VEC = vec_width<T, VECTOR>();
-  const int64_t kv_count = sh.K / VEC;
-  const int64_t total = sh.B * sh.N * kv_count;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t k0, bn, n, b;
-    divmod(i, kv_count, bn, k0);
-    k0 *= VEC;
-    divmod(bn, sh.N, b, n);
+  for_each_position<VEC>(sh.B, sh.N, sh.K, [&](int64_t b, int64_t n, int64_t k0, int64_t bn, int64_t) {
     int64_t start, end;
     if (rowptr) {
       // Clamped: a broken sortedness promise leaves entries unwritten, never a wild read.
@@ -303,7 +305,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     store_segment(acc, end - start, w, arg ? arg + bn * sh.K + k0 : nullptr);
-  }
+  });
 }
 
 // Segment starts of an index sorted along e and broadcast over K: rowptr[b, n] is the first
@@ -315,9 +317,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     rowptr_kernel(const int64_t* __restrict__ index, IndexStrides s, Shape sh,
                   int64_t* __restrict__ rowptr, IndexError* error) {
-  const int64_t total = sh.B * (sh.E + 1);
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
+  for_each_index(sh.B * (sh.E + 1), [&](int64_t i) {
     int64_t e, b;
     divmod(i, sh.E + 1, b, e);
     const int64_t prev_raw = e > 0 ? index_at(index, s, b, e - 1, 0) : int64_t(-1);
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t cur = min(max(cur_raw, int64_t(-1)), sh.N);
     int64_t* rp = rowptr + b * (sh.N + 1);
     for (int64_t n = prev + 1; n <= cur; ++n) rp[n] = e;
-  }
+  });
 }
 
 // ------------------------------------------------------------------ atomic reductions
@@ -351,14 +351,7 @@ __device__ __forceinline__ void for_each_in_range(const T* __restrict__ src,
                                                   const int64_t* __restrict__ index,
                                                   const IndexStrides& s, const Shape& sh,
                                                   IndexError* error, F&& f) {
-  const int64_t kv_count = sh.K / VEC;
-  const int64_t total = sh.B * sh.E * kv_count;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t k0, be, e, b;
-    divmod(i, kv_count, be, k0);
-    k0 *= VEC;
-    divmod(be, sh.E, b, e);
+  for_each_position<VEC>(sh.B, sh.E, sh.K, [&](int64_t b, int64_t e, int64_t k0, int64_t be, int64_t) {
     const int64_t n = index_at(index, s, b, e, k0);
     if (n < 0 || n >= sh.N) {
       if constexpr (CHECK) {
@@ -366,12 +359,12 @@ __device__ __forceinline__ void for_each_in_range(const T* __restrict__ src,
         const int64_t position = ((s.b == 0 ? 0 : b) * sh.E + e) * count_k + (s.k == 0 ? 0 : k0);
         record(error, IndexErrorKind::kOutOfRange, n, position, sh.N);
       }
-      continue;
+      return;
     }
     T v[VEC];
     load_row<false>(src + be * sh.K + k0, v);
     f(e, (b * sh.N + n) * sh.K + k0, v);
-  }
+  });
 }
 
 // float4 atomics (sm_90 and newer) add 16 bytes per instruction.
@@ -418,16 +411,11 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     count_kernel(const int64_t* __restrict__ index, IndexStrides s, Shape sh, int64_t count_b,
                  int64_t count_k, int64_t* __restrict__ count) {
-  const int64_t total = count_b * sh.E * count_k;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t k, be, e, b;
-    divmod(i, count_k, be, k);
-    divmod(be, sh.E, b, e);
+  for_each_position(count_b, sh.E, count_k, [&](int64_t b, int64_t e, int64_t k, int64_t, int64_t) {
     const int64_t n = index_at(index, s, b, e, k);
-    if (n < 0 || n >= sh.N) continue;
+    if (n < 0 || n >= sh.N) return;
     atomicAdd(reinterpret_cast<unsigned long long*>(count + (b * sh.N + n) * count_k + k), 1ull);
-  }
+  });
 }
 
 // Order-preserving maps to unsigned 32-bit: a < b exactly when ordered(a) < ordered(b).
@@ -488,10 +476,9 @@ struct Keys<R, unsigned long long> {
 template <typename A, Reduce R, typename Key>
 __global__ void __launch_bounds__(kThreads)
     extreme_init_kernel(int64_t total, const A* work, bool has_init, Key* keys) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
+  for_each_index(total, [&](int64_t i) {
     keys[i] = has_init ? Keys<R, Key>::initial(ordered(work[i])) : Keys<R, Key>::kEmpty;
-  }
+  });
 }
 
 template <typename T, Reduce R, bool VECTOR, typename Key>
@@ -522,45 +509,29 @@ template <typename A, Reduce R, typename Key>
 __global__ void __launch_bounds__(kThreads)
     extreme_final_kernel(int64_t total, int64_t E, const Key* keys, bool has_init, A* work,
                          int64_t* __restrict__ arg) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
+  for_each_index(total, [&](int64_t i) {
     const Key key = keys[i];
     const bool empty = !has_init && key == Keys<R, Key>::kEmpty;
     work[i] = empty ? A(0) : unordered(Keys<R, Key>::value_bits(key), A(0));
     if (arg) arg[i] = empty ? E : Keys<R, Key>::position(key, E);
-  }
+  });
 }
 
 __global__ void __launch_bounds__(kThreads)
     check_kernel(const int64_t* __restrict__ index, IndexStrides s, Shape sh, int64_t count_b,
                  int64_t count_k, bool check_sorted, IndexError* error) {
-  const int64_t total = count_b * sh.E * count_k;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t k, be, e, b;
-    divmod(i, count_k, be, k);
-    divmod(be, sh.E, b, e);
+  for_each_position(count_b, sh.E, count_k, [&](int64_t b, int64_t e, int64_t k, int64_t, int64_t i) {
     const int64_t n = index_at(index, s, b, e, k);
     if (n < 0 || n >= sh.N) {
       record(error, IndexErrorKind::kOutOfRange, n, i, sh.N);
     } else if (check_sorted && e > 0 && index_at(index, s, b, e - 1, k) > n) {
       record(error, IndexErrorKind::kNotSorted, n, i, sh.N);
     }
-  }
+  });
 }
 
 unsigned int blocks(int64_t work_items) {
   return ops_common::grid_size(work_items, kThreads, kMaxBlocks);
-}
-
-template <typename F>
-void with_reduce(Reduce reduce, F&& f) {
-  switch (reduce) {
-    case Reduce::kSum: f(std::integral_constant<Reduce, Reduce::kSum>{}); break;
-    case Reduce::kMean: f(std::integral_constant<Reduce, Reduce::kMean>{}); break;
-    case Reduce::kMax: f(std::integral_constant<Reduce, Reduce::kMax>{}); break;
-    case Reduce::kMin: f(std::integral_constant<Reduce, Reduce::kMin>{}); break;
-  }
 }
 
 template <typename F>

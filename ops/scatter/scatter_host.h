@@ -1,5 +1,5 @@
 #pragma once
-// Host side shared by the CPU backend (scatter.cpp) and the CUDA backend
+// Host side shared by the CPU backend (scatter.cpp, scatter_cpu.cpp) and the CUDA backend
 // (scatter_cuda.cpp): argument checks, index broadcasting and the composition around a
 // backend's kernels, which scatter.cpp implements once.
 #include <ATen/ATen.h>

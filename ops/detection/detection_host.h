@@ -1,13 +1,18 @@
 #pragma once
-// Argument checks of the detection ops, shared by the CPU and CUDA host code (stable ABI):
-// each names the argument and shows the bad value.
+// Host side shared by the CPU (detection.cpp) and CUDA (detection_cuda.cpp) backends, on
+// the stable ABI: argument checks that name the argument and show the bad value (ROIAlign's
+// return the call's parameter block, which the kernels of both take) and NMS's boxes in
+// score order.
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/util/Exception.h>
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "common/stable_checks.h"
+#include "common/stable_ops.h"
+#include "detection_types.h"
 
 namespace detection {
 
@@ -47,18 +52,25 @@ inline void check_rois(const char* op, const torch::stable::Tensor& rois, const 
   OP_CHECK_SAME_DEVICE(op, "rois", rois, ref_name, ref);
 }
 
-inline void check_roi_align_args(const char* op, const torch::stable::Tensor& input, const torch::stable::Tensor& rois,
-                                 double spatial_scale, int64_t pooled_height, int64_t pooled_width) {
+// The parameter block of a roi_align call (detection_types.h), its arguments checked.
+inline RoiAlignParams roi_align_params(const char* op, const torch::stable::Tensor& input,
+                                       const torch::stable::Tensor& rois, double spatial_scale,
+                                       int64_t pooled_height, int64_t pooled_width,
+                                       int64_t sampling_ratio, bool aligned) {
   OP_CHECK_FLOATING(op, "input", input);
   OP_CHECK_DIM(op, "input", input, 4);
   check_rois(op, rois, input, "input");
   check_roi_align_geometry(op, pooled_height, pooled_width, spatial_scale);
+  return {rois.size(0), input.size(0), input.size(1), input.size(2), input.size(3),
+          static_cast<int>(pooled_height), static_cast<int>(pooled_width),
+          static_cast<int>(sampling_ratio), spatial_scale, aligned};
 }
 
-inline void check_roi_align_backward_args(const char* op, const torch::stable::Tensor& grad, const torch::stable::Tensor& rois,
-                                          double spatial_scale, int64_t pooled_height,
-                                          int64_t pooled_width, int64_t batch, int64_t channels,
-                                          int64_t height, int64_t width) {
+// The same for roi_align_backward, whose input sizes are arguments.
+inline RoiAlignParams roi_align_backward_params(
+    const char* op, const torch::stable::Tensor& grad, const torch::stable::Tensor& rois,
+    double spatial_scale, int64_t pooled_height, int64_t pooled_width, int64_t batch,
+    int64_t channels, int64_t height, int64_t width, int64_t sampling_ratio, bool aligned) {
   OP_CHECK_FLOATING(op, "grad", grad);
   OP_CHECK_DIM(op, "grad", grad, 4);
   check_rois(op, rois, grad, "grad");
@@ -69,6 +81,38 @@ inline void check_roi_align_backward_args(const char* op, const torch::stable::T
   OPS_CHECK(ops_common::list_of(expected) == ops_common::shape_of(grad), op,
             ": grad must have shape ", ops_common::list_of(expected),
             " (rois, channels, output_size), got ", ops_common::shape_of(grad));
+  return {rois.size(0), batch, channels, height, width, static_cast<int>(pooled_height),
+          static_cast<int>(pooled_width), static_cast<int>(sampling_ratio), spatial_scale, aligned};
+}
+
+// rois as the kernels of both backends read them: contiguous, in the accumulation type of
+// scalar_t.
+template <typename scalar_t>
+torch::stable::Tensor rois_for(const torch::stable::Tensor& rois) {
+  return ops_common::contiguous(
+      ops_common::to_dtype(rois, ops_common::scalar_type_of<ops_common::opmath_t<scalar_t>>()));
+}
+
+// The boxes of an NMS call in score order (a stable sort, as torchvision sorts: tied scores
+// keep their index order), contiguous in dtype compute, and their classes (int64) for
+// batched NMS.
+struct NmsInput {
+  torch::stable::Tensor order, boxes;
+  std::optional<torch::stable::Tensor> classes;
+};
+
+inline NmsInput nms_input(const torch::stable::Tensor& boxes, const torch::stable::Tensor& scores,
+                          const torch::stable::Tensor* idxs,
+                          torch::headeronly::ScalarType compute) {
+  NmsInput in;
+  in.order = ops_common::argsort_descending_stable(scores);
+  in.boxes = ops_common::contiguous(
+      ops_common::to_dtype(ops_common::index_select(boxes, 0, in.order), compute));
+  if (idxs != nullptr) {
+    in.classes = ops_common::contiguous(ops_common::to_dtype(
+        ops_common::index_select(*idxs, 0, in.order), torch::headeronly::ScalarType::Long));
+  }
+  return in;
 }
 
 }  // namespace detection
