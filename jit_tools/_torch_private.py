@@ -8,6 +8,7 @@ this file.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import types
 
 import torch
@@ -68,11 +69,28 @@ def prepare_ldflags(cpp_extension, ldflags: list[str], with_cuda: bool) -> list[
     return cpp_extension._prepare_ldflags(ldflags, with_cuda, False, False, False)
 
 
-def write_ninja_file(cpp_extension, **kwargs) -> None:
-    """torch's build.ninja for a shared library: compile flags, include folders and
-    the nvcc arch flags exactly as ``cpp_extension.load`` writes them; we run Ninja
-    ourselves (progress, error capture, locking), so we need the file, not ``load``."""
-    cpp_extension._write_ninja_file_to_build_library(**kwargs)
+def ninja_flags(cpp_extension, **kwargs) -> dict:
+    """The compile and link flags ``cpp_extension.load`` writes into its build.ninja
+    (include folders, nvcc's arch flags, torch's own defines), as lists: the arguments its
+    ``_write_ninja_file_to_build_library`` hands to its writer ``_write_ninja_file``, which
+    is replaced for the call by one that keeps them (and writes nothing). torch composes
+    them only there, and the composition changes between releases; the loader writes the
+    file itself, with its own pieces on the lines (jit_tools/builder/ninja_file.py).
+    Like the arch list and CUDA_HOME its caller sets, not for a thread running
+    ``cpp_extension.load`` at the same time."""
+    writer = cpp_extension._write_ninja_file
+    signature = inspect.signature(writer)
+    kept: dict = {}
+
+    def keep(*args, **kw):
+        kept.update(signature.bind(*args, **kw).arguments)
+
+    cpp_extension._write_ninja_file = keep
+    try:
+        cpp_extension._write_ninja_file_to_build_library(**kwargs)
+    finally:
+        cpp_extension._write_ninja_file = writer
+    return kept
 
 
 def dangling_impls() -> list[str]:
