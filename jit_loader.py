@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Sequence
 
 from jit_tools import dropin as _dropin
+from jit_tools import handle as _handle
 from jit_tools import key as _keys
 from jit_tools import pipeline as _pipeline
 from jit_tools import prebuilt as _prebuilt
@@ -67,7 +68,6 @@ from jit_tools.sources import OPS_DIR, available_ops
 from jit_tools.state import BuildInfo, loaded_states as _loaded_states
 from jit_tools.store import cache_dir
 from jit_tools.usage import DEFAULT_KEEP
-from jit_tools.tools.check import check, check_op
 
 __all__ = [
     "load",
@@ -151,15 +151,7 @@ def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] |
                             "(the torch.utils.cpp_extension form)")
         if name_or_path is None:
             raise TypeError("load: give an op folder name or path, or name= and sources=")
-        op_dir = _sources.resolve_op_dir(name_or_path)
-        if with_cuda and why_no_cuda():
-            raise JitLoaderError(f"load({name_or_path!r}, with_cuda=True), but CUDA cannot be "
-                                 f"built: {why_no_cuda()}")
-        cpu_only = with_cuda is False or _keys.cpu_only_reason({}) is not None
-        if not cpu_only and not _debug(debug) and _prebuilt.selected(op_dir):
-            return _prebuilt.load(op_dir, surface=True)  # JIT_LOADER_PREBUILT: built ahead of time
-        return Op(_pipeline.load(op_dir, verbose, **flags,
-                                 with_cuda=False if with_cuda is False else None))
+        return _handle.load_folder(name_or_path, verbose, with_cuda=with_cuda, **flags)
     if name is not None and name_or_path is not None:
         raise TypeError("load: give the name once (first argument or name=)")
     name = name if name is not None else os.fspath(name_or_path)
@@ -208,6 +200,23 @@ def load_library(name_or_path: str | os.PathLike, *, verbose: bool | None = None
         op_dir, verbose, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
         extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, cuda_arch=cuda_arch,
         debug=debug))
+
+
+def check(fn, inputs, reference=None, **options):
+    """Check an op in one line on fresh random inputs: against ``reference`` in float32 and
+    float64, float64 gradcheck, opcheck of every dispatcher op it calls, and
+    ``torch.compile(fullgraph=True)`` against eager; prints the table and returns a result
+    that is truthy when every check that ran passed (the options:
+    jit_tools/tools/check.py)."""
+    from jit_tools.tools.check import check as run  # a tool: imported only when used
+    return run(fn, inputs, reference, **options)
+
+
+def check_op(op, device=None, **options):
+    """:func:`check` of every case the op's ``reference.py`` declares (``check_cases``),
+    on ``device`` (default CUDA when a GPU is visible); one result per case."""
+    from jit_tools.tools.check import check_op as run
+    return run(op, device, **options)
 
 
 def bench(fn, *args, **options):

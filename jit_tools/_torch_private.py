@@ -206,18 +206,18 @@ def fast_call_of(obj):
     return getattr(type(obj), "_jit_fast_call", None)
 
 
-def retire_op_objects(qualnames, template: str) -> int:
+def retire_op_objects(qualnames, template: str) -> list:
     """Point every live ``OpOverload``/``OpOverloadPacket`` of ``qualnames`` (``ns::op``
     or ``ns::op.overload``) at a :class:`_Retired` stand-in. torch's op objects keep a raw
     handle into the dispatcher's operator entry, which the dispatcher frees once the
     last registration goes; Python code (a variable, a traced graph) may still hold
     them. They can be anywhere, so the garbage collector's list of objects is searched
-    (only when an operator is withdrawn, never on an ordinary reload). Returns how many
-    were retired."""
+    (only when an operator is withdrawn, never on an ordinary reload). Returns the
+    objects retired."""
     import gc
     names = set(qualnames)
     bases = {n.split(".", 1)[0] for n in names}
-    count = 0
+    retired = []
     for obj in gc.get_objects():
         cls = type(obj)  # not isinstance: it would dereference weak proxies and lazy modules
         if issubclass(cls, OpOverload):
@@ -239,11 +239,8 @@ def retire_op_objects(qualnames, template: str) -> int:
             for attr in ("_cpp_dispatch_handle", "_op_dk", "_handle"):
                 vars(obj)[attr] = stand_in
             vars(obj)["_pyobj_dispatcher"] = None
-            if is_fast_object(obj):
-                from jit_tools import fastcall  # imports this module
-                fastcall.retire(obj)
-        count += 1
-    return count
+        retired.append(obj)
+    return retired
 
 
 def reset_compiled_code() -> None:
