@@ -219,7 +219,7 @@ def main(argv=None) -> int:
         print(benchutil.format_table([{k: "-" if v is None else v for k, v in row.items()}
                                       for row in rows], KERNEL_COLUMNS))
         if args.json:
-            benchutil.save_json(args.json, rows, op=args.op or "ops/lltm")
+            benchutil.save_json(args.json, rows, "lltm-kernels", KERNEL_COLUMNS, op=args.op or "ops/lltm")
         return 0
     status = suite.run_view(args, lambda device, scale: suite_cases(
         device, scale, with_compile=False if args.no_compile else None), "lltm")

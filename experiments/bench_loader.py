@@ -315,6 +315,12 @@ def shared_pieces_rows(ops: list[str], repeats: int, env0: dict, tmp: Path, with
     return rows
 
 
+def _beside(path: str, name: str) -> str:
+    """``DIR/loader.json`` -> ``DIR/loader-NAME.json``: a second table of the same run."""
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}-{name}{p.suffix}"))
+
+
 def extension_h_variant(op_dir: Path) -> None:
     """The same op, but through the catch-all header most tutorials use."""
     src = op_dir / "toy_op.cpp"
@@ -345,8 +351,9 @@ def math_edit_main(args) -> int:
     print("# a kernel edit to its first result, same run")
     print(format_table(baselines, ["route", "median", "min", "n", "note"]))
     if args.json:
-        save_json(args.json, rows + [{"op": "baseline", **b} for b in baselines],
-                  benchmark="loader-math-edit")
+        save_json(args.json, rows + [{"op": "baseline", "measurement": b["route"], "warm": b["median"],
+                                      "n": b["n"], "note": b["note"]} for b in baselines],
+                  "loader-math-edit", ["op", "measurement", "fresh", "warm", "n", "note"])
     return 0
 
 
@@ -400,7 +407,7 @@ def main(argv=None) -> int:
               f"{env_info['torch']}, {env_info['date']}; wall seconds")
         print(format_table(rows, ["route", "median", "min", "n", "note"]))
         if args.json:
-            save_json(args.json, rows, benchmark="loader-edit-loop")
+            save_json(args.json, rows, "loader-edit-loop", ["route", "median", "min", "n", "note"])
         return 0
 
     rows = []
@@ -419,7 +426,7 @@ def main(argv=None) -> int:
                   f"{env_info['torch']}, {env_info['date']}; wall seconds")
             print(format_table(stable, ["measurement", "value", "unit"]), flush=True)
             if args.json:
-                save_json(args.json, stable, benchmark="loader-stable")
+                save_json(args.json, stable, "loader-stable", ["measurement", "value", "unit"])
             return 0
         if args.first_build:
             first = loader_first_build.first_build_rows(args.first_repeats, env0, tmp)
@@ -429,7 +436,8 @@ def main(argv=None) -> int:
                   f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end; wall and CPU seconds")
             print(format_table(first, ["measurement", "median", "min", "cpu_median", "n", "unit"]), flush=True)
             if args.json:
-                save_json(args.json, first, benchmark="loader-first-build")
+                save_json(args.json, first, "loader-first-build",
+                          ["measurement", "median", "min", "cpu_median", "n", "unit"])
             return 0
         if args.ops:
             ops = args.ops.split(",") if args.ops != "all" else ["toy", *jit_loader.available_ops()]
@@ -443,7 +451,8 @@ def main(argv=None) -> int:
             print(format_table(shared_rows, ["op", "measurement", "median", "min", "cpu_median", "n", "unit"]),
                   flush=True)
             if args.json:
-                save_json(args.json + ".shared.json", shared_rows, benchmark="loader-shared-pieces")
+                save_json(_beside(args.json, "shared"), shared_rows, "loader-shared-pieces",
+                          ["op", "measurement", "median", "min", "cpu_median", "n", "unit"])
             if args.shared_only:
                 return 0
 
@@ -482,7 +491,7 @@ def main(argv=None) -> int:
           f"cuda arch {jit_loader.cuda_arch_list()}")
     print(format_table(rows, ["measurement", "value", "unit"]))
     if args.json:
-        save_json(args.json, rows, benchmark="loader")
+        save_json(args.json, rows, "loader", ["measurement", "value", "unit"])
     return 0
 
 

@@ -15,7 +15,6 @@ Prints one line per target, the last one a summary; exit status 1 when a target 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 import torch
 
 import jit_loader
-from experiments import bench_pointwise, planted_bugs, suite
+from experiments import bench_pointwise, benchutil, planted_bugs, suite
 from jit_tools.tools import nvtools, scaffold
 
 SANITIZE_SECONDS, PROFILE_SECONDS, BANDWIDTH_TOLERANCE = 30.0, 20.0, 0.15
@@ -89,7 +88,7 @@ def main(argv=None) -> int:
                  f", at the planted lines: {r['found_at_lines']}")
         print(f"{'ok  ' if r['ok'] else 'MISS'} {r['target']}: {r['seconds']:.1f} s{extra}")
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        benchutil.save_json(args.json, rows, "debug-tools", ["target", "ok", "seconds"])
     met = sum(r["ok"] for r in rows)
     print(f"{met} of {len(rows)} targets met on {torch.cuda.get_device_name()}")
     return 0 if met == len(rows) else 1

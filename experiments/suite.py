@@ -165,18 +165,19 @@ def run_overhead_case(case, scale: str, cpu_time: bool = False) -> dict:
 def run(device: str | None, scale: str, cases: list, overhead: list = (), ops: list[str] | None = None,
         out_dir: str | Path | None = None, progress: bool = True, command: str | None = None,
         sections=SECTIONS, cpu_time: bool = False, clock=time.perf_counter,
-        found_errors: list[str] = (), skipped: list[Skipped] = ()) -> dict:
+        found_errors: list[str] = (), skipped: list[Skipped] = (), benchmark: str = "suite") -> dict:
     """Run ``cases`` and the call-overhead rows ``overhead`` (those of ``sections``, of
     ``ops`` when given); returns the JSON document (and writes the files into ``out_dir``
     when given). ``cpu_time``: the overhead section's CPU rows are timed by thread CPU time
     instead of the wall clock; ``clock``: the cases' CPU timer (``benchutil.measure``).
-    ``found_errors``, ``skipped``: what finding the cases met."""
+    ``found_errors``, ``skipped``: what finding the cases met; ``benchmark``: the document's
+    name on the results page (experiments/results.py)."""
 
     assert scale in SCALES, scale
     assert set(sections) <= set(SECTIONS), sections
     device = steady_state(device)
     started = time.perf_counter()
-    env = benchutil.environment(device)
+    env = benchutil.run_header(device)
     warnings, errors = [], []
     message = benchutil.load_warning()
     if message:
@@ -217,7 +218,7 @@ def run(device: str | None, scale: str, cases: list, overhead: list = (), ops: l
     message = benchutil.load_warning()  # load that arrived during the run counts too
     if message and message not in warnings:
         warnings.append(message)
-    doc = {"environment": env, "scale": scale, "sections": list(sections),
+    doc = {"benchmark": benchmark, "environment": env, "scale": scale, "sections": list(sections),
            "ops": sorted({c.op for c in cases + overhead}),
            "families": {c.op: c.family for c in cases},
            "cases": len(cases), "elapsed_s": time.perf_counter() - started,
@@ -297,7 +298,7 @@ def run_view(args: argparse.Namespace, cases, name: str, ops: list[str] | None =
     command = f"python -m experiments.bench_{name} " + shlex.join(sys.argv[1:])
     clock = time.thread_time if args.cpu_time else time.perf_counter
     doc = run(device, scale, found, ops=ops, progress=not args.no_progress, command=command,
-              sections=("cases",), clock=clock)
+              sections=("cases",), clock=clock, benchmark=f"bench_{name}")
     print(suite_report.render_view(doc, name))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
