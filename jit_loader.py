@@ -103,6 +103,16 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parent
 
 ops_in = _registry.ops_in
+
+
+def __getattr__(name: str):
+    """``check`` and ``check_op`` are the tool's own functions (their signature and help are
+    its): imported at their first use, not with the loader."""
+    if name in ("check", "check_op"):
+        from jit_tools.tools import check as tool
+        value = globals()[name] = getattr(tool, name)
+        return value
+    raise AttributeError(f"module 'jit_loader' has no attribute {name!r}")
 # Older names some scripts use; the public ones are why_no_cuda and ops_in.
 _why_no_cuda = why_no_cuda
 _ops_in = ops_in
@@ -200,23 +210,6 @@ def load_library(name_or_path: str | os.PathLike, *, verbose: bool | None = None
         op_dir, verbose, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
         extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths, cuda_arch=cuda_arch,
         debug=debug))
-
-
-def check(fn, inputs, reference=None, **options):
-    """Check an op in one line on fresh random inputs: against ``reference`` in float32 and
-    float64, float64 gradcheck, opcheck of every dispatcher op it calls, and
-    ``torch.compile(fullgraph=True)`` against eager; prints the table and returns a result
-    that is truthy when every check that ran passed (the options:
-    jit_tools/tools/check.py)."""
-    from jit_tools.tools.check import check as run  # a tool: imported only when used
-    return run(fn, inputs, reference, **options)
-
-
-def check_op(op, device=None, **options):
-    """:func:`check` of every case the op's ``reference.py`` declares (``check_cases``),
-    on ``device`` (default CUDA when a GPU is visible); one result per case."""
-    from jit_tools.tools.check import check_op as run
-    return run(op, device, **options)
 
 
 def bench(fn, *args, **options):

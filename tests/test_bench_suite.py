@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments import bench, bench_overhead, benchutil, suite, suite_report
+from experiments import bench, bench_overhead, benchutil, suite_report
+from experiments import suite as runner
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -182,7 +183,7 @@ def test_overhead_section_rows(suite):
     for r in all_rows:
         benchutil.validate_overhead_row(r)
         assert r["device"] == doc["environment"]["device"]
-        assert r["calls"] == suite.OVERHEAD_CALLS["tiny"] and r["runs"] == suite.OVERHEAD_RUNS
+        assert r["calls"] == runner.OVERHEAD_CALLS["tiny"] and r["runs"] == runner.OVERHEAD_RUNS
         assert r["ours_us"] > 0 and r["native_us"] > 0
         assert r["ours_median_us"] >= r["ours_us"] and r["native_median_us"] >= r["native_us"]
         assert r["ratio"] == pytest.approx(r["ours_us"] / r["native_us"])
@@ -362,7 +363,7 @@ def test_a_per_op_script_is_a_view_of_the_suite_cases(suite, tmp_path, capsys):
 def test_no_compile_leaves_out_the_compiled_baselines():
     case = benchutil.Case("toy", "forward", "1", "float32", build=lambda: {
         "ours": int, "eager": int, "torch.compile": int}, targets={"torch.compile": 1.3, "eager": 2.0})
-    lean = suite._without_compile(case)
+    lean = runner._without_compile(case)
     assert set(lean.build()) == {"ours", "eager"} and lean.targets == {"eager": 2.0}
 
 

@@ -74,7 +74,7 @@ def main() -> int:
         valgrind = ["valgrind", "--tool=callgrind", "--trace-children=yes"]
         runs = {
             "jit_loader.load": subprocess.Popen(
-                [*valgrind, "--trace-children-skip-by-arg=*jit_tools.builder.shared*",
+                [*valgrind, "--trace-children-skip-by-arg=*jit_tools.builder.ninja_file*",
                  f"--callgrind-out-file={tmp}/ours.%p", sys.executable, "-c",
                  textwrap.dedent(loader_first_build.OURS_FIRST), json.dumps(case)],
                 cwd=ROOT, env={**env, "JIT_LOADER_CACHE": str(tmp / "cache")},
