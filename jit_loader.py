@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Sequence
 
 from jit_tools import dropin as _dropin
+from jit_tools import handle as _handle
 from jit_tools import key as _keys
 from jit_tools import pipeline as _pipeline
 from jit_tools import prebuilt as _prebuilt
@@ -67,7 +68,6 @@ from jit_tools.sources import OPS_DIR, available_ops
 from jit_tools.state import BuildInfo, loaded_states as _loaded_states
 from jit_tools.store import cache_dir
 from jit_tools.usage import DEFAULT_KEEP
-from jit_tools.tools.check import check, check_op
 
 __all__ = [
     "load",
@@ -103,6 +103,16 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parent
 
 ops_in = _registry.ops_in
+
+
+def __getattr__(name: str):
+    """``check`` and ``check_op`` are the tool's own functions (their signature and help are
+    its): imported at their first use, not with the loader."""
+    if name in ("check", "check_op"):
+        from jit_tools.tools import check as tool
+        value = globals()[name] = getattr(tool, name)
+        return value
+    raise AttributeError(f"module 'jit_loader' has no attribute {name!r}")
 # Older names some scripts use; the public ones are why_no_cuda and ops_in.
 _why_no_cuda = why_no_cuda
 _ops_in = ops_in
@@ -151,15 +161,7 @@ def load(name_or_path: str | os.PathLike | None = None, sources: Sequence[str] |
                             "(the torch.utils.cpp_extension form)")
         if name_or_path is None:
             raise TypeError("load: give an op folder name or path, or name= and sources=")
-        op_dir = _sources.resolve_op_dir(name_or_path)
-        if with_cuda and why_no_cuda():
-            raise JitLoaderError(f"load({name_or_path!r}, with_cuda=True), but CUDA cannot be "
-                                 f"built: {why_no_cuda()}")
-        cpu_only = with_cuda is False or _keys.cpu_only_reason({}) is not None
-        if not cpu_only and not _debug(debug) and _prebuilt.selected(op_dir):
-            return _prebuilt.load(op_dir, surface=True)  # JIT_LOADER_PREBUILT: built ahead of time
-        return Op(_pipeline.load(op_dir, verbose, **flags,
-                                 with_cuda=False if with_cuda is False else None))
+        return _handle.load_folder(name_or_path, verbose, with_cuda=with_cuda, **flags)
     if name is not None and name_or_path is not None:
         raise TypeError("load: give the name once (first argument or name=)")
     name = name if name is not None else os.fspath(name_or_path)

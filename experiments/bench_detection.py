@@ -54,12 +54,12 @@ def roi_inputs(device: str, shape, mix: str):
 
 
 def main(argv=None) -> int:
-    from experiments import bench
+    from experiments import suite
 
-    parser = bench.view_parser(__doc__)
+    parser = suite.view_parser(__doc__)
     parser.add_argument("--only", choices=("nms", "roi_align"), help="one op's cases")
     args = parser.parse_args(argv)
-    return bench.run_view(args, suite_cases, "detection", [args.only] if args.only else None)
+    return suite.run_view(args, suite_cases, "detection", [args.only] if args.only else None)
 
 
 # ------------------------------------------------------------------------ the suite's cases

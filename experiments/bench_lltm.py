@@ -203,9 +203,9 @@ def kernel_times(op_path=None, reps: int = 30) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    from experiments import bench
+    from experiments import suite
 
-    parser = bench.view_parser(__doc__)
+    parser = suite.view_parser(__doc__)
     parser.add_argument("--kernel-times", action="store_true",
                         help="GPU time per kernel of the op's forward and backward (CUDA)")
     parser.add_argument("--op", default=None, metavar="PATH",
@@ -219,9 +219,9 @@ def main(argv=None) -> int:
         print(benchutil.format_table([{k: "-" if v is None else v for k, v in row.items()}
                                       for row in rows], KERNEL_COLUMNS))
         if args.json:
-            benchutil.save_json(args.json, rows, op=args.op or "ops/lltm")
+            benchutil.save_json(args.json, rows, "lltm-kernels", KERNEL_COLUMNS, op=args.op or "ops/lltm")
         return 0
-    status = bench.run_view(args, lambda device, scale: suite_cases(
+    status = suite.run_view(args, lambda device, scale: suite_cases(
         device, scale, with_compile=False if args.no_compile else None), "lltm")
     device = args.device or benchutil.default_device()
     if torch.device(device).type == "cuda":

@@ -17,33 +17,11 @@ Prints, for tiny fixture ops built in a private cache:
     torch.utils.cpp_extension.load (cold and after an edit) as the baseline. Scenarios
     are interleaved and repeated (--repeats); the table shows medians. (These builds make
     the shared pieces first, JIT_LOADER_SHARED_NOW=1, as they always did.)
-  * with --first-build: the first build of the C++ extension tutorial's LLTM through the
-    drop-in, load(name=..., sources=[...], extra_cflags=["-O2"]), and of a scaffold fresh
-    from `python -m jit_loader new` with extra_cflags=["-DVARIANT_A"], flag sets no build
-    used before, in an empty cache and in a cache whose pieces were made for the default
-    flags, against torch.utils.cpp_extension.load of the same sources given the flags the
-    loader compiles with (its defaults -O3 -fopenmp, then the given ones), and given the
-    given flags alone (torch's default: no optimisation, a cheaper compile); each timing
-    includes its loader's import (jit_loader; torch.utils.cpp_extension). The
-    loader's default leaves the pieces of a new flag set to a background process after
-    the build; each measurement waits for it to finish before the next starts.
-
-  * with a GPU (--only-edit-loop runs these alone): a kernel edit until its first result,
-    for copies of sigmoid and resize through jit_loader (the edit swapped in through
-    NVRTC), and for the same tiny kernel through CuPy RawKernel and Triton (a row says
-    "not installed" without them). Each round writes a fresh edit (a device function
-    holding the round's number, which the call does not run, so the result is checked
-    unchanged), so no cache holds the edited content; NVRTC, CuPy and Triton caches are
-    private and start empty. jit_loader's background build of the new key is waited for
-    between rounds, outside the timing. The script runs as a notebook session does
-    (JIT_LOADER_NVRTC_WARM=1: NVRTC's precompiled header of the .cu is made in the
-    background after the load) and waits for that header before the first edit.
-
-  * with a GPU (--only-math-edit runs these alone): the math-edit cycle of
-    experiments/math_edit_cycle.py (sigmoid, GELU, resize, a scaffolded op: a math header
-    edit to the next CUDA result and to the CPU result, a .cu edit before the first launch,
-    a .cpp edit after a .cu edit; fresh cache and warm), CuPy RawKernel and Triton timed in
-    the same run.
+  * with --first-build: the first build of a flag set no build used before, ours against
+    torch's (experiments/loader_first_build.py);
+  * with a GPU, --only-edit-loop: a kernel edit until its first result, jit_loader against
+    CuPy and Triton (experiments/loader_edit_loop.py); --only-math-edit: the math-edit
+    cycle of experiments/math_edit_cycle.py, CuPy and Triton timed in the same run.
 
 Usage: python -m experiments.bench_loader [--json PATH] [--no-cuda] [--ops toy,sigmoid,...]
        [--repeats N] [--shared-repeats N] [--shared-only] [--absent toy,sigmoid] [--no-plain]
@@ -57,17 +35,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "tests" / "fixtures"
-
+from experiments import loader_edit_loop, loader_first_build
 from experiments.benchutil import environment, format_table, save_json
-from jit_tools import key as keys
+from experiments.loader_runs import CPU, FIXTURES, ROOT, WARM_ANY, base_env, median, run
 
 # Each measurement runs in its own interpreter and prints one JSON line.
 COLD_BUILD = """
@@ -111,16 +85,6 @@ EDIT_ONE_UNIT = """
     print(json.dumps(out))
 """
 
-
-# CPU seconds of this process and its finished children (the compilers): on a shared
-# machine wall time moves with the load, CPU time much less.
-CPU = """
-import resource
-def cpu():
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-"""
-
 EDIT_CYCLE = CPU + """
 import json, sys, time, torch, jit_loader
 from pathlib import Path
@@ -155,13 +119,6 @@ for i, name in enumerate(edits):
 print(json.dumps(out))
 """
 
-WARM_ANY = CPU + """
-import json, sys, time, torch, jit_loader
-t, c = time.perf_counter(), cpu()
-op = jit_loader.load_library(sys.argv[1])
-print(json.dumps({"seconds": time.perf_counter() - t, "cpu": cpu() - c, "compiled": op.build.compiled}))
-"""
-
 CPP_EXTENSION = CPU + """
 import json, os, sys, time, torch
 from torch.utils.cpp_extension import load
@@ -171,7 +128,6 @@ load("toy_op_ext", [src], extra_include_paths=[os.path.dirname(src)],
      extra_cflags=["-O3"], is_python_module=False, build_directory=build_dir, verbose=False)
 print(json.dumps({"seconds": time.perf_counter() - t, "cpu": cpu() - c}))
 """
-
 
 STABLE_EDIT = """
     import json, time, torch, jit_loader
@@ -248,155 +204,11 @@ def stable_rows(tmp: Path, base_env: dict) -> list[dict]:
     return rows
 
 
-# argv: the case (JSON: name, sources, flags, folder: an op folder to load, or null for
-# the drop-in load of the sources), then for torch's loader its build folder.
-OURS_FIRST = CPU + """
-import json, sys, time, torch
-from pathlib import Path
-case = json.loads(sys.argv[1])
-t, c = time.perf_counter(), cpu()
-import jit_loader  # each loader's import counts: the call a user makes pays it
-if case["folder"]:
-    jit_loader.load(case["folder"], extra_cflags=case["flags"], verbose=False)
-else:
-    jit_loader.load(name=case["name"], sources=case["sources"], extra_cflags=case["flags"], verbose=False)
-seconds, cpu_seconds = time.perf_counter() - t, cpu() - c
-(op,) = [o for o in jit_loader.loaded_ops() if o.name == case["name"]]
-assert op.build.compiled
-manifest = json.loads((Path(op.library).parent / "manifest.json").read_text())
-print(json.dumps({"seconds": seconds, "cpu": cpu_seconds, "later": manifest["shared"].get("later", [])}))
-"""
-
-TORCH_FIRST = CPU + """
-import json, os, sys, time, torch
-case = json.loads(sys.argv[1])
-t, c = time.perf_counter(), cpu()
-from torch.utils.cpp_extension import load
-load(case["name"], case["sources"], extra_cflags=case["flags"], build_directory=sys.argv[2],
-     extra_include_paths=case["include_dirs"], is_python_module=case["folder"] is None,
-     verbose=False)
-print(json.dumps({"seconds": time.perf_counter() - t, "cpu": cpu() - c}))
-"""
-
-
-def _wait_for_pieces(shared_dir: Path, names: list[str], timeout: float = 1800) -> None:
-    """Until the background process has built (or failed) every piece in ``names`` and
-    exited (it holds ``background.lock`` while it runs), so that none of its work runs
-    beside the next measurement."""
-    import fcntl
-    import time
-    deadline = time.monotonic() + timeout
-
-    def background_done() -> bool:
-        lock = shared_dir / "background.lock"
-        if not lock.exists():
-            return True
-        with open(lock) as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            return True
-
-    while not (all((shared_dir / n / "ok").exists() or (shared_dir / n / "FAILED").exists()
-                   for n in names) and background_done()):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"shared pieces {names} not built after {timeout} s")
-        time.sleep(1)
-
-
-SAME_FLAGS = "cpp_extension.load, the loader's flags"
-
-
-def first_build_rows(repeats: int, base_env: dict, tmp: Path) -> list[dict]:
-    """First builds of a flag set no build used before, ours vs torch's: the C++ extension
-    tutorial's LLTM through the drop-in with extra_cflags=["-O2"], and an op folder fresh
-    from `python -m jit_loader new` (the stable-ABI scaffold) with extra_cflags=["-DVARIANT_A"]."""
-    samples: dict[str, list[tuple[float, float]]] = {}
-
-    def add(what, m):
-        samples.setdefault(what, []).append((m["seconds"], m["cpu"]))
-        print(f"  {what}: {m['seconds']:.2f} s (cpu {m['cpu']:.2f} s)", file=sys.stderr, flush=True)
-
-    # Both loaders' modules read from bytecode, as in any process after the first that
-    # imported them (torch's come compiled with its wheel; ours are compiled here once).
-    env = {k: v for k, v in base_env.items() if k not in ("JIT_LOADER_SHARED_NOW", "PYTHONDONTWRITEBYTECODE")}
-    subprocess.run([sys.executable, "-c", "import jit_loader, jit_tools.builder.ninja, torch.utils.cpp_extension"],
-                   cwd=ROOT, env=env, check=True, capture_output=True)
-    for r in range(repeats):
-        # A cache that has the pieces of the default flags of both ABIs (a user who loaded
-        # ops before).
-        warm = tmp / f"first-r{r}-default-pieces"
-        for fixture in ("toy_op", "stable_op"):
-            folder = tmp / f"first-r{r}-{fixture}" / fixture
-            shutil.copytree(FIXTURES / fixture, folder)
-            run(WARM_ANY, {**env, "JIT_LOADER_CACHE": str(warm), "JIT_LOADER_SHARED_NOW": "1"}, str(folder))
-        for case_name, case in _first_build_cases(tmp / f"first-r{r}-sources"):
-            for label, cache in (("empty cache", tmp / f"first-r{r}-{case_name}-empty"),
-                                 ("default flags' pieces cached", warm)):
-                m = run(OURS_FIRST, {**env, "JIT_LOADER_CACHE": str(cache)}, json.dumps(case))
-                add(f"{case_name}: jit_loader.load, {label}", m)
-                _wait_for_pieces(cache / "_shared", m["later"])
-            # torch's loader given the flags the loader compiles with (its defaults, then the
-            # given ones: the same compiler work, so the ratio is the loaders' own cost), and
-            # the given flags alone (torch's default, no optimisation: a different compile).
-            for label, flags in ((SAME_FLAGS, [*keys.DEFAULT_CFLAGS, *case["flags"]]),
-                                 ("cpp_extension.load, the given flags only", case["flags"])):
-                build = tmp / f"first-r{r}-{case_name}-torch-build-{len(flags)}"
-                build.mkdir()
-                add(f"{case_name}: {label}", run(TORCH_FIRST, {**env, "TORCH_NO_COMPILER_WRAPPER": "1"},
-                                                 json.dumps(dict(case, flags=flags)), str(build)))
-    rows = [{"measurement": what, "median": _median([w for w, _ in v]), "min": min(w for w, _ in v),
-             "cpu_median": _median([c for _, c in v]), "n": len(v), "unit": "s"}
-            for what, v in samples.items()]
-    for what, v in samples.items():
-        case_name = what.split(":")[0]
-        base = samples[f"{case_name}: {SAME_FLAGS}"]
-        if "jit_loader.load" in what:
-            rows.append({"measurement": f"  {what} / cpp_extension.load",
-                         "median": _median([w for w, _ in v]) / _median([w for w, _ in base]), "min": None,
-                         "cpu_median": _median([c for _, c in v]) / _median([c for _, c in base]),
-                         "n": None, "unit": "x"})
-    return rows
-
-
-def _first_build_cases(folder: Path) -> list[tuple[str, dict]]:
-    """The sources of :func:`first_build_rows`, fresh copies in ``folder`` (no cache or
-    build folder has seen their paths)."""
-    lltm = folder / "lltm" / "lltm.cpp"
-    lltm.parent.mkdir(parents=True)
-    shutil.copy(FIXTURES / "lltm_tutorial" / "lltm.cpp", lltm)
-    subprocess.run([sys.executable, "-m", "jit_loader", "new", "my_op"], cwd=folder, check=True,
-                   capture_output=True)
-    scaffold = folder / "my_op"
-    # torch's loader gets the include folders the loader gives every op folder (its own,
-    # and ops/ for the shared headers under ops/common).
-    return [("LLTM drop-in -O2", {"name": "lltm_cpp", "sources": [str(lltm)], "flags": ["-O2"],
-                                  "folder": None, "include_dirs": []}),
-            ("scaffold -DVARIANT_A", {"name": "my_op", "sources": sorted(map(str, scaffold.glob("*.cpp"))),
-                                      "flags": ["-DVARIANT_A"], "folder": str(scaffold),
-                                      "include_dirs": [str(scaffold), str(ROOT / "ops")]})]
-
-
-def run(code: str, env: dict, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"measurement failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _median(values):
-    values = sorted(values)
-    n = len(values)
-    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
-
-
-def _op_folder(op: str) -> Path:
+def op_folder(op: str) -> Path:
     return FIXTURES / "toy_op" if op == "toy" else ROOT / "ops" / op
 
 
-def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, with_cuda: bool,
+def shared_pieces_rows(ops: list[str], repeats: int, env0: dict, tmp: Path, with_cuda: bool,
                        absent: list[str] | None = None, plain: bool = True,
                        cpp_edits: list[str] | None = None) -> list[dict]:
     """Cold build without and with the shared pieces, edit/revert rebuilds and warm load,
@@ -414,20 +226,20 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
         cpu_text = f" (cpu {cpu:.3f} s)" if cpu is not None else ""
         print(f"  {op}: {what}: {value:.3f} s{cpu_text}", file=sys.stderr, flush=True)  # progress
 
-    base_env = {**base_env, "JIT_LOADER_SHARED_NOW": "1"}
-    env_off = {**base_env, "JIT_LOADER_PCH": "0", "JIT_LOADER_CCACHE": "0"}
+    env0 = {**env0, "JIT_LOADER_SHARED_NOW": "1"}
+    env_off = {**env0, "JIT_LOADER_PCH": "0", "JIT_LOADER_CCACHE": "0"}
     for r in range(repeats):
         pool = tmp / f"r{r}-pieces"  # the shared pieces the cold builds of this repeat made
         pool.mkdir()
         for op in ops:
-            src = _op_folder(op)
+            src = op_folder(op)
             name = src.name
             if absent is None or op in absent:
                 # without: an empty cache (its first build makes the pieces).
                 bare_dir = tmp / f"r{r}-{op}-bare" / name
                 shutil.copytree(src, bare_dir)
                 bare_cache = tmp / f"r{r}-{op}-bare-cache"
-                cold = run(WARM_ANY, {**base_env, "JIT_LOADER_CACHE": str(bare_cache)}, str(bare_dir))
+                cold = run(WARM_ANY, {**env0, "JIT_LOADER_CACHE": str(bare_cache)}, str(bare_dir))
                 assert cold["compiled"]
                 add(op, "cold build, shared pieces absent", cold["seconds"], cold["cpu"])
                 shutil.copytree(bare_cache / "_shared", pool, dirs_exist_ok=True)
@@ -446,7 +258,7 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
                 # side cost differently); the first of others.
                 cpps = sorted(p.name for p in op_dir.glob("*.cpp"))
                 edits += cpps if op != "toy" else cpps[:1]
-            out = run(EDIT_CYCLE, {**base_env, "JIT_LOADER_CACHE": str(cache)}, str(op_dir), json.dumps(edits))
+            out = run(EDIT_CYCLE, {**env0, "JIT_LOADER_CACHE": str(cache)}, str(op_dir), json.dumps(edits))
             assert out["cold compiled"]
             built = {p.name for p in (cache / "_shared").iterdir()} - before
             what = "cold build, shared pieces present" + (" (some built)" if any(
@@ -458,7 +270,7 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
                 add(op, f"rebuild after editing {'the ' if what == kind else ''}{what}", out["edit " + e],
                     out["cpu edit " + e])
                 add(op, f"revert of the {what} edit", out["revert " + e], out["cpu revert " + e])
-            warm = run(WARM_ANY, {**base_env, "JIT_LOADER_CACHE": str(cache)}, str(op_dir))
+            warm = run(WARM_ANY, {**env0, "JIT_LOADER_CACHE": str(cache)}, str(op_dir))
             assert not warm["compiled"]
             add(op, "warm load in a new process", warm["seconds"], warm["cpu"])
             if op == "toy":
@@ -475,7 +287,7 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
                 ext_build.mkdir()
                 # No compiler cache in front of the baseline (torch 2.12+ adds one found
                 # on PATH): its store outlives the repeats and would serve their builds.
-                ext_env = {**base_env, "TORCH_NO_COMPILER_WRAPPER": "1"}
+                ext_env = {**env0, "TORCH_NO_COMPILER_WRAPPER": "1"}
                 m = run(CPP_EXTENSION, ext_env, str(ext / "toy_op.cpp"), str(ext_build))
                 add(op, "cpp_extension.load: cold build", m["seconds"], m["cpu"])
                 f = ext / "toy_op.cpp"
@@ -486,8 +298,8 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
     for (op, what), values in samples.items():
         walls = [w for w, _ in values]
         cpus = [c for _, c in values if c is not None]
-        rows.append({"op": op, "measurement": what, "median": _median(walls), "min": min(walls),
-                     "cpu_median": _median(cpus) if cpus else None, "n": len(values), "unit": "s"})
+        rows.append({"op": op, "measurement": what, "median": median(walls), "min": min(walls),
+                     "cpu_median": median(cpus) if cpus else None, "n": len(values), "unit": "s"})
     by = {(row["op"], row["measurement"]): row for row in rows}
 
     def ratio(label, num, den):
@@ -503,157 +315,10 @@ def shared_pieces_rows(ops: list[str], repeats: int, base_env: dict, tmp: Path, 
     return rows
 
 
-# A kernel edit until its first result, in one interpreter with the op loaded and called
-# once (its kernels tracked); prints one JSON line.
-EDIT_LOOP = r"""
-import json, os, sys, time, torch, jit_loader
-from pathlib import Path
-from jit_tools.swap import kernels
-op_dir, rounds = Path(sys.argv[1]), int(sys.argv[2])
-name = op_dir.name
-torch.manual_seed(0)
-if name == "sigmoid":
-    x = torch.randn(1 << 16, device="cuda")
-    call = lambda op: op.sigmoid(x)
-else:
-    x = torch.randn(1, 3, 64, 64, device="cuda")
-    call = lambda op: op.resize_bilinear(x, size=(96, 80))
-op = jit_loader.load(op_dir)
-expected = call(op)
-torch.cuda.synchronize()
-op.wait_for_background()  # JIT_LOADER_NVRTC_WARM=1, as in a notebook: a user's first edit comes later
-(cu,) = sorted(op_dir.glob("*.cu"))
-original = cu.read_text()
-out = {"seconds": [], "swapped": [], "compiled": [], "reload": []}
-for i in range(rounds):
-    edit = f"\n__device__ float jit_bench_edit_{os.getpid()}_{i}(float v) {{ return v + {i}; }}\n"
-    t = time.perf_counter()
-    cu.write_text(original + edit)
-    kernels.LAST_SWAP.clear()
-    op.reload()
-    out["reload"].append(time.perf_counter() - t)
-    out.setdefault("nvrtc", []).append(kernels.LAST_SWAP.get("compile_s", float("nan")))
-    y = call(op)
-    torch.cuda.synchronize()
-    out["seconds"].append(time.perf_counter() - t)
-    out["swapped"].append(op.build.swapped_over is not None)
-    out["compiled"].append(op.build.compiled)
-    torch.testing.assert_close(y, expected)
-    op.wait_for_background()
-print(json.dumps(out))
-"""
-
-CUPY_LOOP = r"""
-import json, sys, time
-try:
-    import cupy
-except ImportError:
-    print(json.dumps({"missing": True})); sys.exit()
-rounds = int(sys.argv[1])
-SRC = '''
-extern "C" __global__ void sigmoid_k(const float* x, float* y, long n) {
-  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-    y[i] = 1.0f / (1.0f + expf(-x[i])) + ROUND * 0.0f;
-}'''
-x = cupy.random.standard_normal(1 << 16, dtype=cupy.float32)
-y = cupy.empty_like(x)
-out = {"seconds": []}
-for i in range(-1, rounds):  # round -1: CUDA context and CuPy's first use, not timed
-    t = time.perf_counter()
-    kernel = cupy.RawKernel(SRC.replace("ROUND", str(i + 7)), "sigmoid_k")
-    kernel((256,), (256,), (x, y, cupy.int64(x.size)))
-    cupy.cuda.Device().synchronize()
-    if i >= 0:
-        out["seconds"].append(time.perf_counter() - t)
-print(json.dumps(out))
-"""
-
-TRITON_LOOP = r"""
-import importlib.util, json, sys, tempfile, time
-from pathlib import Path
-try:
-    import torch, triton, triton.language as tl
-except ImportError:
-    print(json.dumps({"missing": True})); sys.exit()
-rounds, folder = int(sys.argv[1]), Path(tempfile.mkdtemp())
-SRC = '''
-import triton, triton.language as tl
-@triton.jit
-def sigmoid_k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(y_ptr + offs, tl.sigmoid(x) + ROUND * 0.0, mask=mask)
-'''
-x = torch.randn(1 << 16, device="cuda")
-y = torch.empty_like(x)
-out = {"seconds": []}
-for i in range(-1, rounds):  # round -1: Triton's first use, not timed
-    t = time.perf_counter()
-    path = folder / f"bench_triton_{i + 1}.py"
-    path.write_text(SRC.replace("ROUND", str(i + 7)))
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.sigmoid_k[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
-    torch.cuda.synchronize()
-    if i >= 0:
-        out["seconds"].append(time.perf_counter() - t)
-print(json.dumps(out))
-"""
-
-
-def edit_loop_rows(tmp: Path, base_env: dict, rounds: int,
-                   ops: tuple[str, ...] = ("sigmoid", "resize")) -> list[dict]:
-    """A kernel edit until its first result: jit_loader (sigmoid, resize), CuPy, Triton."""
-    env = {**base_env, "JIT_LOADER_CACHE": str(tmp / "edit-cache"), "JIT_LOADER_NVRTC_WARM": "1"}
-    rows = []
-
-    def add(route: str, result: dict, note: str = "") -> None:
-        if result.get("missing"):
-            rows.append({"route": route, "median": None, "min": None, "n": 0, "note": "not installed"})
-            return
-        times = sorted(result["seconds"])
-        rows.append({"route": route, "median": times[len(times) // 2], "min": times[0],
-                     "n": len(times), "note": note})
-
-    for name in ops:
-        copy = tmp / "edit" / name
-        shutil.copytree(ROOT / "ops" / name, copy, ignore=shutil.ignore_patterns("__pycache__"))
-        result = run_script(EDIT_LOOP, [str(copy), str(rounds)], env)
-        reload = sorted(result["reload"])[len(result["reload"]) // 2]
-        nvrtc = sorted(result["nvrtc"])[len(result["nvrtc"]) // 2]
-        add(f"jit_loader {name} .cu edit", result,
-            f"swapped {sum(result['swapped'])}/{len(result['swapped'])}, "
-            f"Ninja on the call's path {sum(result['compiled'])}, reload() median {reload:.3g} s "
-            f"(NVRTC {nvrtc:.3g} s)")
-    rows += baseline_rows(tmp, env, rounds)
-    return rows
-
-
-def baseline_rows(tmp: Path, env: dict, rounds: int) -> list[dict]:
-    """The same tiny kernel edited to its first result through CuPy RawKernel and Triton,
-    their caches private and empty (a row says "not installed" without them)."""
-    env = {**env, "CUPY_CACHE_DIR": str(tmp / "cupy-cache"), "TRITON_CACHE_DIR": str(tmp / "triton-cache")}
-    rows = []
-    for route, script in (("CuPy RawKernel, same kernel", CUPY_LOOP),
-                          ("Triton @jit, same kernel", TRITON_LOOP)):
-        result = run_script(script, [str(rounds)], env)
-        if result.get("missing"):
-            rows.append({"route": route, "median": None, "min": None, "n": 0, "note": "not installed"})
-            continue
-        times = sorted(result["seconds"])
-        rows.append({"route": route, "median": times[len(times) // 2], "min": times[0],
-                     "n": len(times), "note": ""})
-    return rows
-
-
-def run_script(script: str, args: list[str], env: dict) -> dict:
-    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
-                          text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"benchmark script failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def _beside(path: str, name: str) -> str:
+    """``DIR/loader.json`` -> ``DIR/loader-NAME.json``: a second table of the same run."""
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}-{name}{p.suffix}"))
 
 
 def extension_h_variant(op_dir: Path) -> None:
@@ -675,13 +340,10 @@ def math_edit_main(args) -> int:
         print("# math-edit cycle: skipped, no GPU visible")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
-        env.pop("JIT_LOADER_VERBOSE", None)
-        env.pop("JIT_LOADER_SHARED_DIR", None)  # each cache keeps its own pieces: fresh is fresh
+        env = base_env()
         rows = math_edit_cycle.rows(Path(tmp), env, args.edit_rounds,
                                     tuple(filter(None, args.math_ops.split(","))))
-        baselines = baseline_rows(Path(tmp), env, args.edit_rounds)
+        baselines = loader_edit_loop.baseline_rows(Path(tmp), env, args.edit_rounds)
     env_info = environment()
     print(f"# math-edit cycle: {env_info['device']}, torch {env_info['torch']}, {os.cpu_count()} cores, "
           f"{env_info['date']}; wall seconds from the write of the file to the result")
@@ -689,8 +351,9 @@ def math_edit_main(args) -> int:
     print("# a kernel edit to its first result, same run")
     print(format_table(baselines, ["route", "median", "min", "n", "note"]))
     if args.json:
-        save_json(args.json, rows + [{"op": "baseline", **b} for b in baselines],
-                  benchmark="loader-math-edit")
+        save_json(args.json, rows + [{"op": "baseline", "measurement": b["route"], "warm": b["median"],
+                                      "n": b["n"], "note": b["note"]} for b in baselines],
+                  "loader-math-edit", ["op", "measurement", "fresh", "warm", "n", "note"])
     return 0
 
 
@@ -737,17 +400,14 @@ def main(argv=None) -> int:
             print("# kernel edit loop: skipped, no GPU visible")
             return 0
         with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-                [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
-            env.pop("JIT_LOADER_VERBOSE", None)
-            rows = edit_loop_rows(Path(tmp), env, args.edit_rounds,
-                                  tuple(filter(None, args.edit_ops.split(","))))
+            rows = loader_edit_loop.edit_loop_rows(Path(tmp), base_env(), args.edit_rounds,
+                                                   tuple(filter(None, args.edit_ops.split(","))))
         env_info = environment()
         print(f"# kernel edit until its first result: {env_info['device']}, torch "
               f"{env_info['torch']}, {env_info['date']}; wall seconds")
         print(format_table(rows, ["route", "median", "min", "n", "note"]))
         if args.json:
-            save_json(args.json, rows, benchmark="loader-edit-loop")
+            save_json(args.json, rows, "loader-edit-loop", ["route", "median", "min", "n", "note"])
         return 0
 
     rows = []
@@ -757,34 +417,32 @@ def main(argv=None) -> int:
         shutil.copytree(FIXTURES / "toy_op", lean)
         shutil.copytree(FIXTURES / "toy_op", heavy)
         extension_h_variant(heavy)
-        base_env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
-        base_env.pop("JIT_LOADER_VERBOSE", None)
-        base_env.pop("JIT_LOADER_SHARED_DIR", None)  # each cache keeps its own pieces
+        env0 = base_env()
         with_cuda = not args.no_cuda and jit_loader.why_no_cuda() is None
         if args.only_stable:
-            stable = stable_rows(tmp, base_env)
+            stable = stable_rows(tmp, env0)
             env_info = environment()
             print(f"# the tiny op on the stable ABI and through tvm_ffi: {os.cpu_count()} cores, torch "
                   f"{env_info['torch']}, {env_info['date']}; wall seconds")
             print(format_table(stable, ["measurement", "value", "unit"]), flush=True)
             if args.json:
-                save_json(args.json, stable, benchmark="loader-stable")
+                save_json(args.json, stable, "loader-stable", ["measurement", "value", "unit"])
             return 0
         if args.first_build:
-            first = first_build_rows(args.first_repeats, base_env, tmp)
+            first = loader_first_build.first_build_rows(args.first_repeats, env0, tmp)
             env_info = environment()
             print(f"# first build of a new flag set: {os.cpu_count()} cores, "
                   f"torch {env_info['torch']}, {env_info['date']}, load average "
                   f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end; wall and CPU seconds")
             print(format_table(first, ["measurement", "median", "min", "cpu_median", "n", "unit"]), flush=True)
             if args.json:
-                save_json(args.json, first, benchmark="loader-first-build")
+                save_json(args.json, first, "loader-first-build",
+                          ["measurement", "median", "min", "cpu_median", "n", "unit"])
             return 0
         if args.ops:
             ops = args.ops.split(",") if args.ops != "all" else ["toy", *jit_loader.available_ops()]
             absent = args.absent.split(",") if args.absent else None
-            shared_rows = shared_pieces_rows(ops, args.shared_repeats, base_env, tmp, with_cuda,
+            shared_rows = shared_pieces_rows(ops, args.shared_repeats, env0, tmp, with_cuda,
                                              absent=absent, plain=not args.no_plain,
                                              cpp_edits=args.cpp_edits.split(",") if args.cpp_edits else None)
             print(f"# loader edit loop: {os.cpu_count()} cores, load average "
@@ -793,19 +451,20 @@ def main(argv=None) -> int:
             print(format_table(shared_rows, ["op", "measurement", "median", "min", "cpu_median", "n", "unit"]),
                   flush=True)
             if args.json:
-                save_json(args.json + ".shared.json", shared_rows, benchmark="loader-shared-pieces")
+                save_json(_beside(args.json, "shared"), shared_rows, "loader-shared-pieces",
+                          ["op", "measurement", "median", "min", "cpu_median", "n", "unit"])
             if args.shared_only:
                 return 0
 
-        cold_lean = run(COLD_BUILD.format(path=str(lean)), {**base_env, "JIT_LOADER_CACHE": str(tmp / "c1")})
-        cold_heavy = run(COLD_BUILD.format(path=str(heavy)), {**base_env, "JIT_LOADER_CACHE": str(tmp / "c2")})
+        cold_lean = run(COLD_BUILD.format(path=str(lean)), {**env0, "JIT_LOADER_CACHE": str(tmp / "c1")})
+        cold_heavy = run(COLD_BUILD.format(path=str(heavy)), {**env0, "JIT_LOADER_CACHE": str(tmp / "c2")})
         assert cold_lean["compiled"] and cold_heavy["compiled"]
         rows.append({"measurement": "cold build, ATen.h + library.h", "value": cold_lean["seconds"], "unit": "s"})
         rows.append({"measurement": "cold build, torch/extension.h", "value": cold_heavy["seconds"], "unit": "s"})
         rows.append({"measurement": "  extension.h / lean", "value": cold_heavy["seconds"] / cold_lean["seconds"],
                      "unit": "x"})
 
-        env = {**base_env, "JIT_LOADER_CACHE": str(tmp / "c1")}
+        env = {**env0, "JIT_LOADER_CACHE": str(tmp / "c1")}
         warm = [run(WARM_LOAD.format(path=str(lean)), env) for _ in range(args.repeats)]
         assert not any(w["compiled"] for w in warm)
         warm_ms = sorted(w["seconds"] * 1e3 for w in warm)
@@ -818,21 +477,21 @@ def main(argv=None) -> int:
         if not args.no_cuda and jit_loader.why_no_cuda() is None:
             two = tmp / "two" / "toy_cuda"
             shutil.copytree(FIXTURES / "toy_cuda", two)
-            env2 = {**base_env, "JIT_LOADER_CACHE": str(tmp / "c3")}
+            env2 = {**env0, "JIT_LOADER_CACHE": str(tmp / "c3")}
             edits = run(EDIT_ONE_UNIT.format(path=str(two)), env2)
             rows.append({"measurement": "rebuild after editing the .cu", "value": edits["toy_cuda_kernel.cu"],
                          "unit": "s"})
             rows.append({"measurement": "rebuild after editing the .cpp", "value": edits["toy_cuda.cpp"],
                          "unit": "s"})
 
-        rows += stable_rows(tmp, base_env)
+        rows += stable_rows(tmp, env0)
 
     env_info = environment()
     print(f"# loader benchmark: {env_info['device']}, torch {env_info['torch']}, {env_info['date']}, "
           f"cuda arch {jit_loader.cuda_arch_list()}")
     print(format_table(rows, ["measurement", "value", "unit"]))
     if args.json:
-        save_json(args.json, rows, benchmark="loader")
+        save_json(args.json, rows, "loader", ["measurement", "value", "unit"])
     return 0
 
 

@@ -12,7 +12,6 @@ rows inside a CUDA graph give the floor: replay time per op, no host work at all
 The section is part of the suite (``experiments/bench.py``, section ``overhead``):
 
     python -m experiments.bench --only overhead [--quick] [--ops sigmoid,resize]
-    python -m experiments.bench_overhead          # the same
 
 CPU rows always; CUDA rows and the CUDA graph rows where a GPU is visible (and the suite's
 device is CUDA). Limits (the overhead issue): our call at most 1.25x the native twin's host
@@ -26,7 +25,6 @@ forward+backward (the issue's targets, 5x and 3x eager).
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Callable
 
 import torch
@@ -331,13 +329,3 @@ def overhead_cases(device: str) -> list[OverheadCase | Skipped]:
                   and c.device == "cuda" and c.pass_ == "forward" and c.mode == "eager"
                   and c.op in ("sigmoid", "gelu", "resize")]
     return cases
-
-
-def main(argv=None) -> int:
-    from experiments import bench
-
-    return bench.main(["--only", "overhead", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -138,13 +138,13 @@ def suite_cases(device: str, scale: str, dtypes=None) -> list[benchutil.Case]:
 
 
 def main(argv=None) -> int:
-    from experiments import bench
+    from experiments import suite
 
-    parser = bench.view_parser(__doc__)
+    parser = suite.view_parser(__doc__)
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=None,
                         help="default: float32 bfloat16 (float32 alone with --tiny)")
     args = parser.parse_args(argv)
-    return bench.run_view(args, lambda device, scale: suite_cases(device, scale, args.dtypes),
+    return suite.run_view(args, lambda device, scale: suite_cases(device, scale, args.dtypes),
                           "pointwise")
 
 

@@ -58,10 +58,10 @@ def _check(x, size, mode, grad):
 
 
 def main(argv=None) -> int:
-    from experiments import bench
+    from experiments import suite
 
-    args = bench.view_parser(__doc__).parse_args(argv)
-    return bench.run_view(args, suite_cases, "resize")
+    args = suite.view_parser(__doc__).parse_args(argv)
+    return suite.run_view(args, suite_cases, "resize")
 
 
 # ------------------------------------------------------------------------ the suite's cases

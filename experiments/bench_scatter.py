@@ -27,9 +27,9 @@ from experiments import benchutil
 
 
 def main(argv=None) -> int:
-    from experiments import bench
+    from experiments import suite
 
-    parser = bench.view_parser(__doc__)
+    parser = suite.view_parser(__doc__)
     parser.add_argument("--edges", type=int, help="edges (default: the scale's size)")
     parser.add_argument("--features", type=int, help="features per edge")
     parser.add_argument("--nodes", type=int, help="nodes")
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
         given = (args.edges, args.features, args.nodes)
         return suite_cases(device, scale, tuple(g or d for g, d in zip(given, size)))
 
-    return bench.run_view(args, cases, "scatter")
+    return suite.run_view(args, cases, "scatter")
 
 
 # ------------------------------------------------------------------------ the suite's cases

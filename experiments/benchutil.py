@@ -1,6 +1,7 @@
 """The benchmark suite's records: ``Case`` (one case of the suite: our implementations
 against baselines), ``Skipped``, the JSON record fields and their validation, and
-``save_json``. The timing protocol itself (``measure``, ``host_time``, ``time_fn``,
+``save_json`` with the header every result file carries (``run_header``: device, torch,
+date, commit, command). The timing protocol itself (``measure``, ``host_time``, ``time_fn``,
 ``kernel_times``, the L2 flush, the warnings, ``environment``, ``format_table``) lives in
 the installed package, jit_tools/tools/timing.py, and is imported here under the same
 names, so every script reads ``benchutil.measure``.
@@ -11,12 +12,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from jit_tools.tools.timing import (MIN_IQR_S, SPIN_CYCLES, WIDE_SPREAD, HostTiming, Timing,  # noqa: F401
                                     default_device, device_name, environment, flush_l2,
                                     format_table, gbps, host_time, kernel_times, l2_flush_bytes,
                                     load_warning, measure, spread_warning, sync, time_fn)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # ----------------------------------------------------------------------- suite cases
@@ -165,8 +172,44 @@ def validate_record(record: dict) -> None:
 # ------------------------------------------------------------------------- reporting
 
 
-def save_json(path: str, rows: Iterable[dict], **extra) -> None:
-    """Write rows plus the environment header to ``path`` (e.g. under $OUT)."""
+def git_commit() -> str | None:
+    """The commit the results come from: ``RESULTS_COMMIT`` where the run's machine has no
+    git checkout, else ``git rev-parse --short HEAD``; None where neither says."""
+    if os.environ.get("RESULTS_COMMIT"):
+        return os.environ["RESULTS_COMMIT"]
+    try:
+        proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def command_line() -> str:
+    """The running command as a user types it (``python -m experiments.bench --quick``)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    program = (f"python -m {spec.name.removesuffix('.__main__')}" if spec is not None and spec.name
+               else f"python {sys.argv[0]}")
+    return " ".join([program, shlex.join(sys.argv[1:])]).strip()
+
+
+def run_header(device=None) -> dict:
+    """What every result file says of its run: device, torch, CUDA, date, threads, cores,
+    load (``environment``), and the commit and the command (experiments/results.py shows
+    them above the table)."""
+    return {**environment(device), "commit": git_commit(), "command": command_line()}
+
+
+def save_json(path: str, rows: Iterable[dict], benchmark: str | None = None,
+              columns: Sequence[str] | None = None, **extra) -> None:
+    """Write ``rows`` under the run's header to ``path`` (e.g. ``$OUT/results/NAME.json``),
+    named ``benchmark`` (default: the running module's name), with the ``columns`` its table
+    on the results page shows (default: every field of the first row)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = benchmark or (spec.name.rpartition(".")[2] if spec is not None and spec.name else "run")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    doc = {"benchmark": name, "environment": run_header(), **extra, "rows": list(rows)}
+    if columns is not None:
+        doc["columns"] = list(columns)
     with open(path, "w") as f:
-        json.dump({"environment": environment(), **extra, "rows": list(rows)}, f, indent=1)
+        json.dump(doc, f, indent=1)

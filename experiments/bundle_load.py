@@ -95,10 +95,11 @@ def _measure(args, ops: list[str], work: Path) -> int:
         print(f"{name:<12} {r['median_s'] * 1e3:>10.1f} {r['min_s'] * 1e3:>8.1f} {r['compiles']:>9}  "
               f"{'yes' if r['met'] else 'NO ':<3}  {r['origin']}")
     if args.json:
-        import torch
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"torch": torch.__version__, "repeats": args.repeats,
-                                         "ops": rows}, indent=1))
+        from experiments import benchutil
+
+        benchutil.save_json(str(args.json), [{"op": name, **r} for name, r in rows.items()],
+                            "bundle-load", ["op", "median_s", "min_s", "compiles", "met", "origin"],
+                            repeats=args.repeats, target_s=TARGET_SECONDS)
     print(f"bundle_load: {sum(r['met'] for r in rows.values())} of {len(rows)} ops met the target")
     return 0 if all(r["met"] for r in rows.values()) else 1
 

@@ -29,7 +29,8 @@
 # state 2048 (experiments/ddp_scaling.py).
 #
 # Files under $OUT: summary.txt (what is printed last), ddp_details.tar.gz (every log,
-# summary JSON, profile summary and trace), bench_lltm.txt, pytest_lltm.txt. The
+# summary JSON, profile summary and trace), bench_lltm.txt, pytest_lltm.txt, and
+# results/ddp_scaling.json (the efficiency table for experiments/results.py). The
 # environment passes unchanged to every rank; NCCL settings are the machine's (NVLink
 # multicast stays as it sets it).
 set -uo pipefail
@@ -158,7 +159,8 @@ done
   [ -s "$WORK/pytest_lltm.txt" ] && echo "tests/test_lltm.py: $(tail -1 "$WORK/pytest_lltm.txt")"
   if ls "$WORK"/runs/*.json >/dev/null 2>&1; then
     echo "--- weak scaling: efficiency = samples/s on N GPUs / (N x the same size, backend and config on 1 GPU)"
-    $PY -m experiments.ddp_scaling table "$WORK"/runs/*.json
+    mkdir -p "$OUT/results"
+    $PY -m experiments.ddp_scaling table "$WORK"/runs/*.json --results "$OUT/results/ddp_scaling.json"
   fi
   if [ -s "$WORK/profile_table.md" ]; then
     echo "--- per-step profile, ms per step (rank, config, size in the run name)"

@@ -4,7 +4,7 @@ the efficiency table of their summaries.
     torchrun --standalone --nproc-per-node N -m experiments.ddp_scaling sweep --out DIR \
         [--sizes compute launch] [--backends cuda reference] [--configs fixed tuned graph] \
         [--steps 140] [--profile-steps 0]
-    python -m experiments.ddp_scaling table DIR/*.json
+    python -m experiments.ddp_scaling table DIR/*.json [--results $OUT/results/ddp_scaling.json]
 
 ``sweep`` joins one process group and runs every (size, backend, configuration) in turn,
 each a complete training run (its own model, optimizer and DDP wrapper), so a comparison
@@ -194,11 +194,15 @@ def main(argv=None) -> int:
                    help="appended to the configuration names of this launch (e.g. +pin)")
     t = sub.add_parser("table", help="the efficiency table of sweep summaries")
     t.add_argument("json", nargs="+")
+    t.add_argument("--results", metavar="PATH",
+                   help="also write the table here (the results page reads it)")
     opts = p.parse_args(argv)
     if opts.command == "sweep":
         return sweep(opts)
     rows = scaling_rows(opts.json)
     print(benchutil.format_table(rows, TABLE_COLUMNS))
+    if opts.results:
+        benchutil.save_json(opts.results, rows, "ddp-scaling", TABLE_COLUMNS)
     print("\nbest multi-GPU configuration per size and backend:")
     print(best_rows(rows))
     return 0

@@ -133,7 +133,8 @@ def main(argv=None) -> int:
     edit_ratio = rows[0]["first / warm"]
     print(f"first edit / warm edit: {edit_ratio} (target <= 1.5: {'met' if edit_ratio <= 1.5 else 'missed'})")
     if args.json:
-        Path(args.json).write_text(json.dumps({"records": records, "rows": rows}, indent=1))
+        benchutil.save_json(args.json, rows, "first-use", op=args.op, edit=edit, device=args.device,
+                            records=records)
     return 0
 
 

@@ -23,13 +23,11 @@ the op's background work before its first edit.
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from experiments.loader_runs import ROOT, median, run
+
 OPS = ("sigmoid", "gelu", "resize", "scaffold")
 SCAFFOLD_NAME = "math_edit_op"
 
@@ -133,14 +131,6 @@ print(json.dumps(out))
 """
 
 
-def _run(args: list[str], env: dict) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CYCLE, *args], env=env, capture_output=True,
-                          text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"math-edit cycle failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def _op_copy(kind: str, folder: Path) -> Path:
     if kind == "scaffold":
         from jit_tools.tools import scaffold
@@ -151,11 +141,6 @@ def _op_copy(kind: str, folder: Path) -> Path:
     return copy
 
 
-def _median(values: list[float]) -> float | None:
-    values = sorted(values)
-    return values[len(values) // 2] if values else None
-
-
 def rows(tmp: Path, base_env: dict, rounds: int, ops=OPS) -> list[dict]:
     """One row per op and measurement: fresh, warm, n, note."""
     out = []
@@ -163,10 +148,10 @@ def rows(tmp: Path, base_env: dict, rounds: int, ops=OPS) -> list[dict]:
         env, env_first = ({**base_env, "JIT_LOADER_CACHE": str(tmp / f"cache-{kind}{suffix}"),
                            "JIT_LOADER_NVRTC_WARM": "1"} for suffix in ("", "-first-launch"))
         op_dir = _op_copy(kind, tmp / f"ops-{kind}")
-        fresh = _run([kind, str(op_dir), "1", "1", "cycle"], env)
-        warm = _run([kind, str(op_dir), str(rounds), "101", "cycle"], env)
-        first = [_run([kind, str(op_dir), "1", "201", "first-launch"], env_first)]  # fresh cache
-        first += [_run([kind, str(op_dir), "1", str(202 + i), "first-launch"], env)
+        fresh = run(CYCLE, env, kind, str(op_dir), "1", "1", "cycle")
+        warm = run(CYCLE, env, kind, str(op_dir), str(rounds), "101", "cycle")
+        first = [run(CYCLE, env_first, kind, str(op_dir), "1", "201", "first-launch")]  # fresh cache
+        first += [run(CYCLE, env, kind, str(op_dir), "1", str(202 + i), "first-launch")
                   for i in range(rounds)]
 
         def add(measurement: str, fresh_s, warm_s, n: int, note: str = "") -> None:
@@ -176,13 +161,13 @@ def rows(tmp: Path, base_env: dict, rounds: int, ops=OPS) -> list[dict]:
         both = fresh["new_math"] + warm["new_math"]
         swapped = fresh["swapped"] + warm["swapped"]
         note = f"swapped {sum(swapped)}/{len(swapped)}, new math on both {sum(both)}/{len(both)}"
-        add("math header edit -> CUDA result", fresh["cuda"][0], _median(warm["cuda"]), rounds,
-            f"{note}; load() {_median(warm['reload']):.3g} s")
-        add("math header edit -> CPU result", fresh["cpu"][0], _median(warm["cpu"]), rounds)
+        add("math header edit -> CUDA result", fresh["cuda"][0], median(warm["cuda"]), rounds,
+            f"{note}; load() {median(warm['reload']):.3g} s")
+        add("math header edit -> CPU result", fresh["cpu"][0], median(warm["cpu"]), rounds)
         add(".cu edit before the first launch -> CUDA result", first[0]["first_launch"][0],
-            _median([f["first_launch"][0] for f in first[1:]]), rounds,
+            median([f["first_launch"][0] for f in first[1:]]), rounds,
             f"swapped {sum(f['swapped'][0] for f in first)}/{len(first)}")
         add(".cpp edit after a .cu edit -> CPU result", fresh["cpp_after_cu"][0],
-            _median(warm["cpp_after_cu"]), rounds,
+            median(warm["cpp_after_cu"]), rounds,
             "compiled: " + ", ".join(sorted({u for units in warm["cpp_units"] for u in units})))
     return out

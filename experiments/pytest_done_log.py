@@ -1,6 +1,11 @@
-"""A pytest plugin for runs that may be cut short: each test's node id is appended to the
-file named by $PYTEST_DONE_LOG when it ends, so a later call runs only what is left
-(`experiments/gpu_run.sh rest`).
+"""A pytest plugin for the GPU machine's runs of the whole suite.
+
+* Runs that may be cut short: each test's node id is appended to the file named by
+  ``$PYTEST_DONE_LOG`` when it ends, so a later call runs only what is left
+  (``experiments/gpu_run.sh rest``).
+* The correctness record: with ``$PYTEST_RESULTS_JSON``, the run's outcome (passed, failed,
+  skipped, errors, seconds, workers) is written there as the results page reads it
+  (experiments/results.py, benchmark ``tests``).
 
     python3 -m pytest -p experiments.pytest_done_log ...
 """
@@ -8,6 +13,13 @@ file named by $PYTEST_DONE_LOG when it ends, so a later call runs only what is l
 from __future__ import annotations
 
 import os
+import time
+
+_STARTED: list[float] = []
+
+
+def pytest_sessionstart(session):
+    _STARTED.append(time.monotonic())
 
 
 def pytest_runtest_logreport(report):
@@ -15,3 +27,18 @@ def pytest_runtest_logreport(report):
     if path and report.when == "teardown":
         with open(path, "a", encoding="utf-8") as log:
             log.write(report.nodeid + "\n")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    path = os.environ.get("PYTEST_RESULTS_JSON")
+    if not path or hasattr(config, "workerinput"):  # the controller writes it, not each worker
+        return
+    from experiments import benchutil
+
+    # As pytest's own summary line counts them.
+    count = {k: len(terminalreporter.stats.get(k, [])) for k in ("passed", "failed", "skipped", "error", "xfailed")}
+    row = {"passed": count["passed"], "failed": count["failed"], "skipped": count["skipped"],
+           "errors": count["error"], "xfailed": count["xfailed"],
+           "seconds": round(time.monotonic() - _STARTED[0], 1) if _STARTED else None,
+           "workers": config.getoption("numprocesses", default=None), "exit_status": int(exitstatus)}
+    benchutil.save_json(path, [row], "tests", list(row))

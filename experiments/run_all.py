@@ -20,7 +20,7 @@ import torch
 
 import jit_loader
 from jit_tools.tools import check
-from experiments import bench as suite
+from experiments import suite, suite_report
 from experiments.benchutil import environment, format_table, save_json
 
 # Benchmarks shown by the main job (the suite's quick cases of each script).
@@ -98,9 +98,9 @@ def main(argv=None) -> int:
                 continue
             name = module_name.split(".")[-1]
             print(f"\n## {name} on {device} (quick sizes)")
-            doc = suite.run_suite(device, "quick", sections=("cases",), progress=False,
-                                  cases=bench.suite_cases(device, "quick"))
-            print(suite.render_view(doc, name.removeprefix("bench_")))
+            doc = suite.run(device, "quick", bench.suite_cases(device, "quick"),
+                            sections=("cases",), progress=False)
+            print(suite_report.render_view(doc, name.removeprefix("bench_")))
             ok &= not doc["errors"]
             if args.json_dir:
                 save_json(os.path.join(args.json_dir, f"{name}.json"), doc["records"])

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import sys
 import time
 
 import jit_loader
+from experiments import benchutil
 from jit_tools import sources
 from jit_tools.tools import nvtools, op_cases, sanitize
 
@@ -78,8 +78,10 @@ def main(argv=None) -> int:
             print(f"\n== {r['op']} / {r['tool']}")
             print(r.get("text") or r["error"])
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"variants": variants, "rows": rows}, f, indent=1)
+        benchutil.save_json(args.json, [dict(r, findings=len(r["findings"]), details=r["findings"])
+                                        for r in rows], "sanitize",
+                            ["op", "tool", "calls", "clean", "findings", "error", "seconds"],
+                            variants=variants)
     clean = sum(r["clean"] for r in rows)
     print(f"\n{clean} of {len(rows)} runs clean ({len(ops)} ops x {len(tools)} tools, variants "
           f"{','.join(variants)})")

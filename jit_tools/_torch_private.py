@@ -8,6 +8,7 @@ this file.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import types
 
 import torch
@@ -68,11 +69,28 @@ def prepare_ldflags(cpp_extension, ldflags: list[str], with_cuda: bool) -> list[
     return cpp_extension._prepare_ldflags(ldflags, with_cuda, False, False, False)
 
 
-def write_ninja_file(cpp_extension, **kwargs) -> None:
-    """torch's build.ninja for a shared library: compile flags, include folders and
-    the nvcc arch flags exactly as ``cpp_extension.load`` writes them; we run Ninja
-    ourselves (progress, error capture, locking), so we need the file, not ``load``."""
-    cpp_extension._write_ninja_file_to_build_library(**kwargs)
+def ninja_flags(cpp_extension, **kwargs) -> dict:
+    """The compile and link flags ``cpp_extension.load`` writes into its build.ninja
+    (include folders, nvcc's arch flags, torch's own defines), as lists: the arguments its
+    ``_write_ninja_file_to_build_library`` hands to its writer ``_write_ninja_file``, which
+    is replaced for the call by one that keeps them (and writes nothing). torch composes
+    them only there, and the composition changes between releases; the loader writes the
+    file itself, with its own pieces on the lines (jit_tools/builder/ninja_file.py).
+    Like the arch list and CUDA_HOME its caller sets, not for a thread running
+    ``cpp_extension.load`` at the same time."""
+    writer = cpp_extension._write_ninja_file
+    signature = inspect.signature(writer)
+    kept: dict = {}
+
+    def keep(*args, **kw):
+        kept.update(signature.bind(*args, **kw).arguments)
+
+    cpp_extension._write_ninja_file = keep
+    try:
+        cpp_extension._write_ninja_file_to_build_library(**kwargs)
+    finally:
+        cpp_extension._write_ninja_file = writer
+    return kept
 
 
 def dangling_impls() -> list[str]:
@@ -188,18 +206,18 @@ def fast_call_of(obj):
     return getattr(type(obj), "_jit_fast_call", None)
 
 
-def retire_op_objects(qualnames, template: str) -> int:
+def retire_op_objects(qualnames, template: str) -> list:
     """Point every live ``OpOverload``/``OpOverloadPacket`` of ``qualnames`` (``ns::op``
     or ``ns::op.overload``) at a :class:`_Retired` stand-in. torch's op objects keep a raw
     handle into the dispatcher's operator entry, which the dispatcher frees once the
     last registration goes; Python code (a variable, a traced graph) may still hold
     them. They can be anywhere, so the garbage collector's list of objects is searched
-    (only when an operator is withdrawn, never on an ordinary reload). Returns how many
-    were retired."""
+    (only when an operator is withdrawn, never on an ordinary reload). Returns the
+    objects retired."""
     import gc
     names = set(qualnames)
     bases = {n.split(".", 1)[0] for n in names}
-    count = 0
+    retired = []
     for obj in gc.get_objects():
         cls = type(obj)  # not isinstance: it would dereference weak proxies and lazy modules
         if issubclass(cls, OpOverload):
@@ -221,11 +239,8 @@ def retire_op_objects(qualnames, template: str) -> int:
             for attr in ("_cpp_dispatch_handle", "_op_dk", "_handle"):
                 vars(obj)[attr] = stand_in
             vars(obj)["_pyobj_dispatcher"] = None
-            if is_fast_object(obj):
-                from jit_tools import fastcall  # imports this module
-                fastcall.retire(obj)
-        count += 1
-    return count
+        retired.append(obj)
+    return retired
 
 
 def reset_compiled_code() -> None:

@@ -37,7 +37,7 @@ STABLE_REGISTRY_HEADER = CSRC / "jit_loader_stable_registry.h"
 STABLE_SUPPORT_HASH = hashlib.sha256(STABLE_REGISTRY_HEADER.read_bytes()
                                      + (CSRC / "jit_loader_registry_core.h").read_bytes()).hexdigest()[:16]
 
-# The header set a stable unit uses, precompiled once per toolchain (jit_tools/builder/shared.py).
+# The header set a stable unit uses, precompiled once per toolchain (jit_tools/builder/speedups.py).
 STABLE_PCH_TEXT = (
     "// The stable ABI header set the ops' C++ units use, precompiled once.\n#pragma once\n"
     "#include <torch/csrc/stable/library.h>\n#include <torch/csrc/stable/tensor.h>\n"

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 
 import torch
 
-from jit_tools import _torch_private, prebuilt
+from jit_tools import _torch_private
 from jit_tools.builder import process_pieces
+from jit_tools.state import PREBUILT_NAMESPACES
 
 ENV = "JIT_LOADER_CPP_AUTOGRAD"
 
@@ -262,7 +263,7 @@ def register(op: str, backward: str, args, gives=None, *, lib: torch.library.Lib
     taken, ``"cpp"`` or ``"python"``."""
     spec = parse(op, backward, args, gives)
     namespace = op.split("::", 1)[0]
-    cpp = None if namespace in prebuilt.loaded_namespaces() else cpp_library()
+    cpp = None if namespace in PREBUILT_NAMESPACES else cpp_library()
     if cpp is not None:
         _torch_private.add_registration_handle(lib, CppRegistration(cpp, spec))
         return "cpp"

@@ -32,10 +32,10 @@ import importlib.util
 import os
 from types import ModuleType
 
-from jit_tools import _torch_private, prebuilt
+from jit_tools import _torch_private
 from jit_tools.builder import process_pieces
 from jit_tools.log import logger
-from jit_tools.state import LOCK, loaded_states
+from jit_tools.state import LOCK, PREBUILT_NAMESPACES, loaded_states
 
 ENV = "JIT_LOADER_FASTCALL"
 
@@ -83,7 +83,7 @@ def fast_op(overload):
         if _torch_private.fast_call_of(made[1]) is None:
             upgrade()  # built since, by this process's background build or another process
         return made[1]
-    if overload._schema.name.split("::", 1)[0] in prebuilt.loaded_namespaces():
+    if overload._schema.name.split("::", 1)[0] in PREBUILT_NAMESPACES:
         return overload  # a prebuilt (AOT) op: no compiler is to run for it
     module = extension()
     if module is None:

@@ -14,9 +14,28 @@ from pathlib import Path
 
 import torch
 
-from jit_tools import pipeline, registry
+from jit_tools import key as keys, pipeline, prebuilt, registry, sources
+from jit_tools.builder import toolchain
+from jit_tools.errors import JitLoaderError
 from jit_tools.state import BuildInfo, OpState
 from jit_tools.surface import newest as _newest
+
+
+def load_folder(name_or_path, verbose: bool | None = None, *, with_cuda: bool | None = None,
+                debug: bool | None = None, **flags) -> "Op | prebuilt.PrebuiltOp":
+    """``jit_loader.load`` of an op folder (``flags``: ``extra_cflags`` and the other build
+    options of ``key.options``): the prebuilt library where ``JIT_LOADER_PREBUILT`` selects
+    it, else the JIT build."""
+    op_dir = sources.resolve_op_dir(name_or_path)
+    if with_cuda and toolchain.why_no_cuda():
+        raise JitLoaderError(f"load({name_or_path!r}, with_cuda=True), but CUDA cannot be "
+                             f"built: {toolchain.why_no_cuda()}")
+    cpu_only = with_cuda is False or keys.cpu_only_reason({}) is not None
+    release = not (keys.debug_default() if debug is None else debug)  # AOT builds are release builds
+    if not cpu_only and release and prebuilt.selected(op_dir):
+        return prebuilt.load(op_dir, surface=True)
+    return Op(pipeline.load(op_dir, verbose, **flags, debug=debug,
+                            with_cuda=False if with_cuda is False else None))
 
 
 # One handle class per op state (a subclass of Op, OpState.handle_class), which holds each

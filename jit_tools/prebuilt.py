@@ -33,6 +33,7 @@ import torch
 
 from jit_tools import _torch_private, abi as abis, registry, sources as src
 from jit_tools.errors import JitLoaderError
+from jit_tools.state import PREBUILT_NAMESPACES
 
 ENV = "JIT_LOADER_PREBUILT"
 LIBRARY_STEM = "_C"
@@ -160,18 +161,13 @@ def load(op_dir: Path, *, surface: bool = False) -> "PrebuiltOp":
             stubs = [] if info.get("with_cuda", True) else registry.missing_cuda_kernels(
                 namespaces, f"the prebuilt library of op {op_dir.name!r} was built without CUDA")
             op = _LOADED[op_dir] = PrebuiltOp(op_dir, library, namespaces, stubs)
+            PREBUILT_NAMESPACES.update(namespaces)
     if surface and op._module is None:
         surface_file = op_dir / f"{op_dir.name}.py"
         if surface_file.is_file():
             op._module = importlib.import_module(
                 f"{op_dir.parent.name}.{op_dir.name}.{op_dir.name}")
     return op
-
-
-def loaded_namespaces() -> set[str]:
-    """The dispatcher namespaces of the prebuilt libraries this process loaded."""
-    with _LOCK:
-        return {ns for op in _LOADED.values() for ns in op.namespaces}
 
 
 class PrebuiltOp:

@@ -21,7 +21,7 @@ from typing import Iterable
 
 import torch
 
-from jit_tools import _torch_private
+from jit_tools import _torch_private, fastcall
 from jit_tools.errors import JitLoaderError
 from jit_tools.state import KEEPALIVE
 
@@ -210,10 +210,13 @@ def release(namespaces: Iterable[str], ops: Iterable[str] | None = None) -> list
         _torch_private.destroy_library(KEEPALIVE[ns].pop(op))
     gone = sorted(before - set(_torch_private.dispatcher_op_names()))
     if gone:
-        _torch_private.retire_op_objects(
+        retired = _torch_private.retire_op_objects(
             gone, "{name} belongs to a build that was replaced: the operator was withdrawn or "
                   "changed its schema in a reload. Look it up again (torch.ops.{ns}.{op}, or "
                   "the op's handle, which always follows the newest build).")
+        for obj in retired:  # the fast entry holds the operator entry too
+            if _torch_private.is_fast_object(obj):
+                fastcall.retire(obj)
         clear_ops_cache(namespaces)
         _torch_private.reset_compiled_code()
     return gone

@@ -105,6 +105,10 @@ class OpState:
 # One re-entrant lock serialises loads in this process: an op's Python surface calls
 # load_library while load() of the same op runs.
 LOCK = threading.RLock()
+# The dispatcher namespaces of the prebuilt (ahead-of-time) libraries this process loaded
+# (jit_tools/prebuilt.py): no compiler is to run for their ops, so they get neither the
+# C++ autograd kernel nor the fast entry, shared pieces the loader compiles.
+PREBUILT_NAMESPACES: set[str] = set()
 # op folder -> its state; ("sources", name) -> the state of a cpp_extension-style op
 STATES: dict[Any, OpState] = {}
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments import bench, bench_overhead, benchutil
+from experiments import bench, bench_overhead, benchutil, suite_report
+from experiments import suite as runner
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -182,7 +183,7 @@ def test_overhead_section_rows(suite):
     for r in all_rows:
         benchutil.validate_overhead_row(r)
         assert r["device"] == doc["environment"]["device"]
-        assert r["calls"] == bench.OVERHEAD_CALLS["tiny"] and r["runs"] == bench.OVERHEAD_RUNS
+        assert r["calls"] == runner.OVERHEAD_CALLS["tiny"] and r["runs"] == runner.OVERHEAD_RUNS
         assert r["ours_us"] > 0 and r["native_us"] > 0
         assert r["ours_median_us"] >= r["ours_us"] and r["native_median_us"] >= r["native_us"]
         assert r["ratio"] == pytest.approx(r["ours_us"] / r["native_us"])
@@ -238,7 +239,7 @@ def test_only_the_overhead_section(tmp_path):
     assert [(r["op"], r["pass"], r["mode"]) for r in doc["overhead"]] == [
         ("sigmoid", "forward", "eager"), ("sigmoid", "forward+backward", "eager"),
         ("sigmoid", "forward", bench_overhead.FLOOR_MODE)]
-    paths = bench.write_outputs(doc, tmp_path)
+    paths = suite_report.write_outputs(doc, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "summary.md"]
     text = paths["summary"].read_text()
     assert "# Call overhead" in text and "# Targets" not in text
@@ -362,7 +363,7 @@ def test_a_per_op_script_is_a_view_of_the_suite_cases(suite, tmp_path, capsys):
 def test_no_compile_leaves_out_the_compiled_baselines():
     case = benchutil.Case("toy", "forward", "1", "float32", build=lambda: {
         "ours": int, "eager": int, "torch.compile": int}, targets={"torch.compile": 1.3, "eager": 2.0})
-    lean = bench._without_compile(case)
+    lean = runner._without_compile(case)
     assert set(lean.build()) == {"ours", "eager"} and lean.targets == {"eager": 2.0}
 
 
@@ -374,7 +375,7 @@ def test_a_missed_target_is_shown_as_missed(tmp_path):
            "warnings": ["wide spread: toy"], "errors": [],
            "records": [_record(), _record(baseline="torch.compile", ratio=3.0, baseline_us=30.0,
                                           met=True)]}
-    paths = bench.write_outputs(doc, tmp_path)
+    paths = suite_report.write_outputs(doc, tmp_path)
     text = paths["summary"].read_text()
     assert "Targets: 1 of 2 met" in text and text.count("**NOT MET**") == 1
     assert "- wide spread: toy" in text

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from jit_tools.builder import shared
+from jit_tools.builder import ninja_file, shared, speedups, toolchain
 from jit_tools.store import CacheStore
 from subproc import ROOT, json_result, private_env, run_python
 from test_jit_loader import LOAD_AND_SCALE, copy_op, set_factor
@@ -48,9 +48,9 @@ def work_folder(cache: Path, name: str, op_dir: Path) -> Path:
 
 def build_ninja(cache: Path, name: str, op_dir: Path) -> str:
     """The op's build.ninja, with the options file of the precompiled header (which its
-    C++ units read, shared.PIECES_RSP) appended."""
+    C++ units read, ninja_file.PIECES_RSP) appended."""
     work = work_folder(cache, name, op_dir)
-    return (work / "build.ninja").read_text() + (work / shared.PIECES_RSP).read_text()
+    return (work / "build.ninja").read_text() + (work / ninja_file.PIECES_RSP).read_text()
 
 
 def pieces(cache: Path) -> dict[str, float]:
@@ -67,7 +67,7 @@ def test_second_op_reuses_the_precompiled_header(cache, tmp_path):
     r1 = json_result(run_python(LOAD_AND_SCALE.format(path=str(first)), cache=cache))
     assert r1["compiled"] and r1["y"] == [2.0, 2.0, 2.0]
     used = manifest_of(cache, "toy_op", r1["key"])["shared"]
-    assert used["pch"] == shared.is_gcc("c++")
+    assert used["pch"] == toolchain.is_gcc("c++")
     before = pieces(cache)
     assert any(p.endswith(".gch") for p in before) == used["pch"]
 
@@ -82,7 +82,7 @@ def test_second_op_reuses_the_precompiled_header(cache, tmp_path):
     # force-included registry header.
     assert re.findall(r"^build (\S+\.o): ", ninja, re.M) == ["toy_op.o"], ninja
     if used["pch"]:
-        assert "-Winvalid-pch" in ninja and shared.PCH_HEADER in ninja
+        assert "-Winvalid-pch" in ninja and speedups.PCH_HEADER in ninja
 
 
 def test_switches_turn_pch_and_ccache_off(cache, tmp_path):
@@ -94,7 +94,7 @@ def test_switches_turn_pch_and_ccache_off(cache, tmp_path):
     used = manifest_of(cache, "toy_op", r["key"])["shared"]
     assert used["pch"] is False and used["ccache"] is False
     ninja = build_ninja(cache, "toy_op", op_dir)
-    assert "ccache" not in ninja and shared.PCH_HEADER not in ninja
+    assert "ccache" not in ninja and speedups.PCH_HEADER not in ninja
     assert "-include" in ninja  # the registry header is still forced in
 
 
@@ -113,11 +113,11 @@ def test_compiler_cache_on_path_is_not_put_in_front_twice(cache, tmp_path):
     r = json_result(run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env))
     assert r["compiled"] and r["y"] == [4.0, 4.0, 4.0]
     used = manifest_of(cache, "toy_op", r["key"])["shared"]
-    assert used["pch"] == shared.is_gcc("c++"), used
+    assert used["pch"] == toolchain.is_gcc("c++"), used
     cxx = re.search(r"^cxx = (.*)$", build_ninja(cache, "toy_op", op_dir), re.M).group(1)
     tokens = shlex.split(cxx)
-    assert sum(os.path.basename(t) in shared.WRAPPERS for t in tokens) == int(used["ccache"]), cxx
-    assert os.path.basename(tokens[-1]) not in shared.WRAPPERS, cxx
+    assert sum(os.path.basename(t) in toolchain.WRAPPERS for t in tokens) == int(used["ccache"]), cxx
+    assert os.path.basename(tokens[-1]) not in toolchain.WRAPPERS, cxx
 
 
 def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path):
@@ -131,28 +131,28 @@ def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path)
     assert r1["compiled"] and r1["y"] == [2.0, 2.0, 2.0]
     used = manifest_of(cache, "toy_op", r1["key"])["shared"]
     assert not used["pch"] and not used["ccache"], used
-    assert shared.PCH_HEADER not in build_ninja(cache, "toy_op", first)
+    assert speedups.PCH_HEADER not in build_ninja(cache, "toy_op", first)
     # ccache is on the command line (so that it does not change once the pieces exist) but
     # switched off: it made no store.
     cxx = re.search(r"^cxx = (.*)$", build_ninja(cache, "toy_op", first), re.M).group(1)
-    assert (shared.unwrap(cxx) != cxx) == (shared.ccache() is not None), cxx
+    assert (toolchain.unwrap(cxx) != cxx) == (speedups.ccache() is not None), cxx
     assert not (cache / "_ccache").exists()
     # No probe yet: the link tries gold and falls back to the default linker.
-    assert used["linker"] == ("gold, else default" if shared.is_gcc("c++") else "default"), used
-    if shared.is_gcc("c++") and shutil.which("ld.gold"):
+    assert used["linker"] == ("gold, else default" if toolchain.is_gcc("c++") else "default"), used
+    if toolchain.is_gcc("c++") and shutil.which("ld.gold"):
         # Gold where it links this op here: the rule's gold half run again by hand (some
         # toolchains' gold stops where the default linker goes on, e.g. at a libstdc++.so
         # development link that points nowhere; there the default linker made the library).
         work = work_folder(cache, "toy_op", first)
         text = (work / "build.ninja").read_text()
         cxx, ldflags = (re.search(rf"^{var} = (.*)$", text, re.M).group(1) for var in ("cxx", "ldflags"))
-        cxx = shared.unwrap(cxx)
+        cxx = toolchain.unwrap(cxx)
         gold_links = subprocess.run(f"{cxx} toy_op.o -fuse-ld=gold {ldflags} -o gold-try.so", shell=True,
                                     cwd=work, capture_output=True).returncode == 0
         (library,) = (cache / "toy_op" / "builds" / r1["key"]).glob("*.so")
         notes = subprocess.run(["readelf", "-n", str(library)], capture_output=True, text=True).stdout
         assert ("gold" in notes) == gold_links, notes
-    if shared.is_gcc("c++"):
+    if toolchain.is_gcc("c++"):
         assert any(name.startswith("pch-") for name in used["later"]), used
         assert any(name.startswith("link-") for name in used["later"]), used
     # Only the op's unit compiles (nothing of the loader's beside it).
@@ -169,8 +169,8 @@ def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path)
     r2 = json_result(run_python(LOAD_AND_SCALE.format(path=str(second)), env=env))
     assert r2["compiled"] and r2["y"] == [3.0, 3.0, 3.0]
     used = manifest_of(cache, "toy_op", r2["key"])["shared"]
-    assert used["pch"] == shared.is_gcc("c++") and "later" not in used, used
-    assert used["ccache"] == (shared.ccache() is not None), used
+    assert used["pch"] == toolchain.is_gcc("c++") and "later" not in used, used
+    assert used["ccache"] == (speedups.ccache() is not None), used
 
 
 LOAD_STABLE_WITH = """
@@ -181,7 +181,7 @@ LOAD_STABLE_WITH = """
 """
 
 
-@pytest.mark.skipif(not shared.is_gcc("c++"), reason="GCC's precompiled headers")
+@pytest.mark.skipif(not toolchain.is_gcc("c++"), reason="GCC's precompiled headers")
 def test_a_flag_set_that_adds_macros_uses_the_header_set_built_without_them(tmp_path):
     """``extra_cflags=["-DVARIANT_A"]`` on top of flags whose header set is built compiles
     with that header at once (GCC checks that no macro it reads changed) instead of
@@ -216,7 +216,7 @@ def test_a_flag_set_that_adds_macros_uses_the_header_set_built_without_them(tmp_
     assert any(n.startswith("pch-") and n not in headers for n in used["later"]), used
 
 
-@pytest.mark.skipif(not shared.is_gcc("c++"), reason="GCC's -fuse-ld")
+@pytest.mark.skipif(not toolchain.is_gcc("c++"), reason="GCC's -fuse-ld")
 def test_a_first_link_where_gold_fails_links_with_the_default_linker(tmp_path):
     """Before the linker probe exists the link tries gold; a gold that fails (here one
     that exits 1, found first on the compiler's program path) leaves the default
@@ -240,7 +240,7 @@ def test_a_first_link_where_gold_fails_links_with_the_default_linker(tmp_path):
     ("c++", "c++"), ("ccache c++", "c++"), ("/usr/bin/sccache ccache g++-13", "g++-13"),
     ("ccache", "ccache"), ("'/opt/my cc/g++' -m64", "'/opt/my cc/g++' -m64")])
 def test_unwrap_drops_only_leading_compiler_caches(command, compiler):
-    assert shared.unwrap(command) == compiler
+    assert toolchain.unwrap(command) == compiler
 
 
 REVERT_THEN_EDIT = """
@@ -269,13 +269,13 @@ REVERT_THEN_EDIT = """
 """
 
 
-@pytest.mark.skipif(shared.ccache() is None, reason="ccache is not installed")
+@pytest.mark.skipif(speedups.ccache() is None, reason="ccache is not installed")
 def test_revert_then_edit_another_unit_compiles_only_that_unit(cache, tmp_path):
     op_dir = copy_op("toy_op", tmp_path / "two")
     (op_dir / "helper.cpp").write_text("int toy_op_helper() { return 1; }\n")
     env = private_env(cache)
     env["CCACHE_DIR"] = str(cache / "_ccache")
-    code = REVERT_THEN_EDIT.format(path=str(op_dir), ccache=shared.ccache())
+    code = REVERT_THEN_EDIT.format(path=str(op_dir), ccache=speedups.ccache())
     r = json_result(run_python(code, env=env))
     assert r["reverted_compiled"] is False
     assert r["compiled"] and r["y"] == [7.0, 7.0]
@@ -296,20 +296,20 @@ def test_prune_removes_only_unused_pieces(tmp_path):
 
 
 def test_ccache_runs_in_depend_mode_with_the_headers_identity(tmp_path):
-    env = shared.ccache_env(tmp_path)
+    env = speedups.ccache_env(tmp_path)
     assert env["CCACHE_DEPEND"] == "1" and env["CCACHE_PCH_EXTSUM"] == "1"
     extra = Path(env["CCACHE_EXTRAFILES"])
     assert extra.parent == tmp_path / "_ccache"
     import torch
     assert torch.__version__ in extra.read_text().splitlines()
-    assert shared.ccache_env(tmp_path)["CCACHE_EXTRAFILES"] == str(extra)  # same toolchain, same file
+    assert speedups.ccache_env(tmp_path)["CCACHE_EXTRAFILES"] == str(extra)  # same toolchain, same file
 
 
 def test_pch_checksum_names_the_piece(tmp_path):
-    gch = tmp_path / "pch-abc" / (shared.PCH_HEADER + ".gch")
+    gch = tmp_path / "pch-abc" / (speedups.PCH_HEADER + ".gch")
     gch.parent.mkdir()
     gch.write_bytes(b"x" * 10)
-    shared.pch_checksum(gch)
+    speedups.pch_checksum(gch)
     text = (gch.parent / (gch.name + ".sum")).read_text()
     assert text.startswith("pch-abc 10 ")
 
@@ -317,7 +317,7 @@ def test_pch_checksum_names_the_piece(tmp_path):
 @pytest.mark.parametrize("jobs, threads", [("1", 0), ("2", 2), ("16", 4)])
 def test_nvcc_threads_follow_max_jobs(monkeypatch, jobs, threads):
     monkeypatch.setenv("MAX_JOBS", jobs)
-    assert shared.nvcc_threads() == threads
+    assert speedups.nvcc_threads() == threads
 
 
 def test_linker_probe_and_switch(cache, tmp_path, monkeypatch):
@@ -332,10 +332,10 @@ def test_linker_probe_and_switch(cache, tmp_path, monkeypatch):
     assert used["linker"] == ("gold" if gold else "default")
     assert ("-fuse-ld=gold" in build_ninja(cache, "toy_op", op_dir)) == gold
     monkeypatch.setenv("JIT_LOADER_GOLD", "0")
-    assert shared.fast_linker(cache, "c++", "-shared") == []
+    assert speedups.fast_linker(cache, "c++", "-shared") == []
 
 
-@pytest.mark.skipif(shutil.which("ld.gold") is None or not shared.is_gcc("c++"),
+@pytest.mark.skipif(shutil.which("ld.gold") is None or not toolchain.is_gcc("c++"),
                     reason="needs GCC and gold")
 def test_gold_probe_gets_past_a_dangling_libstdcxx_link(tmp_path, monkeypatch):
     """A toolchain whose libstdc++.so points nowhere (GNU ld passes over it, gold stops
@@ -356,14 +356,14 @@ def test_gold_probe_gets_past_a_dangling_libstdcxx_link(tmp_path, monkeypatch):
     plain = subprocess.run([str(compiler), "-fuse-ld=gold", str(obj), *shlex.split(ldflags), "-o",
                             str(tmp_path / "plain.so")], capture_output=True, text=True)
     assert plain.returncode != 0 and "libstdc++.so" in plain.stderr  # the failure reproduced
-    flags = shared.fast_linker(tmp_path / "cache", str(compiler), ldflags)
+    flags = speedups.fast_linker(tmp_path / "cache", str(compiler), ldflags)
     assert flags[0] == "-fuse-ld=gold" and flags[1].startswith("-L"), flags
     out = tmp_path / "op.so"
     subprocess.run([str(compiler), *flags, str(obj), *shlex.split(ldflags), "-o", str(out)], check=True)
     needed = subprocess.run(["readelf", "-d", str(out)], capture_output=True, text=True).stdout
     assert "libstdc++.so.6" in needed
     # The piece is reused: a second call answers from it.
-    assert shared.fast_linker(tmp_path / "cache", str(compiler), ldflags) == flags
+    assert speedups.fast_linker(tmp_path / "cache", str(compiler), ldflags) == flags
 
 
 FIRST_USE = """
@@ -405,7 +405,7 @@ FIRST_USE = """
 """
 
 
-@pytest.mark.skipif(not shared.is_gcc("c++") or shared.ccache() is None,
+@pytest.mark.skipif(not toolchain.is_gcc("c++") or speedups.ccache() is None,
                     reason="GCC's precompiled headers and ccache")
 def test_the_first_load_starts_every_piece_and_the_process_takes_them_up(tmp_path):
     """In a new cache, with the default background builds: the first load of an op starts
@@ -431,20 +431,17 @@ def test_the_first_load_starts_every_piece_and_the_process_takes_them_up(tmp_pat
 def test_the_other_abis_header_set_is_made_with_that_abis_flags(tmp_path):
     """What the background build of a flag set's pieces adds for the other ABI is the
     header set an op of that ABI with the same options uses: sigmoid (stable) and lltm
-    (ATen), their flags as torch writes them."""
+    (ATen), their flags as torch composes them."""
     from jit_tools import abi, key as keys, sources
-    from jit_tools.builder import ninja
 
     flags = {}
     for name in ("sigmoid", "lltm"):
         op_dir = sources.resolve_op_dir(name)
         _key, config, compiled, _inputs = keys.compute_key(name, op_dir, {})
         (tmp_path / name).mkdir()
-        ninja.write_ninja_file(name, config, compiled, tmp_path / name)
-        cflags = re.search(r"^cflags = (.*)$", (tmp_path / name / "build.ninja").read_text(), re.M).group(1)
-        flags[name] = shared.common_flags(cflags, name, [op_dir])
+        torch_flags = ninja_file.torch_flags(name, config, compiled, tmp_path / name)
+        flags[name] = speedups.pch_flags(torch_flags.cflags, name, [op_dir])
     assert abi.TARGET_FLAG in flags["sigmoid"] and flags["sigmoid"] != flags["lltm"]
-    assert shared.other_abi(flags["sigmoid"]) == {
-        "flags": flags["lltm"], "pch_header": shared.PCH_HEADER, "pch_text": shared.PCH_TEXT}
-    assert shared.other_abi(flags["lltm"]) == {
-        "flags": flags["sigmoid"], "pch_header": shared.STABLE_PCH_HEADER, "pch_text": abi.STABLE_PCH_TEXT}
+    assert speedups.other_abi(flags["sigmoid"]) == (flags["lltm"], speedups.ATEN_HEADERS)
+    assert speedups.other_abi(flags["lltm"]) == (flags["sigmoid"], speedups.STABLE_HEADERS)
+    assert speedups.STABLE_HEADERS.text == abi.STABLE_PCH_TEXT

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from jit_tools import layers, locks, store as stores
-from jit_tools.builder import process_pieces, shared
+from jit_tools.builder import ninja_file, process_pieces, shared
 from subproc import json_result, private_env, run_interpreter, run_python, start_python, wait_for
 from test_jit_loader import FIXTURES, copy_op
 
@@ -241,7 +241,7 @@ def test_never_compile_starts_no_background_build(monkeypatch, tmp_path):
     monkeypatch.setenv(layers.ENV, "never")
     monkeypatch.setenv("JIT_LOADER_SHARED_NOW", "1")
     assert not shared.build_now()
-    shared.build_later({"root": str(tmp_path)})
+    ninja_file.build_later(ninja_file.PieceSpec(str(tmp_path), "c++", [], "", ""))
     process_pieces.build_autograd_later(tmp_path)
     state = type("State", (), {"name": "x", "op_dir": tmp_path, "options": {}, "background": None})()
     hotswap.build_later(state, "0" * 20, {}, [], [])

@@ -18,7 +18,7 @@ import torch
 
 import jit_loader
 from jit_tools import key as keys
-from jit_tools.swap import nvrtc
+from jit_tools.swap import nvrtc, nvrtc_options
 from jit_tools.tools import scaffold
 from tests.subproc import json_result, private_env, run_interpreter, run_python
 
@@ -77,7 +77,7 @@ def test_debug_flags_replace_the_optimisation_level_and_translate_for_nvrtc(tmp_
     assert [f for f in debug["cflags"] if f.startswith("-O")] == ["-O0"]
     assert {"-g", "-DOPS_DEBUG=1", "-UNDEBUG"} <= set(debug["cflags"])
     # Every flag a debug build gives nvcc has an NVRTC twin (a kernel swap compiles with them).
-    translated, unknown = nvrtc.translate_nvcc_flags([*keys._defaults(keys.DEFAULT_CUDA_CFLAGS, True)])
+    translated, unknown = nvrtc_options.translate_nvcc_flags([*keys._defaults(keys.DEFAULT_CUDA_CFLAGS, True)])
     assert unknown == [] and {"-lineinfo", "-DOPS_DEBUG=1", "-UNDEBUG"} <= set(translated)
 
 

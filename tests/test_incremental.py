@@ -11,7 +11,7 @@ import json
 import pytest
 
 import jit_loader
-from jit_tools.builder import shared
+from jit_tools.builder import toolchain
 from jit_tools.tools import scaffold
 from subproc import json_result, private_env, run_python
 from test_jit_loader import copy_op
@@ -51,7 +51,7 @@ EDIT_AFTER_THE_PIECES = BUILT + """
 """
 
 
-@pytest.mark.skipif(not shared.is_gcc("c++"), reason="GCC's precompiled headers")
+@pytest.mark.skipif(not toolchain.is_gcc("c++"), reason="GCC's precompiled headers")
 def test_the_first_edit_after_the_pieces_exist_compiles_the_edited_unit_only(tmp_path):
     """A new cache: the op's first build goes without its flag set's pieces (precompiled
     header, ccache), which a background process then builds. The next edit uses them and

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from jit_tools.builder import nvcc_parallel, shared, toolchain
+from jit_tools.builder import nvcc_parallel, speedups, toolchain
 
 HOME = toolchain.cuda_home()
 NVCC = os.path.join(HOME, "bin", "nvcc") if HOME else None
@@ -181,13 +181,13 @@ def test_other_outputs_run_through_nvcc(unit, tmp_path):
 
 def test_shim_is_named_nvcc_and_has_an_off_switch(tmp_path, monkeypatch):
     monkeypatch.delenv("JIT_LOADER_NVCC_PARALLEL", raising=False)
-    shim = shared.parallel_nvcc(tmp_path, NVCC)
+    shim = speedups.parallel_nvcc(tmp_path, NVCC)
     assert shim is not None and os.path.basename(shim) == "nvcc"  # ccache goes by the name
     version = subprocess.run([shim, "--version"], capture_output=True, text=True)
     assert version.returncode == 0 and "Cuda compilation tools" in version.stdout
-    assert shared.parallel_nvcc(tmp_path, NVCC) == shim  # built once
+    assert speedups.parallel_nvcc(tmp_path, NVCC) == shim  # built once
     monkeypatch.setenv("JIT_LOADER_NVCC_PARALLEL", "0")
-    assert shared.parallel_nvcc(tmp_path, NVCC) is None
+    assert speedups.parallel_nvcc(tmp_path, NVCC) is None
 
 
 def test_host_optimisation_level_leaves_device_code_alone(unit, tmp_path):

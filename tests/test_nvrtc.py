@@ -17,9 +17,9 @@ import pytest
 
 import jit_loader
 from jit_tools import key as keys, sources
-from jit_tools.builder import ninja
+from jit_tools.builder import ninja_file
 from jit_tools.errors import BuildError, JitLoaderError
-from jit_tools.swap import nvrtc
+from jit_tools.swap import nvrtc, nvrtc_options
 from jit_tools.tools import scaffold
 
 CAN_BUILD_CUDA = jit_loader.why_no_cuda() is None
@@ -49,7 +49,7 @@ def unnamed_namespace_free(mangled: str) -> str:
 
 
 def test_nvcc_flags_become_nvrtc_options():
-    options, unknown = nvrtc.translate_nvcc_flags(
+    options, unknown = nvrtc_options.translate_nvcc_flags(
         ["-O1", "-lineinfo", "-DNDEBUG", "-isystem", "/x/include", "-I/y", "--use_fast_math",
          "-maxrregcount=64", "--expt-relaxed-constexpr", "-std=c++20", "--threads", "2",
          "-Xcompiler", "-fno-fast-math", "--weird-flag"])
@@ -59,12 +59,12 @@ def test_nvcc_flags_become_nvrtc_options():
 
 
 def test_arch_list_entries_become_nvrtc_targets():
-    assert nvrtc.arch_option("9.0") == "--gpu-architecture=sm_90"
-    assert nvrtc.arch_option("9.0a") == "--gpu-architecture=sm_90a"
-    assert nvrtc.arch_option("8.0+PTX") == "--gpu-architecture=compute_80"
-    assert nvrtc.first_arch("8.0;9.0+PTX") == "9.0"
+    assert nvrtc_options.arch_option("9.0") == "--gpu-architecture=sm_90"
+    assert nvrtc_options.arch_option("9.0a") == "--gpu-architecture=sm_90a"
+    assert nvrtc_options.arch_option("8.0+PTX") == "--gpu-architecture=compute_80"
+    assert nvrtc_options.first_arch("8.0;9.0+PTX") == "9.0"
     with pytest.raises(JitLoaderError, match="not of the form"):
-        nvrtc.arch_option("sm90")
+        nvrtc_options.arch_option("sm90")
 
 
 @needs_cuda_build
@@ -72,14 +72,12 @@ def test_torch_nvcc_flags_are_those_of_the_ninja_build(tmp_path):
     op_dir = sources.OPS_DIR / "sigmoid"
     cu = op_dir / "sigmoid_cuda.cu"
     cfg = keys.config("sigmoid", op_dir, {}, [cu])
-    ninja.write_ninja_file("sigmoid", cfg, [cu], tmp_path)
-    line = next(l for l in (tmp_path / "build.ninja").read_text().splitlines()
-                if l.startswith("cuda_cflags = "))
+    line = " ".join(ninja_file.torch_flags("sigmoid", cfg, [cu], tmp_path).cuda_cflags)
     flags = line.split()
-    for flag in nvrtc.TORCH_NVCC_FLAGS:
+    for flag in nvrtc_options.TORCH_NVCC_FLAGS:
         assert flag in flags, (flag, line)
     stds = [f for f in flags if f.startswith("-std=")]
-    assert stds and nvrtc.torch_cxx_std() == stds[-1], (stds, line)
+    assert stds and nvrtc_options.torch_cxx_std() == stds[-1], (stds, line)
 
 
 @needs_cuda_build

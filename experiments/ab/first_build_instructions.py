@@ -23,7 +23,7 @@ import textwrap
 from collections import defaultdict
 from pathlib import Path
 
-from experiments import bench_loader
+from experiments import loader_first_build
 from jit_tools import key as keys
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,21 +67,21 @@ def main() -> int:
                    cwd=ROOT, env=env, check=True, capture_output=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        case = dict(bench_loader._first_build_cases(tmp / "ours-src"))[CASES[args.case]]
-        theirs = dict(bench_loader._first_build_cases(tmp / "torch-src"))[CASES[args.case]]
+        case = dict(loader_first_build.first_build_cases(tmp / "ours-src"))[CASES[args.case]]
+        theirs = dict(loader_first_build.first_build_cases(tmp / "torch-src"))[CASES[args.case]]
         theirs = dict(theirs, flags=[*keys.DEFAULT_CFLAGS, *theirs["flags"]])
         (tmp / "torch-build").mkdir()
         valgrind = ["valgrind", "--tool=callgrind", "--trace-children=yes"]
         runs = {
             "jit_loader.load": subprocess.Popen(
-                [*valgrind, "--trace-children-skip-by-arg=*jit_tools.builder.shared*",
+                [*valgrind, "--trace-children-skip-by-arg=*jit_tools.builder.ninja_file*",
                  f"--callgrind-out-file={tmp}/ours.%p", sys.executable, "-c",
-                 textwrap.dedent(bench_loader.OURS_FIRST), json.dumps(case)],
+                 textwrap.dedent(loader_first_build.OURS_FIRST), json.dumps(case)],
                 cwd=ROOT, env={**env, "JIT_LOADER_CACHE": str(tmp / "cache")},
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
             "cpp_extension.load": subprocess.Popen(
                 [*valgrind, f"--callgrind-out-file={tmp}/torch.%p", sys.executable, "-c",
-                 textwrap.dedent(bench_loader.TORCH_FIRST), json.dumps(theirs), str(tmp / "torch-build")],
+                 textwrap.dedent(loader_first_build.TORCH_FIRST), json.dumps(theirs), str(tmp / "torch-build")],
                 cwd=ROOT, env={**env, "TORCH_NO_COMPILER_WRAPPER": "1"},
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
         }

@@ -1,4 +1,4 @@
-"""Compiling one op: write torch's build.ninja, run Ninja with a progress bar, turn a
+"""Compiling one op: write its build.ninja (builder/ninja_file.py), run Ninja with a progress bar, turn a
 failure into a BuildError whose first line is the first compiler error, and publish
 the library into the store.
 """
@@ -11,16 +11,14 @@ import hashlib
 import json
 import os
 import re
-import shlex
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
-from jit_tools import _torch_private, key as keys, sources as src
-from jit_tools.builder import shared, toolchain
+from jit_tools import key as keys, sources as src
+from jit_tools.builder import ninja_file, toolchain
 from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
 from jit_tools.store import CacheStore
 
@@ -58,85 +56,6 @@ def _progress_unit(command: str) -> str:
         return os.path.basename(m.group(1))
     m = re.search(r"-o (\S+)", command)
     return "link " + os.path.basename(m.group(1)) if m else command[:40]
-
-
-# What torch's build.ninja reads from the environment besides our arguments.
-_NINJA_ENV = ("CXX", "CC", "PYTORCH_NVCC", "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES",
-              "CUDNN_HOME", "CUDNN_PATH", "CUDA_INC_PATH", "TORCH_DONT_CHECK_COMPILER_ABI")
-
-
-def write_ninja_file(name: str, config: dict, sources: list[Path], work: Path) -> None:
-    """torch's build.ninja for the op, with the registry header (the macros that defer
-    registration, the loader's entry points) force-included into every translation unit."""
-    header = keys.registry_header(config)
-    names: dict[str, Path] = {}
-    for source in sources:
-        stem = source.stem + (".cuda" if source.suffix in src.CUDA_SUFFIXES else "")
-        if stem in names:
-            raise JitLoaderError(
-                f"op {name!r}: sources {names[stem]} and {source} would both compile to "
-                f"{stem}.o; rename one of them")
-        names[stem] = source
-    force = [f"-include {shlex.quote(str(header))}"]  # flags reach a shell: quote paths
-    cflags = [*force, *config["cflags"]]
-    # A torch-free .cu (kernels and launchers only) must stay torch-free: the header pulls
-    # in torch/library.h, which costs nvcc most of its time. It is needed only where a .cu
-    # registers with the dispatcher itself, or where no C++ unit would define the
-    # loader's entry points.
-    cuda = [p for p in sources if p.suffix in src.CUDA_SUFFIXES]
-    cuda_registers = len(cuda) == len(sources) or any(b"TORCH_LIBRARY" in p.read_bytes() for p in cuda)
-    cuda_cflags = [*(force if cuda_registers else []), *config["cuda_cflags"]]
-    ldflags = [*config["ldflags"]]
-    if "-fopenmp" in config["cflags"]:
-        ldflags.append("-fopenmp")
-
-    # torch's file is a function of these alone. Reusing it when they are unchanged (every
-    # edit of a source) spares importing torch.utils.cpp_extension, which imports
-    # setuptools: a few tenths of a second of each first rebuild in a process.
-    saved, saved_inputs = work / "torch.ninja", work / "torch.ninja.json"
-    inputs = json.dumps({"name": name, "config": config, "sources": [str(s) for s in sources],
-                         "cflags": cflags, "cuda_cflags": cuda_cflags, "ldflags": ldflags,
-                         "env": {v: os.environ.get(v) for v in _NINJA_ENV},
-                         "cuda_home": toolchain.cuda_home() if config["with_cuda"] else None},
-                        sort_keys=True)
-    with contextlib.suppress(OSError):
-        if saved_inputs.read_text() == inputs:
-            shutil.copyfile(saved, work / "build.ninja")
-            return
-    cx = toolchain.cpp_extension()
-
-    # torch reads the arch list from the environment and the toolkit from a module
-    # global; set both for this call only.
-    env_backup = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    home_backup = cx.CUDA_HOME
-    try:
-        if config["with_cuda"]:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = config["cuda_arch"]
-            cx.CUDA_HOME = toolchain.cuda_home()
-        ldflags = _torch_private.prepare_ldflags(cx, ldflags, config["with_cuda"])
-        _torch_private.write_ninja_file(
-            cx,
-            path=str(work / "build.ninja"),
-            name=name,
-            sources=[str(s) for s in sources],
-            extra_cflags=cflags,
-            extra_cuda_cflags=cuda_cflags,
-            extra_sycl_cflags=[],
-            extra_ldflags=ldflags,
-            extra_include_paths=config["include_dirs"],
-            with_cuda=config["with_cuda"],
-            with_sycl=False,
-            is_standalone=False,
-        )
-    finally:
-        cx.CUDA_HOME = home_backup
-        if env_backup is None:
-            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-        else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = env_backup
-    saved_inputs.unlink(missing_ok=True)
-    shutil.copyfile(work / "build.ninja", saved)
-    saved_inputs.write_text(inputs)
 
 
 def _steps_to_run(work: Path) -> int | None:
@@ -406,11 +325,10 @@ def _build_in(work: Path, store: CacheStore, name: str, op_dir: Path, opts: dict
               hashes: dict[str, str] | None, progress: bool, extra_manifest: dict | None,
               started: float) -> dict:
     try:
-        write_ninja_file(name, config, sources, work)
-        extra_env = shared.apply(work, name, [op_dir], store.root)
-        used = extra_env.pop("used")
-        later = extra_env.pop("later", None)
-        if_refused = extra_env.pop("if_refused", None)
+        flags = ninja_file.torch_flags(name, config, sources, work)
+        pieces = ninja_file.choose_pieces(flags, config, [op_dir], store.root)
+        ninja_file.write(work, name, flags, pieces,
+                         [p for p in sources if not src.is_cuda_source(p, name)])
         if hashes is not None:
             mtimes = _mtimes(hashes)
             # Inputs edited since the key was computed (a background build that an edit
@@ -421,7 +339,7 @@ def _build_in(work: Path, store: CacheStore, name: str, op_dir: Path, opts: dict
                 raise SourcesChanged(f"op {name!r}: {', '.join(moved)} changed before it compiled")
             invalidate_stale_objects(work, hashes)
         log_path = run_ninja(name, work, verbose, lock_fd, src.include_dirs(op_dir, opts),
-                             store.root, extra_env, progress)
+                             store.root, pieces.env, progress)
         if hashes is not None:
             # A file written during the build (even back to its old content, which the
             # compiler may not have seen) leaves its objects suspect.
@@ -433,14 +351,9 @@ def _build_in(work: Path, store: CacheStore, name: str, op_dir: Path, opts: dict
                 raise SourcesChanged(
                     f"op {name!r}: {', '.join(moved)} changed while it compiled; "
                     "the build was not published")
-        if if_refused is not None and shared.sibling_refused(
-                Path(log_path).read_text(errors="replace")):
-            # GCC read the header set's text: this flag set needs a header of its own.
-            used["pch_sibling_refused"] = True
-            used["later"] = sorted({*used.get("later", []), *if_refused["names"]})
-            later = if_refused["later"]
-        if later is not None:  # the shared pieces this build went without, for the next
-            shared.build_later(later)
+        pieces.read_log(Path(log_path))
+        if pieces.later:  # the shared pieces this build went without, for the next
+            ninja_file.build_later(pieces.spec)
         manifest = store.publish(name, key, work / f"{name}.so", Path(log_path), {
             "op_dir": str(op_dir),
             "sources": [str(s) for s in sources],
@@ -448,7 +361,7 @@ def _build_in(work: Path, store: CacheStore, name: str, op_dir: Path, opts: dict
             "config": config,
             "created": time.time(),
             "build_seconds": round(time.perf_counter() - started, 3),
-            "shared": used,
+            "shared": pieces.record(),
             **(extra_manifest or {}),
         })
     except OSError as e:

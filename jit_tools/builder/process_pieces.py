@@ -46,7 +46,7 @@ def autograd_piece(root: Path, now: bool = True) -> Path | None:
     autograd headers) compiled once per exact torch build and compiler: the path of its
     library, or None where the compiler refused it. With ``now`` false a missing piece
     raises :class:`shared.Missing`."""
-    cxx = shared.unwrap(toolchain.cxx_compiler())
+    cxx = toolchain.unwrap(toolchain.cxx_compiler())
     flags, ldflags = autograd_command(cxx)
     kind = "autograd" + hashlib.sha256(AUTOGRAD_SOURCE.read_bytes()).hexdigest()
     folder = CacheStore(root).shared_folder() / f"autograd-{shared.piece_key(kind, cxx, flags + ldflags, '')}"
@@ -63,7 +63,7 @@ def build_autograd_later(root: Path):
     """Build the C++ autograd piece in a detached background process at low priority
     (an op's first build never waits for it; the Python path serves meanwhile); returns
     the process, or None where it could not start."""
-    return shared.background({"autograd": str(root)}, __name__)
+    return shared.background(json.dumps({"autograd": str(root)}), __name__)
 
 
 # The background builds of pieces this process started and has not seen finish: (the
@@ -149,7 +149,7 @@ def fastcall_piece(root: Path, now: bool = True) -> Path | None:
     an extension module compiled once per exact torch build, Python and compiler: its path,
     or None where the compiler refused it. With ``now`` false a missing piece raises
     :class:`shared.Missing`."""
-    cxx = shared.unwrap(toolchain.cxx_compiler())
+    cxx = toolchain.unwrap(toolchain.cxx_compiler())
     flags, ldflags = fastcall_command(cxx)
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     kind = "fastcall" + sys.version + hashlib.sha256(FASTCALL_SOURCE.read_bytes()).hexdigest()
@@ -167,7 +167,7 @@ def fastcall_piece(root: Path, now: bool = True) -> Path | None:
 def build_fastcall_later(root: Path):
     """Build the fast Python entry in a detached background process at low priority (the
     ops are called through torch.ops meanwhile); returns the process, or None."""
-    return shared.background({"fastcall": str(root)}, __name__)
+    return shared.background(json.dumps({"fastcall": str(root)}), __name__)
 
 
 def _watch(proc: subprocess.Popen, then) -> None:

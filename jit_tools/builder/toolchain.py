@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -157,6 +158,41 @@ def ninja() -> str:
 
 def cxx_compiler() -> str:
     return os.environ.get("CXX", "c++")
+
+
+def nvcc_command() -> str:
+    """The nvcc that compiles ``.cu`` units, as torch's build files name it: ``PYTORCH_NVCC``,
+    else the toolkit's; less any compiler cache in front of it (see :func:`unwrap`)."""
+    return unwrap(os.environ.get("PYTORCH_NVCC") or shlex.quote(os.path.join(cuda_home(), "bin", "nvcc")))
+
+
+WRAPPERS = ("ccache", "sccache")
+
+
+def unwrap(command: str) -> str:
+    """A compiler command less the compiler cache in front of it (``CXX="ccache g++"``, or
+    what ``cpp_extension`` writes when one is on PATH, torch 2.12 and later): the loader runs
+    its own ccache, with its own settings, and probes and keys the compiler itself."""
+    tokens = shlex.split(command)
+    while len(tokens) > 1 and os.path.basename(tokens[0]) in WRAPPERS:
+        tokens = tokens[1:]
+    return shlex.join(tokens)
+
+
+_GCC: dict[str, bool] = {}
+
+
+def is_gcc(cxx: str) -> bool:
+    """True when the C++ compiler is GCC (its .gch precompiled headers, ``-fuse-ld=gold``)."""
+    ident = file_identity(shutil.which(cxx)) or cxx
+    if ident not in _GCC:
+        try:
+            out = subprocess.run([cxx, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        _GCC[ident] = "Free Software Foundation" in out and "clang" not in out.lower()
+    return _GCC[ident]
 
 
 def cuda_arch_variable() -> str | None:

@@ -15,24 +15,21 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
-import shlex
 import subprocess
 from pathlib import Path
 
-from jit_tools import key as keys, sources
-from jit_tools.builder import ninja as builder, shared, toolchain
+from jit_tools import key as keys
+from jit_tools.builder import ninja as builder, speedups, toolchain
 from jit_tools.log import logger
 
 _SERIAL = itertools.count()
 
-# Bounds of the compile and the link: a build that takes longer is left to the full build.
-COMPILE_TIMEOUT_S = 600
-LINK_TIMEOUT_S = 300
+# The bound of the compile and the link: a build that takes longer is left to the full build.
+BUILD_TIMEOUT_S = 900
 
 
-def link_ahead(store, name: str, op_dir: Path, config: dict, compiled: list[Path],
-               hashes: dict[str, str], lock_fd: int) -> Path | None:
+def link_ahead(store, name: str, op_dir: Path, config: dict, hashes: dict[str, str],
+               lock_fd: int) -> Path | None:
     """The library of the op's CPU-side objects compiled from the sources as they are now,
     or None (see the module docstring). The caller holds the build lock."""
     if not store.work_folder(name, builder.work_tag(op_dir, config)).joinpath("build.ninja").is_file():
@@ -41,44 +38,28 @@ def link_ahead(store, name: str, op_dir: Path, config: dict, compiled: list[Path
     # library goes beside it, so that it keeps its path when the folder is given back.
     claim = store.claim_work(name, builder.work_tag(op_dir, config))
     try:
-        return _compile_and_link(claim.folder, name, compiled, hashes, lock_fd,
-                                 {**os.environ, **shared.ccache_env(store.root)})
+        return _compile_and_link(claim.folder, name, hashes, lock_fd,
+                                 {**os.environ, **speedups.ccache_env(store.root)})
     finally:
         claim.release()
 
 
-def _compile_and_link(work: Path, name: str, compiled: list[Path], hashes: dict[str, str],
-                      lock_fd: int, env: dict) -> Path | None:
-    host = [p for p in compiled if not sources.is_cuda_source(p, name)]
-    objects = [f"{p.stem}.o" for p in host]
+def _compile_and_link(work: Path, name: str, hashes: dict[str, str], lock_fd: int,
+                      env: dict) -> Path | None:
+    target = f"{name}.cpu.so"  # the CPU units alone, linked (builder/ninja_file.py)
     try:
-        listing = subprocess.run([toolchain.ninja(), "-t", "commands", f"{name}.so"], cwd=work,
-                                 capture_output=True, text=True, timeout=60, check=True).stdout
-        # A new file each time: a library is dlopened by its path, and the previous one
-        # may still be mapped (overwriting it in place would corrupt it).
-        out = work.parent / f"{name}.cpu-{os.getpid()}-{next(_SERIAL)}.so"
-        link = _link_line(listing.strip().splitlines()[-1], name, objects, out)
-        compile_run = subprocess.run(
-            [toolchain.ninja(), "-j", toolchain.max_jobs(), *objects], cwd=work, env=env,
-            capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, pass_fds=(lock_fd,))
-        if compile_run.returncode != 0:
-            return None  # the full build reports the error
-        # Ninja's own line, run as Ninja runs it (it may try gold, then the default linker).
-        subprocess.run(link, shell=True, cwd=work, env=env, capture_output=True, text=True,
-                       timeout=LINK_TIMEOUT_S, check=True)
-    except (OSError, subprocess.SubprocessError, IndexError, ValueError) as e:
+        run = subprocess.run([toolchain.ninja(), "-j", toolchain.max_jobs(), target], cwd=work,
+                             env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+                             pass_fds=(lock_fd,))
+    except (OSError, subprocess.SubprocessError) as e:
         logger.debug("op %r: CPU kernels not linked ahead (%s)", name, e)
         return None
+    if run.returncode != 0:
+        return None  # the full build reports the error
     if keys.input_hashes(hashes) != hashes:
         return None  # edited meanwhile: not the sources the load saw
+    # A new file each time: a library is dlopened by its path, and the previous one may
+    # still be mapped (overwriting it in place would corrupt it).
+    out = work.parent / f"{name}.cpu-{os.getpid()}-{next(_SERIAL)}.so"
+    os.replace(work / target, out)
     return out
-
-
-def _link_line(link: str, name: str, objects: list[str], out: Path) -> str:
-    """Ninja's link command of the op (a shell line) with ``objects`` for its objects and
-    ``out`` for its output, wherever they appear."""
-    runs = re.compile(r"(?:(?<=\s)[\w.+-]+\.o(?=\s))(?:\s+[\w.+-]+\.o(?=\s))*")
-    if not runs.search(link) or f"-o {name}.so" not in link:
-        raise ValueError(f"unexpected link command: {link}")
-    link = runs.sub(" ".join(shlex.quote(o) for o in objects), link)
-    return link.replace(f"-o {name}.so", f"-o {shlex.quote(str(out))}")

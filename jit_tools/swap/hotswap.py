@@ -221,7 +221,7 @@ def build_later(state, key: str, config: dict, compiled: list[Path], inputs: lis
                     manifest = store.manifest(name, key)
                     if manifest is None:
                         if rebuild is not None:
-                            _cpu_ahead(state, rebuild, store, config, compiled, hashes, lock_fd)
+                            _cpu_ahead(state, rebuild, store, config, hashes, lock_fd)
                         manifest, _log = builder.build(store, name, op_dir, options, key, config,
                                                        compiled, False, lock_fd, hashes=hashes,
                                                        progress=False)
@@ -249,12 +249,11 @@ def build_later(state, key: str, config: dict, compiled: list[Path], inputs: lis
         rebuild.thread = state.background
 
 
-def _cpu_ahead(state, rebuild: gate.Rebuild, store, config: dict, compiled: list[Path],
+def _cpu_ahead(state, rebuild: gate.Rebuild, store, config: dict,
                hashes: dict[str, str], lock_fd: int) -> None:
     """Register the CPU side of ``rebuild`` linked ahead of its full build, when it can be
     (``jit_tools/swap/cpu_link.py``): the CPU calls go on while nvcc compiles."""
-    library = cpu_link.link_ahead(store, state.name, state.op_dir, config, compiled, hashes,
-                                  lock_fd)
+    library = cpu_link.link_ahead(store, state.name, state.op_dir, config, hashes, lock_fd)
     if library is None:
         return
     try:

@@ -193,11 +193,11 @@ def run(spec: dict, result: dict) -> None:
     """Load the ops, make the calls (mode ``run``; ``profile``: once to warm up, then
     again between cudaProfilerStart and Stop; ``build``: load the ops only); what
     happened goes into ``result`` as it happens."""
-    import jit_loader
+    from jit_tools import handle
 
     handles = {}
     for op in spec["ops"]:
-        handles[op["path"]] = jit_loader.load(op["path"], **op["options"])
+        handles[op["path"]] = handle.load_folder(op["path"], **op["options"])
     result["builds"] = {path: h.build.key for path, h in handles.items()}
     if spec["mode"] == "build":
         return

@@ -159,8 +159,8 @@ def in_process(fn, args, kwargs, backward: bool, why: str | None) -> ProfileRepo
 def _calls_in_process(calls: Sequence[fresh_call.Call], ops: Sequence[Path], why: str) -> ProfileReport:
     """The fallback of :func:`run_calls`: the ops loaded here, the calls one after another
     under torch.profiler."""
-    import jit_loader
-    handles = {str(d): jit_loader.load(d) for d in ops}
+    from jit_tools import handle
+    handles = {str(d): handle.load_folder(d) for d in ops}
     resolved = [(fresh_call._resolve(c.target, handles), c) for c in calls]
 
     def all_calls():
