@@ -20,7 +20,7 @@ import torch
 
 import jit_loader
 from jit_tools import prebuilt
-from subproc import run_interpreter
+from subproc import child_env, run_interpreter
 
 ROOT = Path(jit_loader.REPO_ROOT)
 OPS = ("gelu", "lltm", "sigmoid")
@@ -29,20 +29,15 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")]
 
 
-def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != prebuilt.ENV}
-    env.update(extra)
-    return env
-
-
 @pytest.fixture(scope="module")
 def op_libraries(tmp_path_factory) -> list[Path]:
     """The three ops built ahead of time for CPU into a folder of their own."""
     out = tmp_path_factory.mktemp("aot")
-    subprocess.run([sys.executable, str(ROOT / "deploy" / "setup.py"), "-q", "build_ext",
-                    "--build-lib", str(out / "lib")], check=True,
-                   env=_env(OPS=" ".join(OPS), WITH_CUDA="0", AOT_BUILD_DIR=str(out / "build"),
-                            MAX_JOBS=os.environ.get("MAX_JOBS", "1")))
+    env = child_env(**{prebuilt.ENV: None}, OPS=" ".join(OPS), WITH_CUDA="0",
+                    AOT_BUILD_DIR=str(out / "build"), MAX_JOBS=os.environ.get("MAX_JOBS", "1"))
+    built = run_interpreter(ROOT / "deploy" / "setup.py", "-q", "build_ext", "--build-lib", out / "lib",
+                            env=env)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     libraries = [prebuilt.library_path(out / "lib" / "ops" / op) for op in OPS]
     assert all(libraries), libraries
     return libraries

@@ -7,7 +7,6 @@ so the tolerance table below is the op's own accuracy in each dtype.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import torch
@@ -16,6 +15,7 @@ import jit_loader
 from op_tester import OpTester
 from ops.lltm.reference import (TOLERANCES, LLTMReference, example_inputs, lltm_reference,
                                 reset_parameters)
+from subproc import child_env, run_python
 
 TOL = TOLERANCES
 DTYPES = list(TOL)
@@ -467,9 +467,7 @@ def test_crossover_override_picks_the_route(op, macs, one_launch):
     route (read once per process, hence a new one each): at 0 no cell takes the one-launch
     forward, at 1e8 and by default the tutorial's and the middle size do; every route
     matches the reference."""
-    from subproc import ROOT, run_python
-
-    proc = run_python(ROUTE_CODE, env=dict(os.environ, PYTHONPATH=str(ROOT), LLTM_SMALL_MACS=macs))
+    proc = run_python(ROUTE_CODE, env=child_env(LLTM_SMALL_MACS=macs))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == {"16x32x128": one_launch,
                                                       "64x128x256": one_launch}
@@ -477,11 +475,9 @@ def test_crossover_override_picks_the_route(op, macs, one_launch):
 
 @pytest.mark.cuda
 def test_crossover_override_rejects_a_bad_value(op):
-    from subproc import ROOT, run_python
-
     code = ("import torch, jit_loader\nfrom ops.lltm.reference import example_inputs\n"
             "jit_loader.load('lltm').lltm(*example_inputs('cuda'))")
-    proc = run_python(code, env=dict(os.environ, PYTHONPATH=str(ROOT), LLTM_SMALL_MACS="2e6"))
+    proc = run_python(code, env=child_env(LLTM_SMALL_MACS="2e6"))
     assert proc.returncode != 0
     assert "LLTM_SMALL_MACS must be a count of multiply-adds (an integer >= 0), got '2e6'" \
         in proc.stderr
