@@ -53,7 +53,7 @@ def site(wheel, tmp_path_factory) -> Path:
                                 "--target", target, wheel, env=_env())
     assert installed.returncode == 0, installed.stdout + installed.stderr
     (target / "tests").mkdir()
-    for name in ("conftest.py", "op_tester.py", "pointwise_tester.py", "subproc.py", f"test_{OP}.py"):
+    for name in ("conftest.py", "pointwise_tester.py", f"test_{OP}.py"):
         shutil.copy(ROOT / "tests" / name, target / "tests" / name)
     shutil.copy(ROOT / "pyproject.toml", target / "pyproject.toml")  # markers, options
     return target

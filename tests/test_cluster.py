@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from jit_tools import layers, locks, store as stores
-from jit_tools.builder import shared
+from jit_tools.builder import process_pieces, shared
 from subproc import json_result, private_env, run_cli, run_python, start_python, wait_for
 from toy_ops import LOAD, NO_PIECES, copy_op, set_factor
 
@@ -220,7 +220,8 @@ def test_never_compile_starts_no_background_build(monkeypatch, tmp_path):
     monkeypatch.setenv("JIT_LOADER_SHARED_NOW", "1")
     assert not shared.build_now()
     shared.build_later({"root": str(tmp_path)})
-    shared.build_autograd_later(tmp_path)
+    process_pieces.build_autograd_later(tmp_path)
+    process_pieces.build_fastcall_later(tmp_path)
     state = type("State", (), {"name": "x", "op_dir": tmp_path, "options": {}, "background": None})()
     hotswap.build_later(state, "0" * 20, {}, [], [])
     assert started == [] and state.background is None
