@@ -33,30 +33,34 @@ def _env(**extra) -> dict:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("aot")
-    env = _env(OPS=OP, WITH_CUDA="0", AOT_BUILD_DIR=str(out / "build"),
-               MAX_JOBS=os.environ.get("MAX_JOBS", "1"))
-    built = run_interpreter("-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
-                            "-q", ROOT / "deploy", "-w", out / "dist", env=env)
-    assert built.returncode == 0, built.stdout + built.stderr
-    (path,) = (out / "dist").glob("*.whl")
-    return path
+def wheel(once) -> Path:
+    def make(out: Path) -> Path:
+        env = _env(OPS=OP, WITH_CUDA="0", AOT_BUILD_DIR=str(out / "build"),
+                   MAX_JOBS=os.environ.get("MAX_JOBS", "1"))
+        built = run_interpreter("-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
+                                "-q", ROOT / "deploy", "-w", out / "dist", env=env)
+        assert built.returncode == 0, built.stdout + built.stderr
+        (path,) = (out / "dist").glob("*.whl")
+        return path
+
+    return once("aot_wheel", make)
 
 
 @pytest.fixture(scope="module")
-def site(wheel, tmp_path_factory) -> Path:
+def site(wheel, once) -> Path:
     """The wheel installed into a folder of its own, with the op's tests beside it (the
     tests put their parent folder first on sys.path, so `import ops` finds the wheel)."""
-    target = tmp_path_factory.mktemp("site")
-    installed = run_interpreter("-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                                "--target", target, wheel, env=_env())
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    (target / "tests").mkdir()
-    for name in ("conftest.py", "pointwise_tester.py", f"test_{OP}.py"):
-        shutil.copy(ROOT / "tests" / name, target / "tests" / name)
-    shutil.copy(ROOT / "pyproject.toml", target / "pyproject.toml")  # markers, options
-    return target
+    def make(target: Path) -> Path:
+        installed = run_interpreter("-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                                    "--target", target, wheel, env=_env())
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        (target / "tests").mkdir()
+        for name in ("conftest.py", "pointwise_tester.py", f"test_{OP}.py"):
+            shutil.copy(ROOT / "tests" / name, target / "tests" / name)
+        shutil.copy(ROOT / "pyproject.toml", target / "pyproject.toml")  # markers, options
+        return target
+
+    return once("aot_site", make)
 
 
 def test_wheel_holds_one_library_per_op_and_the_sources(wheel):

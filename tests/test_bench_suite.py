@@ -24,12 +24,14 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def suite(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench_out")
-    proc = run_interpreter("-m", "experiments.bench", "--tiny", "--device", "cpu", "--out", out,
-                           env=child_env(MPLBACKEND="Agg"))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out, proc, json.loads((out / "bench.json").read_text())
+def suite(once):
+    def make(out: Path):
+        proc = run_interpreter("-m", "experiments.bench", "--tiny", "--device", "cpu", "--out", out,
+                               env=child_env(MPLBACKEND="Agg"))
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return out, proc, json.loads((out / "bench.json").read_text())
+
+    return once("bench_suite", make)
 
 
 def test_suite_writes_json_plots_and_summary(suite):

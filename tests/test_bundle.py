@@ -23,15 +23,17 @@ from toy_ops import LOAD, NO_PIECES, copy_op
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory):
+def packed(once):
     """The tiny stable op packed by name into a fresh cache (so pack builds it first)."""
-    base = tmp_path_factory.mktemp("bundle")
-    op_dir = copy_op("stable_op", base)
-    env = private_env(base / "cache", **NO_PIECES)
-    out = run_cli("pack", base / "ops.tar.gz", op_dir, env=env)
-    assert out.returncode == 0, out.stdout + out.stderr
-    (key,) = [p.name for p in (base / "cache" / "stable_op" / "builds").iterdir()]
-    return base, op_dir, base / "ops.tar.gz", key
+    def make(base: Path):
+        op_dir = copy_op("stable_op", base)
+        env = private_env(base / "cache", **NO_PIECES)
+        out = run_cli("pack", base / "ops.tar.gz", op_dir, env=env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        (key,) = [p.name for p in (base / "cache" / "stable_op" / "builds").iterdir()]
+        return base, op_dir, base / "ops.tar.gz", key
+
+    return once("bundle_packed", make)
 
 
 def test_pack_records_what_each_key_names_and_unpack_installs_a_layer(packed, tmp_path):

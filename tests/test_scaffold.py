@@ -7,9 +7,9 @@ overwrites and rejects bad names, kinds and schemas.
 The generated ops are built and tested as a user would: ``python -m jit_loader new`` and
 ``build`` in subprocesses, then pytest on the generated test file in a subprocess from
 outside the repository (so neither the repository's conftest nor its pytest settings
-help). Each op is built once per run (five, four of them with CUDA sources, which compile
-wherever nvcc is); their CUDA tests skip without a GPU and must run where one is visible
-(the ``cuda``-marked tests check that they did).
+help). Each op is built once per run, whatever the number of test processes (five, four
+of them with CUDA sources, which compile wherever nvcc is); their CUDA tests skip without
+a GPU and must run where one is visible (the ``cuda``-marked tests check that they did).
 """
 
 from __future__ import annotations
@@ -75,51 +75,55 @@ def _scaffold_build_and_test(base: Path, name: str, cuda: bool, dir_arg: Path,
 
 
 @pytest.fixture(scope="module")
-def cpu_op(tmp_path_factory):
+def cpu_op(once):
     """The default op (elementwise, stable ABI, CPU only) scaffolded into a project laid out
     like this repository (ops/, tests/ and experiments/ side by side): its test file goes to
     tests/, its benchmark to experiments/."""
-    base = tmp_path_factory.mktemp("cpu_project")
-    (base / "tests").mkdir()
-    (base / "experiments").mkdir()
-    return _scaffold_build_and_test(base, "scaffold_cpu_op", False, base / "ops",
-                                    base / "tests" / "test_scaffold_cpu_op.py")
+    def make(base: Path) -> SimpleNamespace:
+        (base / "tests").mkdir()
+        (base / "experiments").mkdir()
+        return _scaffold_build_and_test(base, "scaffold_cpu_op", False, base / "ops",
+                                        base / "tests" / "test_scaffold_cpu_op.py")
+
+    return once("scaffold_cpu_op", make)
 
 
 SCHEMA = "{name}(Tensor x, Tensor weight, float eps=1e-06, int k=2, bool flag=true) -> Tensor"
 
 
-def _anywhere(tmp_path_factory, name: str, *new_args: str) -> SimpleNamespace:
+def _anywhere(once, name: str, *new_args: str) -> SimpleNamespace:
     """A CUDA op scaffolded into a folder of no project: its test file, benchmark and a
     conftest registering the cuda marker go into the op folder."""
-    base = tmp_path_factory.mktemp(name)
-    op_dir = base / "my" / "ops_here" / name
-    return _scaffold_build_and_test(base, name, True, op_dir.parent, op_dir / f"test_{name}.py",
-                                    *new_args)
+    def make(base: Path) -> SimpleNamespace:
+        op_dir = base / "my" / "ops_here" / name
+        return _scaffold_build_and_test(base, name, True, op_dir.parent, op_dir / f"test_{name}.py",
+                                        *new_args)
+
+    return once(name, make)
 
 
 @pytest.fixture(scope="module")
-def schema_op(tmp_path_factory):
+def schema_op(once):
     """An elementwise op from a schema of every argument kind, stable ABI, with CUDA."""
     name = "scaffold_schema_op"
-    return _anywhere(tmp_path_factory, name, "--schema", SCHEMA.format(name=name))
+    return _anywhere(once, name, "--schema", SCHEMA.format(name=name))
 
 
 @pytest.fixture(scope="module")
-def schema_aten_op(tmp_path_factory):
+def schema_aten_op(once):
     """The same schema with its host side on ATen."""
     name = "scaffold_schema_aten"
-    return _anywhere(tmp_path_factory, name, "--aten", "--schema", SCHEMA.format(name=name))
+    return _anywhere(once, name, "--aten", "--schema", SCHEMA.format(name=name))
 
 
 @pytest.fixture(scope="module")
-def rowwise_op(tmp_path_factory):
-    return _anywhere(tmp_path_factory, "scaffold_rowwise", "--kind", "rowwise")
+def rowwise_op(once):
+    return _anywhere(once, "scaffold_rowwise", "--kind", "rowwise")
 
 
 @pytest.fixture(scope="module")
-def rowwise_aten_op(tmp_path_factory):
-    return _anywhere(tmp_path_factory, "scaffold_rowwise_aten", "--kind", "rowwise", "--aten")
+def rowwise_aten_op(once):
+    return _anywhere(once, "scaffold_rowwise_aten", "--kind", "rowwise", "--aten")
 
 
 def _passed(made: SimpleNamespace, at_least: int) -> None:

@@ -64,13 +64,15 @@ def checkpoint(path: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def cold_start(tmp_path_factory):
+def cold_start(once):
     """Four ranks start training at once on an empty cache."""
-    work = tmp_path_factory.mktemp("cold_start")
-    env = make_env(work / "cache")
-    proc = torchrun(4, [*TINY, "--batch-size", "2", "--steps", "2", "--json", str(work / "s.json")],
-                    env)
-    return {"env": env, "cache": work / "cache", "summary": summary(work / "s.json"), "proc": proc}
+    def make(work: Path) -> dict:
+        env = make_env(work / "cache")
+        proc = torchrun(4, [*TINY, "--batch-size", "2", "--steps", "2", "--json", str(work / "s.json")],
+                        env)
+        return {"env": env, "cache": work / "cache", "summary": summary(work / "s.json"), "proc": proc}
+
+    return once("train_lltm_cold_start", make)
 
 
 def test_four_ranks_on_a_fresh_cache_compile_the_op_once(cold_start):
