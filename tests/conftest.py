@@ -1,12 +1,16 @@
 """Shared pytest configuration: device parametrisation, the CUDA marker, one folder of
-shared build pieces for every cache the tests create."""
+shared build pieces for every cache the tests create, and ``once`` for what a whole run
+builds once."""
 
 from __future__ import annotations
 
 import os
+import pickle
+import shutil
 
 import pytest
 import torch
+from filelock import FileLock
 
 from jit_tools import store
 
@@ -64,3 +68,34 @@ def nvrtc_logs(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(nvrtc, "run_nvrtc", recording)
     return logs
+
+
+# A fixture's build waits at most this long for another test process making the same.
+ONCE_WAIT_S = 3600
+
+
+@pytest.fixture(scope="session")
+def once(tmp_path_factory):
+    """``once(name, make)``: ``make(folder)``'s value, made by the first test process of the
+    run to ask, in a folder every process of the run shares, and read back by the others.
+
+    A module-scoped fixture runs in every pytest-xdist worker that runs one of its tests,
+    so a build that several tests share (a wheel, a scaffolded op, an exported model) was
+    made by as many workers at once. The value must pickle; the tests must not change the
+    folder (other processes read it at the same time)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each worker's own
+
+    def made(name: str, make):
+        folder, value = root / f"once-{name}", root / f"once-{name}.pickle"
+        with FileLock(str(root / f"once-{name}.lock"), timeout=ONCE_WAIT_S):
+            if value.exists():
+                return pickle.loads(value.read_bytes())
+            shutil.rmtree(folder, ignore_errors=True)  # a failed attempt's
+            folder.mkdir()
+            result = make(folder)
+            value.write_bytes(pickle.dumps(result))
+            return result
+
+    return made

@@ -17,7 +17,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[1]
+from subproc import ROOT, child_env
+
 KERNEL_NAME = "jit-toolkit-tests"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -45,11 +46,7 @@ def kernel_spec(data_dir: Path):
 
 def kernel_env(**extra: str) -> dict[str, str]:
     """The kernel's environment: ours, the repository importable, plus ``extra``."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env["MPLBACKEND"] = "Agg"
-    env.update(extra)
-    return env
+    return child_env(MPLBACKEND="Agg", **extra)
 
 
 def execute(nb: nbformat.NotebookNode, *, cwd: Path, env: dict[str, str],

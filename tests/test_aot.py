@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 
 import jit_loader
 from jit_tools import abi, prebuilt
-from subproc import run_python
+from subproc import child_env, run_interpreter, run_python
 
 ROOT = Path(jit_loader.REPO_ROOT)
 OP = "sigmoid"
@@ -29,35 +28,39 @@ pytestmark = pytest.mark.slow
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", prebuilt.ENV)}
-    env.update(extra)
-    return env
+    """Only what is installed importable, the prebuilt mode unset unless given."""
+    return child_env(PYTHONPATH=None, **{prebuilt.ENV: None, **extra})
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("aot")
-    env = _env(OPS=OP, WITH_CUDA="0", AOT_BUILD_DIR=str(out / "build"),
-               MAX_JOBS=os.environ.get("MAX_JOBS", "1"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
-                    "--no-index", "-q", str(ROOT / "deploy"), "-w", str(out / "dist")],
-                   check=True, env=env)
-    (path,) = (out / "dist").glob("*.whl")
-    return path
+def wheel(once) -> Path:
+    def make(out: Path) -> Path:
+        env = _env(OPS=OP, WITH_CUDA="0", AOT_BUILD_DIR=str(out / "build"),
+                   MAX_JOBS=os.environ.get("MAX_JOBS", "1"))
+        built = run_interpreter("-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
+                                "-q", ROOT / "deploy", "-w", out / "dist", env=env)
+        assert built.returncode == 0, built.stdout + built.stderr
+        (path,) = (out / "dist").glob("*.whl")
+        return path
+
+    return once("aot_wheel", make)
 
 
 @pytest.fixture(scope="module")
-def site(wheel, tmp_path_factory) -> Path:
+def site(wheel, once) -> Path:
     """The wheel installed into a folder of its own, with the op's tests beside it (the
     tests put their parent folder first on sys.path, so `import ops` finds the wheel)."""
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    "--target", str(target), str(wheel)], check=True)
-    (target / "tests").mkdir()
-    for name in ("conftest.py", "op_tester.py", "pointwise_tester.py", "subproc.py", f"test_{OP}.py"):
-        shutil.copy(ROOT / "tests" / name, target / "tests" / name)
-    shutil.copy(ROOT / "pyproject.toml", target / "pyproject.toml")  # markers, options
-    return target
+    def make(target: Path) -> Path:
+        installed = run_interpreter("-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                                    "--target", target, wheel, env=_env())
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        (target / "tests").mkdir()
+        for name in ("conftest.py", "pointwise_tester.py", f"test_{OP}.py"):
+            shutil.copy(ROOT / "tests" / name, target / "tests" / name)
+        shutil.copy(ROOT / "pyproject.toml", target / "pyproject.toml")  # markers, options
+        return target
+
+    return once("aot_site", make)
 
 
 def test_wheel_holds_one_library_per_op_and_the_sources(wheel):
@@ -123,12 +126,10 @@ def test_missing_library_is_an_error_when_required(monkeypatch, tmp_path):
 
 def test_op_tests_pass_against_the_wheel(site, tmp_path):
     cache = tmp_path / "jit-cache"
-    result = subprocess.run(
-        # The wheel of this test is built without CUDA, so its op has CPU kernels only.
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not cuda",
-         f"tests/test_{OP}.py"],
-        cwd=site, capture_output=True, text=True,
-        env=_env(JIT_LOADER_CACHE=str(cache), **{prebuilt.ENV: "1"}))
+    # The wheel of this test is built without CUDA, so its op has CPU kernels only.
+    result = run_interpreter("-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not cuda",
+                             f"tests/test_{OP}.py", cwd=site,
+                             env=_env(JIT_LOADER_CACHE=str(cache), **{prebuilt.ENV: "1"}))
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout and " failed" not in result.stdout
     assert not cache.exists(), "a JIT build ran"

@@ -7,7 +7,6 @@ that needs no grad records nothing; the registration follows the surface through
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -17,9 +16,7 @@ import torch.autograd.forward_ad as fwAD
 
 import jit_loader
 from jit_tools import autograd, store
-from subproc import json_result, run_python
-
-ROOT = Path(__file__).resolve().parents[1]
+from subproc import ROOT, child_env, json_result, run_python
 
 # op folder -> the operators whose autograd it declares
 DECLARED = {
@@ -38,11 +35,8 @@ def autograd_kernel(qualname: str) -> str:
 
 
 def env_for(tmp_path: Path, **extra) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JIT_LOADER_PREBUILT="0",
-               JIT_LOADER_SHARED_DIR=str(store.current().shared_folder()))
-    env.update(extra)
-    env.pop("JIT_LOADER_VERBOSE", None)
-    return env
+    return child_env(JIT_LOADER_PREBUILT="0",
+                     JIT_LOADER_SHARED_DIR=str(store.current().shared_folder()), **extra)
 
 
 @pytest.mark.parametrize("folder", sorted(DECLARED))

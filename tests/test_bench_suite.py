@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,20 +19,20 @@ import torch
 
 from experiments import bench, bench_overhead, benchutil, suite_report
 from experiments import suite as runner
+from subproc import child_env, run_interpreter
 
-ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def suite(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench_out")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, "-m", "experiments.bench", "--tiny", "--device", "cpu",
-                           "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out, proc, json.loads((out / "bench.json").read_text())
+def suite(once):
+    def make(out: Path):
+        proc = run_interpreter("-m", "experiments.bench", "--tiny", "--device", "cpu", "--out", out,
+                               env=child_env(MPLBACKEND="Agg"))
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return out, proc, json.loads((out / "bench.json").read_text())
+
+    return once("bench_suite", make)
 
 
 def test_suite_writes_json_plots_and_summary(suite):

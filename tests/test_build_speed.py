@@ -20,7 +20,7 @@ import pytest
 from jit_tools.builder import ninja_file, shared, speedups, toolchain
 from jit_tools.store import CacheStore
 from subproc import ROOT, json_result, private_env, run_python
-from test_jit_loader import LOAD_AND_SCALE, copy_op, set_factor
+from toy_ops import LOAD_AND_SCALE, copy_op, set_factor
 
 
 @pytest.fixture(autouse=True)

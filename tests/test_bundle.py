@@ -18,25 +18,22 @@ import pytest
 import torch
 
 from jit_tools import sources
-from subproc import json_result, private_env, run_interpreter, run_python
-from test_cluster import LOAD, NO_PIECES
-from test_jit_loader import copy_op
-
-
-def cli(*args, env: dict, timeout: float = 900):
-    return run_interpreter("-m", "jit_loader", *args, env=env, timeout=timeout)
+from subproc import child_env, json_result, private_env, run_cli, run_python
+from toy_ops import LOAD, NO_PIECES, copy_op
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory):
+def packed(once):
     """The tiny stable op packed by name into a fresh cache (so pack builds it first)."""
-    base = tmp_path_factory.mktemp("bundle")
-    op_dir = copy_op("stable_op", base)
-    env = private_env(base / "cache", **NO_PIECES)
-    out = cli("pack", base / "ops.tar.gz", op_dir, env=env)
-    assert out.returncode == 0, out.stdout + out.stderr
-    (key,) = [p.name for p in (base / "cache" / "stable_op" / "builds").iterdir()]
-    return base, op_dir, base / "ops.tar.gz", key
+    def make(base: Path):
+        op_dir = copy_op("stable_op", base)
+        env = private_env(base / "cache", **NO_PIECES)
+        out = run_cli("pack", base / "ops.tar.gz", op_dir, env=env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        (key,) = [p.name for p in (base / "cache" / "stable_op" / "builds").iterdir()]
+        return base, op_dir, base / "ops.tar.gz", key
+
+    return once("bundle_packed", make)
 
 
 def test_pack_records_what_each_key_names_and_unpack_installs_a_layer(packed, tmp_path):
@@ -55,16 +52,16 @@ def test_pack_records_what_each_key_names_and_unpack_installs_a_layer(packed, tm
 
     layer, local = tmp_path / "layer", tmp_path / "local"
     env = private_env(local, **NO_PIECES)
-    out = cli("unpack", archive, "--into", layer, env=env)
+    out = run_cli("unpack", archive, "--into", layer, env=env)
     assert out.returncode == 0, out.stderr
     assert f"installed  stable_op/{key}" in out.stdout
-    again = cli("unpack", archive, "--into", layer, env=env)  # idempotent: the intact build stays
+    again = run_cli("unpack", archive, "--into", layer, env=env)  # idempotent: the intact build stays
     assert f"kept       stable_op/{key}" in again.stdout
 
     node = private_env(Path(f"{layer}{os.pathsep}{local}"), **NO_PIECES, JIT_LOADER_COMPILE="never")
     r = json_result(run_python(LOAD, op_dir, env=node))
     assert r == {"compiled": False, "key": key, "y": [2.0] * 3, "origin": f"bundle ops (layer {layer})"}
-    listing = cli("list", op_dir, env=node)
+    listing = run_cli("list", op_dir, env=node)
     assert f"* {key}" in listing.stdout and f"in bundle ops (layer {layer})" in listing.stdout
 
 
@@ -82,7 +79,7 @@ def _rewrite(archive: Path, out: Path, change) -> None:
 
 
 def _refused(archive: Path, into: Path) -> str:
-    out = cli("unpack", archive, "--into", into, env=private_env(into.parent / "w"))
+    out = run_cli("unpack", archive, "--into", into, env=private_env(into.parent / "w"))
     assert out.returncode == 1 and out.stdout == "", out.stdout + out.stderr
     (line,) = out.stderr.splitlines()
     assert line.startswith(f"unpack: refused {archive}: ")
@@ -145,10 +142,10 @@ def test_a_stable_bundle_serves_a_later_torch_and_an_aten_one_says_why_not(packe
     base, op_dir, archive, key = packed
     aten_dir = copy_op("toy_op", tmp_path)
     aten = tmp_path / "aten.tar.gz"
-    assert cli("pack", aten, aten_dir, env=private_env(tmp_path / "cache")).returncode == 0
+    assert run_cli("pack", aten, aten_dir, env=private_env(tmp_path / "cache")).returncode == 0
     layer = tmp_path / "layer"
     for bundle in (archive, aten):
-        assert cli("unpack", bundle, "--into", layer, env=private_env(tmp_path / "w")).returncode == 0
+        assert run_cli("unpack", bundle, "--into", layer, env=private_env(tmp_path / "w")).returncode == 0
     node = private_env(Path(f"{layer}{os.pathsep}{tmp_path / 'local'}"), JIT_LOADER_COMPILE="never")
     stable = json_result(run_python(LATER_TORCH, op_dir, env=node))
     assert stable == {"compiled": False, "origin": f"bundle ops (layer {layer})"}
@@ -183,17 +180,18 @@ def test_cluster_recipe_every_bundled_op_without_a_compiler(tmp_path):
     the loader says at most one line per op."""
     ops = sources.available_ops()
     archive = tmp_path / "cluster.tar.gz"
-    packed = cli("pack", archive, *ops, env=dict(os.environ), timeout=3600)
+    packed = run_cli("pack", archive, *ops, env=child_env(), timeout=3600)
     assert packed.returncode == 0, packed.stdout + packed.stderr
     layer, local = tmp_path / "layer", tmp_path / "local"
-    assert cli("unpack", archive, "--into", layer, env=private_env(local)).returncode == 0
+    assert run_cli("unpack", archive, "--into", layer, env=private_env(local)).returncode == 0
 
     bin_dir = tmp_path / "bin"  # python and nothing else: no g++, c++, nvcc or ninja
     bin_dir.mkdir()
     (bin_dir / "python").symlink_to(sys.executable)
-    env = {k: v for k, v in os.environ.items() if k not in ("JIT_LOADER_SHARED_NOW", "CXX", "CC")}
-    env.update(PATH=str(bin_dir), JIT_LOADER_COMPILE="never", JIT_LOADER_SHARED_DIR="",
-               JIT_LOADER_CACHE=f"{layer}{os.pathsep}{local}", PYTHONPATH=str(Path(__file__).parents[1]))
+    # The arch list of the pack above (this process's), so the keys are the bundle's.
+    env = child_env(JIT_LOADER_CACHE=f"{layer}{os.pathsep}{local}", JIT_LOADER_SHARED_NOW=None,
+                    CXX=None, CC=None, PATH=str(bin_dir), JIT_LOADER_COMPILE="never",
+                    JIT_LOADER_SHARED_DIR="")
     node = run_python(CLUSTER_NODE, *ops, env=env, timeout=3600)
     result = json_result(node)
     for name in ops:
@@ -228,7 +226,7 @@ def test_a_build_of_an_older_loader_is_packed_with_what_its_key_names(packed, tm
     manifest = json.loads(manifest_file.read_text())
     record = manifest.pop("inputs")  # as a loader before the record wrote it
     manifest_file.write_text(json.dumps(manifest))
-    out = cli("pack", tmp_path / "old.tar.gz", op_dir, env=private_env(cache, **NO_PIECES))
+    out = run_cli("pack", tmp_path / "old.tar.gz", op_dir, env=private_env(cache, **NO_PIECES))
     assert out.returncode == 0, out.stderr
     with tarfile.open(tmp_path / "old.tar.gz") as tar:
         packed_manifest = json.loads(tar.extractfile(f"stable_op/builds/{key}/manifest.json").read())

@@ -8,24 +8,20 @@ never evicted says so, and builds of a same-named op from another folder neither
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from pathlib import Path
 
-from subproc import json_result, private_env, run_interpreter, run_python
-from test_cluster import LOAD, NO_PIECES, set_factor
-from test_jit_loader import copy_op
+from subproc import json_result, private_env, run_cli, run_python
+from toy_ops import LOAD, NO_PIECES, copy_op, set_factor
 
 
-def cli(cache: Path, *args, **extra):
-    env = private_env(cache, **NO_PIECES, JIT_LOADER_SHARED_DIR="", **extra)
-    return run_interpreter("-m", "jit_loader", *args, env=env, timeout=600)
+def env_for(cache: Path, **extra) -> dict:
+    """A private cache holding its own shared pieces, none of them built."""
+    return private_env(cache, **NO_PIECES, JIT_LOADER_SHARED_DIR="", **extra)
 
 
 def load(op_dir: Path, cache: Path, **extra) -> dict:
-    env = private_env(cache, **NO_PIECES, JIT_LOADER_SHARED_DIR="", **extra)
-    return json_result(run_python(LOAD, op_dir, env=env))
+    return json_result(run_python(LOAD, op_dir, env=env_for(cache, **extra)))
 
 
 def removed(out: str, verb: str) -> list[str]:
@@ -49,7 +45,7 @@ def test_doctor_and_verify_leave_last_use_alone_and_max_size_evicts_by_it(tmp_pa
     op_dir, cache, a, b = two_builds(tmp_path)
     record = (cache / "stable_op" / "usage.json").read_bytes()
     for args in (("doctor",), ("list", "--verify")):  # both hash every library
-        out = cli(cache, *args)
+        out = run_cli(*args, env=env_for(cache), timeout=600)
         assert out.returncode == 0, out.stdout + out.stderr
     assert (cache / "stable_op" / "usage.json").read_bytes() == record
 
@@ -57,8 +53,8 @@ def test_doctor_and_verify_leave_last_use_alone_and_max_size_evicts_by_it(tmp_pa
     one = sum(f.stat().st_size for f in entry_b.rglob("*") if f.is_file())
     total = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
     bound = str(total - one // 2)
-    dry = cli(cache, "clean", "--max-size", bound, "-n")
-    real = cli(cache, "clean", "--max-size", bound)
+    dry = run_cli("clean", "--max-size", bound, "-n", env=env_for(cache), timeout=600)
+    real = run_cli("clean", "--max-size", bound, env=env_for(cache), timeout=600)
     assert dry.returncode == 0 and real.returncode == 0, dry.stderr + real.stderr
     # The least recently loaded goes (B, though built last); the dry run said so, and
     # what it would free is what the real run freed.
@@ -77,14 +73,14 @@ def test_a_bound_below_what_is_never_evicted_says_so(tmp_path):
     (piece / "jit_loader_stable.h.gch").write_bytes(b"x" * 300_000)
     (piece / "ok").write_text("1.0\n")
 
-    out = cli(cache, "clean", "--max-size", "100K")
+    out = run_cli("clean", "--max-size", "100K", env=env_for(cache), timeout=600)
     assert out.returncode == 0, out.stderr
     assert "removed       stable_op/" in out.stdout  # the builds go, as asked
     assert "100K is below what --max-size never removes" in out.stdout
     assert "shared pieces 300.0 kB" in out.stdout and piece.is_dir()
 
     set_factor(op_dir, 4.0)  # a build with JIT_LOADER_MAX_SIZE below the pieces: told once
-    env = private_env(cache, **NO_PIECES, JIT_LOADER_SHARED_DIR="", JIT_LOADER_MAX_SIZE="100K")
+    env = env_for(cache, JIT_LOADER_MAX_SIZE="100K")
     built = run_python(LOAD, op_dir, env=env)
     assert json_result(built)["y"] == [4.0] * 3
     warnings = [l for l in built.stderr.splitlines() if "cannot be met" in l]
@@ -104,13 +100,13 @@ def test_a_same_named_op_of_another_folder_has_its_own_builds_and_budget(tmp_pat
     copy = load(there, cache, JIT_LOADER_KEEP="1")
     assert own["key"] != copy["key"]
 
-    out = cli(cache, "list", here)
+    out = run_cli("list", here, env=env_for(cache), timeout=600)
     assert out.returncode == 0, out.stderr
     assert f"a new process loads build {own['key']} (cached, no compile)" in out.stdout
     assert f"* {own['key']}" in out.stdout and "load(name=" not in out.stdout
     (copy_line,) = [l for l in out.stdout.splitlines() if copy["key"] in l]
     assert f"from {there}" in copy_line and not copy_line.lstrip().startswith("*")
-    named = cli(cache, "list", "stable_op", "--json")
+    named = run_cli("list", "stable_op", "--json", env=env_for(cache), timeout=600)
     assert [op["name"] for op in json.loads(named.stdout)["ops"]] == ["stable_op"]
 
     set_factor(here, 5.0)  # a second build of this folder: its first goes, the copy's stays

@@ -23,23 +23,8 @@ import torch
 
 from jit_tools import usage
 from jit_tools.store import CacheStore
-from subproc import run_interpreter, run_python, start_python
-
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "tests" / "fixtures"
-
-
-def cli_env(cache: Path, env: dict | None = None) -> dict:
-    """This process's environment with the cache at ``cache``, without JIT_LOADER_VERBOSE,
-    and ``env`` on top."""
-    full_env = {k: v for k, v in os.environ.items() if k != "JIT_LOADER_VERBOSE"}
-    full_env.update(JIT_LOADER_CACHE=str(cache), **(env or {}))
-    return full_env
-
-
-def run_cli(*args, cache: Path, env: dict | None = None, timeout: float = 300):
-    return run_interpreter("-m", "jit_loader", *args, env=cli_env(cache, env), timeout=timeout)
-
+from subproc import private_env, run_cli, run_python, start_python
+from toy_ops import FIXTURES
 
 LOAD_AND_CALL = """
 import sys, torch, jit_loader
@@ -55,7 +40,7 @@ def built(tmp_path_factory):
     op_dir = base / "src" / "toy_op"
     shutil.copytree(FIXTURES / "toy_op", op_dir)
     cache = base / "cache"
-    first = run_cli("build", op_dir, cache=cache)
+    first = run_cli("build", op_dir, env=private_env(cache))
     assert first.returncode == 0, first.stdout + first.stderr
     (entry,) = (cache / "toy_op" / "builds").iterdir()
     return SimpleNamespace(op_dir=op_dir, cache=cache, first=first, key=entry.name)
@@ -111,14 +96,14 @@ def test_build_shows_progress_then_is_quiet_when_cached(built):
     assert "ok      toy_op  built in" in built.first.stdout
     assert "building toy_op" in built.first.stderr  # the progress bar
 
-    again = run_cli("build", built.op_dir, cache=built.cache)
+    again = run_cli("build", built.op_dir, env=private_env(built.cache))
     assert again.returncode == 0, again.stderr
     assert f"toy_op  up to date (cached), key {built.key}" in again.stdout
     assert again.stderr == ""
 
 
 def test_cache_hit_in_a_new_process_prints_nothing(built):
-    out = run_python(LOAD_AND_CALL, built.op_dir, env=cli_env(built.cache), timeout=300)
+    out = run_python(LOAD_AND_CALL, built.op_dir, env=private_env(built.cache), timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "False [2.0, 2.0, 2.0]\n"  # not compiled, and it runs
     assert out.stderr == ""
@@ -128,7 +113,7 @@ def test_build_failure_names_first_error_and_the_other_op_still_builds(built, tm
     broken = write_broken_op(tmp_path, "broken_op")
     # A truncated library is not a build: toy_op goes to a worker next to the broken op.
     with damaged_library(built, "truncated"):
-        out = run_cli("build", built.op_dir, broken, "-j", "2", cache=built.cache)
+        out = run_cli("build", built.op_dir, broken, "-j", "2", env=private_env(built.cache))
     assert out.returncode == 1, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     failed = next(l for l in lines if l.startswith("FAILED"))
@@ -139,7 +124,7 @@ def test_build_failure_names_first_error_and_the_other_op_still_builds(built, tm
 
 
 def test_build_unknown_op_is_a_usage_error(built):
-    out = run_cli("build", "no_such_op", cache=built.cache)
+    out = run_cli("build", "no_such_op", env=private_env(built.cache))
     assert out.returncode == 2
     assert "no op named 'no_such_op'" in out.stderr
 
@@ -152,7 +137,7 @@ def test_build_unknown_op_is_a_usage_error(built):
 @pytest.mark.parametrize("damage", ["truncated", "garbled"])
 def test_damaged_library_is_rebuilt_by_the_next_load(built, damage):
     with damaged_library(built, damage) as so:
-        out = run_python(LOAD_AND_CALL, built.op_dir, env=cli_env(built.cache), timeout=300)
+        out = run_python(LOAD_AND_CALL, built.op_dir, env=private_env(built.cache), timeout=300)
         assert out.returncode == 0, out.stderr
         assert out.stdout == "True [2.0, 2.0, 2.0]\n"  # compiled again, and it runs
         manifest = json.loads((so.parent / "manifest.json").read_text())
@@ -165,7 +150,7 @@ def test_damaged_library_is_rebuilt_by_the_next_load(built, damage):
 
 
 def test_list_marks_the_build_a_process_would_load(built):
-    out = run_cli("list", built.op_dir, "--json", cache=built.cache)
+    out = run_cli("list", built.op_dir, "--json", env=private_env(built.cache))
     assert out.returncode == 0, out.stderr
     listing = json.loads(out.stdout)
     assert listing["cache"] == str(built.cache)
@@ -176,7 +161,7 @@ def test_list_marks_the_build_a_process_would_load(built):
     assert build["current"] and build["valid"] and not build["in_use"]
     assert build["size_bytes"] > 0 and build["age_seconds"] >= 0
 
-    text = run_cli("list", built.op_dir, cache=built.cache)
+    text = run_cli("list", built.op_dir, env=private_env(built.cache))
     assert text.returncode == 0, text.stderr
     assert f"* {built.key}" in text.stdout
     assert f"a new process loads build {built.key} (cached, no compile)" in text.stdout
@@ -191,11 +176,10 @@ def test_clean_never_removes_a_build_a_live_process_holds(built, tmp_path):
     cache = cache_copy(built, tmp_path)
     entry = build_folder(cache, built.key)
     holder_code = LOAD_AND_CALL + "sys.stdout.flush()\nimport time; time.sleep(120)\n"
-    env = {**os.environ, "JIT_LOADER_CACHE": str(cache)}
-    holder = start_python(holder_code, built.op_dir, env=env, stderr=None)
+    holder = start_python(holder_code, built.op_dir, env=private_env(cache), stderr=None)
     try:
         assert holder.stdout.readline().startswith("False")  # loaded from the cache
-        out = run_cli("clean", cache=cache)
+        out = run_cli("clean", env=private_env(cache))
         assert out.returncode == 0, out.stderr
         assert f"skipped       toy_op/{built.key}  in use" in out.stdout
         assert entry.is_dir() and list((cache / "toy_op").glob("work-*"))
@@ -203,7 +187,7 @@ def test_clean_never_removes_a_build_a_live_process_holds(built, tmp_path):
         holder.kill()
         holder.wait()
 
-    out = run_cli("clean", cache=cache)
+    out = run_cli("clean", env=private_env(cache))
     assert out.returncode == 0, out.stderr
     assert f"removed       toy_op/{built.key}" in out.stdout
     assert not entry.exists()
@@ -226,16 +210,16 @@ def test_clean_older_than_and_keep(built, tmp_path):
     recent = fake_build(cache, built.key, "1" * 20, days_old=2)
     old = fake_build(cache, built.key, "0" * 20, days_old=40)
 
-    dry = run_cli("clean", "--older-than", "30", "--dry-run", cache=cache)
+    dry = run_cli("clean", "--older-than", "30", "--dry-run", env=private_env(cache))
     assert dry.returncode == 0, dry.stderr
     assert f"would remove  toy_op/{old.name}" in dry.stdout and recent.name not in dry.stdout
     assert old.exists()
 
-    out = run_cli("clean", "toy_op", "--older-than", "30", cache=cache)
+    out = run_cli("clean", "toy_op", "--older-than", "30", env=private_env(cache))
     assert out.returncode == 0, out.stderr
     assert not old.exists() and recent.exists() and current.exists()
 
-    out = run_cli("clean", "--keep", "1", cache=cache)
+    out = run_cli("clean", "--keep", "1", env=private_env(cache))
     assert out.returncode == 0, out.stderr
     assert not recent.exists() and current.exists()
     assert list((cache / "toy_op").glob("work-*"))  # not cleaned entirely: work folder stays
@@ -250,11 +234,11 @@ def test_clean_keep_never_removes_the_build_a_new_process_loads(built, tmp_path)
     newest = fake_build(cache, built.key, "1" * 20, days_old=1)
     middle = fake_build(cache, built.key, "2" * 20, days_old=2)
 
-    out = run_cli("clean", "--keep", "1", cache=cache)
+    out = run_cli("clean", "--keep", "1", env=private_env(cache))
     assert out.returncode == 0, out.stderr
     assert newest.exists() and not middle.exists()
     assert current.exists(), out.stdout  # not among the newest, but a new process loads it
-    listing = run_cli("list", built.op_dir, cache=cache)
+    listing = run_cli("list", built.op_dir, env=private_env(cache))
     assert f"* {built.key}" in listing.stdout
 
 
@@ -267,11 +251,11 @@ def test_clean_max_size_removes_least_recently_used_builds(built, tmp_path):
     usage.record(CacheStore(cache), "toy_op", built.key, "local cache", compiled=False)
     total = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
     one = sum(f.stat().st_size for f in unused.rglob("*") if f.is_file())
-    out = run_cli("clean", "--max-size", str(total - one // 2), cache=cache)
+    out = run_cli("clean", "--max-size", str(total - one // 2), env=private_env(cache))
     assert out.returncode == 0, out.stderr
     assert f"removed       toy_op/{unused.name}  " in out.stdout and "least recently used" in out.stdout
     assert not unused.exists() and used.exists() and current.exists()
-    bad = run_cli("clean", "--max-size", "lots", cache=cache)
+    bad = run_cli("clean", "--max-size", "lots", env=private_env(cache))
     assert bad.returncode != 0 and "'lots' is not a size such as 500M" in bad.stderr
 
 
@@ -287,14 +271,14 @@ def test_shared_pieces_and_ccache_are_reported_and_cleaned_only_while_no_build_r
     (cache / "_ccache" / "object").write_bytes(b"y" * 50_000)
     env = {"JIT_LOADER_SHARED_DIR": ""}  # the pieces of this cache, inside it
 
-    listing = run_cli("list", "--json", cache=cache, env=env)
+    listing = run_cli("list", "--json", env=private_env(cache, **env))
     doc = json.loads(listing.stdout)
     (pch,) = [p for p in doc["shared"] if p["kind"] == "pch"]
     assert pch["bytes"] >= 300_000 and pch["ok"]
     assert doc["ccache"]["bytes"] >= 50_000
-    text = run_cli("list", cache=cache, env=env).stdout
+    text = run_cli("list", env=private_env(cache, **env)).stdout
     assert "pch-0123456789abcdef" in text and "ccache store" in text
-    doctor = run_cli("doctor", cache=cache, env=env).stdout
+    doctor = run_cli("doctor", env=private_env(cache, **env)).stdout
     summary = next(l for l in doctor.splitlines() if "build(s) of" in l)
     assert "1 shared piece(s)" in summary and "pch 300.0 kB" in summary, summary
     assert "ccache's store 50.0 kB" in summary, summary
@@ -302,13 +286,13 @@ def test_shared_pieces_and_ccache_are_reported_and_cleaned_only_while_no_build_r
     lock = os.open(cache / "toy_op" / "build.lock", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a build of toy_op under way
-        out = run_cli("clean", "--shared", cache=cache, env=env)
+        out = run_cli("clean", "--shared", env=private_env(cache, **env))
         assert out.returncode == 0, out.stderr
         assert "skipped       shared pieces" in out.stdout and "building toy_op now" in out.stdout
         assert piece.is_dir() and (cache / "_ccache").is_dir()
     finally:
         os.close(lock)
-    out = run_cli("clean", "--shared", cache=cache, env=env)
+    out = run_cli("clean", "--shared", env=private_env(cache, **env))
     assert out.returncode == 0, out.stderr
     assert "removed       _shared/pch-0123456789abcdef" in out.stdout
     assert not piece.exists() and not (cache / "_ccache").exists()
@@ -324,11 +308,11 @@ def test_clean_broken_removes_damage_that_doctor_reports(built, tmp_path):
     leftover = cache / "toy_op" / "builds" / ".tmp-abc-12345"
     leftover.mkdir()
 
-    doctor = run_cli("doctor", cache=cache)
+    doctor = run_cli("doctor", env=private_env(cache))
     warn = next(l for l in doctor.stdout.splitlines() if "broken cache entr" in l)
     assert warn.startswith("WARN") and "clean --broken" in warn and "truncated" in warn
 
-    out = run_cli("clean", "--broken", cache=cache)
+    out = run_cli("clean", "--broken", env=private_env(cache))
     assert out.returncode == 0, out.stderr
     assert "toy_op/builds/.tmp-abc-12345" in out.stdout
     assert not bad.exists() and not leftover.exists() and good.exists()
@@ -362,7 +346,7 @@ def fake_cuda_toolkit(parent: Path, release: str) -> Path:
 
 def test_doctor_healthy_setup_exits_zero(built, tmp_path):
     env = {"CUDA_HOME": str(fake_cuda_toolkit(tmp_path, torch.version.cuda or "13.0"))}
-    out = run_cli("doctor", cache=cache_copy(built, tmp_path), env=env)
+    out = run_cli("doctor", env=private_env(cache_copy(built, tmp_path), **env))
     lines = verdicts(out.stdout)
     assert out.returncode == 0, out.stdout
     assert not [l for l in lines if l.startswith("ERROR")]
@@ -371,7 +355,7 @@ def test_doctor_healthy_setup_exits_zero(built, tmp_path):
 
 
 def test_doctor_cuda_home_pointing_nowhere_is_an_error(tmp_path):
-    out = run_cli("doctor", cache=tmp_path / "cache", env={"CUDA_HOME": str(tmp_path / "nowhere")})
+    out = run_cli("doctor", env=private_env(tmp_path / "cache", CUDA_HOME=str(tmp_path / "nowhere")))
     lines = verdicts(out.stdout)
     assert out.returncode == 1
     assert any(l.startswith("ERROR") and "CUDA_HOME" in l and "bin/nvcc" in l for l in lines)
@@ -381,7 +365,7 @@ def test_doctor_cuda_home_pointing_nowhere_is_an_error(tmp_path):
 def test_doctor_nvcc_of_another_cuda_major_is_an_error_with_the_fix(tmp_path):
     major = int(torch.version.cuda.split(".")[0])
     home = fake_cuda_toolkit(tmp_path, f"{major - 1}.8")
-    out = run_cli("doctor", cache=tmp_path / "cache", env={"CUDA_HOME": str(home)})
+    out = run_cli("doctor", env=private_env(tmp_path / "cache", CUDA_HOME=str(home)))
     assert out.returncode == 1
     (line,) = [l for l in verdicts(out.stdout) if "nvcc" in l and l.startswith("ERROR")]
     assert f"CUDA {major - 1}.8" in line and f"set CUDA_HOME to a CUDA {major}.x toolkit" in line
@@ -391,7 +375,7 @@ def test_doctor_nvcc_of_another_cuda_major_is_an_error_with_the_fix(tmp_path):
 def test_doctor_cache_that_cannot_be_created_is_an_error(tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("not a folder")
-    out = run_cli("doctor", cache=a_file / "cache")
+    out = run_cli("doctor", env=private_env(a_file / "cache"))
     lines = verdicts(out.stdout)
     assert out.returncode == 1
     assert any(l.startswith("ERROR") and "not writable" in l and "JIT_LOADER_CACHE" in l for l in lines)
@@ -403,7 +387,7 @@ def test_doctor_read_only_cache_folder_is_an_error(tmp_path):
     locked.mkdir()
     locked.chmod(0o500)
     try:
-        out = run_cli("doctor", cache=locked / "cache")
+        out = run_cli("doctor", env=private_env(locked / "cache"))
     finally:
         locked.chmod(0o700)
     assert out.returncode == 1

@@ -10,14 +10,10 @@ and so on): without locks every process would build them too, and they prove not
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
-import re
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,32 +21,15 @@ import pytest
 
 from jit_tools import layers, locks, store as stores
 from jit_tools.builder import ninja_file, process_pieces, shared
-from subproc import json_result, private_env, run_interpreter, run_python, start_python, wait_for
-from test_jit_loader import FIXTURES, copy_op
-
-NO_PIECES = {"JIT_LOADER_PCH": "0", "JIT_LOADER_GOLD": "0", "JIT_LOADER_CCACHE": "0",
-             "JIT_LOADER_SHARED_NOW": "0"}
-
-LOAD = """
-    import json, sys, torch, jit_loader
-    op = jit_loader.load(sys.argv[1])
-    y = torch.ops.stable_op.scale(torch.ones(3))
-    print(json.dumps({"compiled": op.build.compiled, "key": op.build.key, "y": y.tolist(),
-                      "origin": op.build.origin}))
-"""
-
-
-def set_factor(op_dir: Path, value: float) -> None:
-    header = op_dir / "stable_op.h"
-    header.write_text(re.sub(r"kFactor = [0-9.]+f;", f"kFactor = {value}f;", header.read_text()))
-
+from subproc import json_result, private_env, run_cli, run_python, start_python, wait_for
+from toy_ops import LOAD, NO_PIECES, copy_op, set_factor
 
 def env_for(cache, **extra) -> dict:
     return private_env(Path(cache) if not isinstance(cache, str) else cache, **NO_PIECES, **extra)
 
 
-def listing(cache, *args, env=None) -> subprocess.CompletedProcess:
-    return run_interpreter("-m", "jit_loader", "list", *args, env=env or env_for(cache), timeout=600)
+def listing(cache, *args) -> subprocess.CompletedProcess:
+    return run_cli("list", *args, env=env_for(cache), timeout=600)
 
 
 # --------------------------------------------------------------------------------------
@@ -146,8 +125,7 @@ def test_a_claimed_work_folder_is_taken_over_only_from_a_dead_process_of_this_ho
     taken over (its pid means nothing here), one left by a dead process of this host is,
     and the shared one is taken first."""
     monkeypatch.setenv(locks.HOST_ENV, "node-a")
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()
+    dead = run_python("import os; print(os.getpid())").stdout.strip()
     store = stores.CacheStore(tmp_path)
     shared_name = store.work_folder("op", "t")
     other_host = shared_name.with_name(f"{shared_name.name}.node-b-{dead}")
@@ -243,6 +221,7 @@ def test_never_compile_starts_no_background_build(monkeypatch, tmp_path):
     assert not shared.build_now()
     ninja_file.build_later(ninja_file.PieceSpec(str(tmp_path), "c++", [], "", ""))
     process_pieces.build_autograd_later(tmp_path)
+    process_pieces.build_fastcall_later(tmp_path)
     state = type("State", (), {"name": "x", "op_dir": tmp_path, "options": {}, "background": None})()
     hotswap.build_later(state, "0" * 20, {}, [], [])
     assert started == [] and state.background is None

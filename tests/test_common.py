@@ -12,14 +12,13 @@ reference checks in a new process per capability this CPU has, forced through
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
 import jit_loader
-from subproc import private_env, run_python
+from subproc import child_env, private_env, run_python
 
 PROBE = Path(__file__).parent / "fixtures" / "common_probe"
 FORMATS = {"half": torch.float16, "bfloat16": torch.bfloat16}
@@ -191,8 +190,8 @@ print("ok", want, len(results))
 def test_ops_under_each_cpu_capability(probe, capability):
     if capability not in capabilities_here():
         pytest.skip(f"this CPU's best capability is {torch.backends.cpu.get_cpu_capability()}")
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
-    result = run_python(CHECK_UNDER_CAPABILITY, capability, PROBE, env=env)
+    result = run_python(CHECK_UNDER_CAPABILITY, capability, PROBE,
+                        env=child_env(ATEN_CPU_CAPABILITY=capability))
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"ok {capability}" in result.stdout
 

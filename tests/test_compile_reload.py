@@ -12,7 +12,7 @@ cache and goes through the three reloads in turn.
 from __future__ import annotations
 
 from subproc import json_result, private_env, run_python
-from test_jit_loader import copy_op
+from toy_ops import copy_op
 
 SURFACE = '''
 import torch, jit_loader

@@ -20,7 +20,7 @@ import torch
 
 import jit_loader
 from jit_tools import prebuilt
-from subproc import run_interpreter
+from subproc import child_env, run_interpreter
 
 ROOT = Path(jit_loader.REPO_ROOT)
 OPS = ("gelu", "lltm", "sigmoid")
@@ -29,42 +29,41 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")]
 
 
-def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != prebuilt.ENV}
-    env.update(extra)
-    return env
-
-
 @pytest.fixture(scope="module")
-def op_libraries(tmp_path_factory) -> list[Path]:
+def op_libraries(once) -> list[Path]:
     """The three ops built ahead of time for CPU into a folder of their own."""
-    out = tmp_path_factory.mktemp("aot")
-    subprocess.run([sys.executable, str(ROOT / "deploy" / "setup.py"), "-q", "build_ext",
-                    "--build-lib", str(out / "lib")], check=True,
-                   env=_env(OPS=" ".join(OPS), WITH_CUDA="0", AOT_BUILD_DIR=str(out / "build"),
-                            MAX_JOBS=os.environ.get("MAX_JOBS", "1")))
-    libraries = [prebuilt.library_path(out / "lib" / "ops" / op) for op in OPS]
-    assert all(libraries), libraries
-    return libraries
+    def make(out: Path) -> list[Path]:
+        env = child_env(**{prebuilt.ENV: None}, OPS=" ".join(OPS), WITH_CUDA="0",
+                        AOT_BUILD_DIR=str(out / "build"), MAX_JOBS=os.environ.get("MAX_JOBS", "1"))
+        built = run_interpreter(ROOT / "deploy" / "setup.py", "-q", "build_ext", "--build-lib",
+                                out / "lib", env=env)
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+        libraries = [prebuilt.library_path(out / "lib" / "ops" / op) for op in OPS]
+        assert all(libraries), libraries
+        return libraries
+
+    return once("deploy_op_libraries", make)
 
 
 @pytest.fixture(scope="module")
-def runner(tmp_path_factory) -> Path:
-    build = tmp_path_factory.mktemp("runner")
-    configure = ["cmake", "-S", str(ROOT / "deploy" / "runner"), "-B", str(build),
-                 f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", "-DCMAKE_BUILD_TYPE=Release"]
-    if torch.version.cuda and Path("/usr/local/cuda").is_dir():
-        configure.append("-DCUDA_TOOLKIT_ROOT_DIR=/usr/local/cuda")  # torch's CMake config asks
-    for command in (configure, ["cmake", "--build", str(build), "-j", os.environ.get("MAX_JOBS", "1")]):
-        result = subprocess.run(command, capture_output=True, text=True)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return build / "ops_runner"
+def runner(once) -> Path:
+    def make(build: Path) -> Path:
+        configure = ["cmake", "-S", str(ROOT / "deploy" / "runner"), "-B", str(build),
+                     f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", "-DCMAKE_BUILD_TYPE=Release"]
+        if torch.version.cuda and Path("/usr/local/cuda").is_dir():
+            configure.append("-DCUDA_TOOLKIT_ROOT_DIR=/usr/local/cuda")  # torch's CMake config asks
+        for command in (configure, ["cmake", "--build", str(build), "-j", os.environ.get("MAX_JOBS", "1")]):
+            result = subprocess.run(command, capture_output=True, text=True)
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return build / "ops_runner"
+
+    return once("deploy_runner", make)
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory) -> dict:
+def exported(once) -> dict:
     from deploy import export_model
-    return export_model.export(tmp_path_factory.mktemp("model"), device="cpu")
+    return once("deploy_model", lambda folder: export_model.export(folder, device="cpu"))
 
 
 def _run(runner: Path, libraries: list[Path], model: str, inputs: str, outputs: Path):

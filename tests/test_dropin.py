@@ -10,22 +10,15 @@ runs in a fresh process against a private cache.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 
 import jit_loader
-from subproc import json_result, run_python
-
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-
+from subproc import json_result, private_env, run_cli, run_python
+from toy_ops import FIXTURES
 
 TORCH_VS_OURS = """
     import json, sys, types, torch, jit_loader
@@ -125,11 +118,7 @@ def test_flags_make_another_build_on_the_command_line_too(tmp_path):
     op_dir = tmp_path / "toy_op"
     shutil.copytree(FIXTURES / "toy_op", op_dir)
     cache = tmp_path / "cache"
-    env = {k: v for k, v in os.environ.items() if k != "JIT_LOADER_VERBOSE"}
-    env.update(JIT_LOADER_CACHE=str(cache), PYTHONPATH=str(ROOT))
-    built = subprocess.run([sys.executable, "-m", "jit_loader", "build", str(op_dir),
-                            "--extra-cflags=-DTOY_UNUSED_FLAG=1"], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=900)
+    built = run_cli("build", op_dir, "--extra-cflags=-DTOY_UNUSED_FLAG=1", env=private_env(cache))
     assert built.returncode == 0, built.stdout + built.stderr
     key = jit_loader.op_key(op_dir, extra_cflags=["-DTOY_UNUSED_FLAG=1"])[0]
     assert f"key {key}" in built.stdout
@@ -231,16 +220,12 @@ def test_list_names_the_load_call_of_a_source_list_build(tmp_path):
         print(json.dumps({"key": op.build.key}))
     """
     key = json_result(run_python(code, source, cache=cache))["key"]
-    env = {k: v for k, v in os.environ.items() if k != "JIT_LOADER_VERBOSE"}
-    env.update(JIT_LOADER_CACHE=str(cache), PYTHONPATH=str(ROOT), JIT_LOADER_CUDA_ARCH="9.0")
-    out = subprocess.run([sys.executable, "-m", "jit_loader", "list"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = run_cli("list", env=private_env(cache), timeout=600)
     assert out.returncode == 0, out.stderr
     assert ("a new process calling jit_loader.load(name='tiny_ext', sources=['tiny.cpp'], "
             f"extra_cflags=['-DTINY=1']) loads build {key} (cached, no compile)") in out.stdout
     assert f"jit_loader build {source.parent}" not in out.stdout
     source.write_text("int tiny() { return 2; }\n")
-    out = subprocess.run([sys.executable, "-m", "jit_loader", "list"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = run_cli("list", env=private_env(cache), timeout=600)
     assert "extra_cflags=['-DTINY=1']) compiles build " in out.stdout
     assert "run that call once to prebuild it" in out.stdout

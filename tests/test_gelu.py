@@ -3,7 +3,8 @@ forward, and the backward grad * (s + 1.702 x s (1 - s)) from the saved input x,
 every device and floating dtype, for any shape and layout.
 
 The tests it shares with sigmoid are in pointwise_tester.py, and the checks of every op in
-op_tester.py; this module adds gelu's own: agreement with the eager composite, and saturation.
+jit_tools/tools/testing.py; this module adds gelu's own: agreement with the eager
+composite, and saturation.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import jit_loader
 from jit_tools.builder import toolchain
 from jit_tools.tools import scaffold
 from subproc import json_result, private_env, run_python
-from test_jit_loader import copy_op
+from toy_ops import copy_op
 
 CAN_BUILD_CUDA = jit_loader.why_no_cuda() is None
 

@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from subproc import json_result, run_python
+from subproc import ROOT, child_env, json_result, run_cli, run_interpreter, run_python
+from toy_ops import FIXTURES
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PROJECT_FILES = ("pyproject.toml", "README.md", "jit_loader.py", "jit_tools", "ops")
 
 pytestmark = pytest.mark.skipif(
@@ -32,8 +28,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def pip(*args, cwd: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "pip", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
+    proc = run_interpreter("-m", "pip", *args, cwd=cwd, env=child_env(PYTHONPATH=None), timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -86,9 +81,8 @@ USE_FROM_ELSEWHERE = """
 def test_wheel_installed_elsewhere_loads_bundled_and_user_ops(installed, tmp_path):
     scratch = tmp_path / "scratch"
     shutil.copytree(FIXTURES / "toy_op", scratch / "my_ops" / "toy_op")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "JIT_LOADER_VERBOSE")}
-    env.update(PYTHONPATH=str(installed), JIT_LOADER_CACHE=str(tmp_path / "cache"),
-               CUDA_HOME=str(tmp_path / "no_cuda"))
+    env = child_env(PYTHONPATH=str(installed), JIT_LOADER_CACHE=str(tmp_path / "cache"),
+                    CUDA_HOME=str(tmp_path / "no_cuda"))
     out = json_result(run_python(USE_FROM_ELSEWHERE, env=env, cwd=scratch))
     assert Path(out["loader"]).parent == installed  # not the clone
     assert "sigmoid" in out["ops"]
@@ -96,8 +90,7 @@ def test_wheel_installed_elsewhere_loads_bundled_and_user_ops(installed, tmp_pat
     assert out["bundled_ok"] is True
     assert out["user_op"] == [2.0, 2.0]
 
-    cli = subprocess.run([sys.executable, "-m", "jit_loader", "list", "--json"], cwd=scratch,
-                         env=env, capture_output=True, text=True, timeout=300)
+    cli = run_cli("list", "--json", cwd=scratch, env=env, timeout=300)
     assert cli.returncode == 0, cli.stderr
     listing = json.loads(cli.stdout)
     assert {"sigmoid", "toy_op"} <= {op["name"] for op in listing["ops"] if op["current_cached"]}

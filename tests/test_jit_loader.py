@@ -12,43 +12,15 @@ import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 import jit_loader
 from jit_tools.state import forget
 from subproc import json_result, private_env, run_python, start_python, wait_for
+from toy_ops import LOAD_AND_SCALE, copy_op, ninja_log, set_factor
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 HAS_NVCC = jit_loader.cuda_home() is not None and jit_loader.why_no_cuda() is None
-
-
-def copy_op(name: str, dest: Path) -> Path:
-    target = dest / name
-    shutil.copytree(FIXTURES / name, target)
-    return target
-
-
-LOAD_AND_SCALE = """
-    import json, sys, torch, jit_loader
-    op = jit_loader.load(sys.argv[1] if len(sys.argv) > 1 else {path!r})
-    y = torch.ops.toy_op.scale(torch.ones(3))
-    print(json.dumps({{"compiled": op.build.compiled, "key": op.build.key, "y": y.tolist()}}))
-"""
-
-
-def set_factor(op_dir: Path, value: float) -> None:
-    header = op_dir / "toy_op.h"
-    text = re.sub(r"kFactor = [0-9.]+;", f"kFactor = {value};", header.read_text())
-    header.write_text(text)
-
-
-def ninja_log(cache: Path, name: str) -> str:
-    logs = list((cache / name).glob("work-*/.ninja_log"))
-    assert len(logs) == 1, logs
-    return logs[0].read_text()
 
 
 # --------------------------------------------------------------------------------------
@@ -298,8 +270,7 @@ def test_cuda_compiles_without_gpu_and_edits_rebuild_one_unit(tmp_path):
     op_dir = copy_op("toy_cuda", tmp_path)
     # No GPU visible and no arch list given: the loader's default list, not IndexError.
     env = private_env(tmp_path / "cache", CUDA_VISIBLE_DEVICES="", JIT_LOADER_CUDA_ARCH=None,
-                   TORCH_CUDA_ARCH_LIST=None)
-    env.pop("JIT_LOADER_CUDA_ARCH", None)
+                      TORCH_CUDA_ARCH_LIST=None)
     out = json_result(run_python(CUDA_INCREMENTAL.format(path=str(op_dir)), env=env))
     assert out["arch"] == jit_loader.DEFAULT_CUDA_ARCH
     assert "-gencode=arch=compute_80,code=sm_80" in out["ninja"]

@@ -7,15 +7,15 @@ so the tolerance table below is the op's own accuracy in each dtype.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import torch
 
 import jit_loader
-from op_tester import OpTester
+from jit_tools.tools.testing import OpTester
 from ops.lltm.reference import (TOLERANCES, LLTMReference, example_inputs, lltm_reference,
                                 reset_parameters)
+from subproc import child_env, run_python
 
 TOL = TOLERANCES
 DTYPES = list(TOL)
@@ -129,15 +129,6 @@ def test_saturated_gates_and_nan_propagation(op, device):
     assert torch.equal(new_cell.isnan(), ref_cell.isnan())
 
 
-def test_empty_batch(op, device):
-    inputs = example_inputs(device, torch.float32, 0, 5, 7)
-    new_h, new_cell = op.lltm(*inputs)
-    assert new_h.shape == new_cell.shape == (0, 7)
-    grads = torch.autograd.grad((new_h.sum() + new_cell.sum()), inputs)
-    assert [tuple(g.shape) for g in grads] == [tuple(t.shape) for t in inputs]
-    assert all(torch.count_nonzero(g) == 0 for g in grads)
-
-
 def test_only_new_h_used(op, device):
     """An output left out of the loss gets no gradient buffer; the result is unchanged."""
     torch.manual_seed(1)
@@ -146,19 +137,6 @@ def test_only_new_h_used(op, device):
     want = torch.autograd.grad(lltm_reference(*inputs)[0].sum(), inputs)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, **TOL[torch.float64])
-
-
-def test_gradients_only_for_parameters(op, device):
-    """The tutorial's use: inputs and state do not require grad, parameters do."""
-    torch.manual_seed(2)
-    inputs = example_inputs(device, torch.float32, 16, 32, 128, requires_grad=False)
-    inputs[1].requires_grad_()
-    inputs[2].requires_grad_()
-    go = _grad_outputs(inputs[3])
-    got = torch.autograd.grad(op.lltm(*inputs), inputs[1:3], go)
-    want = torch.autograd.grad(lltm_reference(*inputs), inputs[1:3], go)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, **TOL[torch.float32])
 
 
 # Masks of the backward op: each gradient alone, the tutorial's (parameters only) and none.
@@ -251,10 +229,11 @@ def test_long_chain_of_steps_is_freed(op):
 # --- the three Python entry points ---------------------------------------------------------
 
 
-def test_autograd_function_matches_reference(op, device):
+def test_autograd_function_with_one_output_used(op, device):
+    """The autograd.Function when only new_cell reaches the loss (its agreement with the
+    reference when both do is the op tester's check)."""
     torch.manual_seed(3)
     inputs = example_inputs(device, torch.float64, 6, 10, 20)
-    _assert_matches_reference(op.LLTMFunction.apply, inputs, torch.float64)
     got = torch.autograd.grad(op.LLTMFunction.apply(*inputs)[1].sum(), inputs)
     want = torch.autograd.grad(lltm_reference(*inputs)[1].sum(), inputs)
     for g, w in zip(got, want):
@@ -288,53 +267,28 @@ def test_reset_parameters_bound():
         assert t.abs().max() <= 0.1 and t.abs().max() > 0.09
 
 
-# --- PyTorch machinery: gradcheck, opcheck, torch.compile, TorchScript ----------------------
+# --- PyTorch machinery: the op tester's checks, the module compiled, TorchScript ----------------
 
 
 class TestLLTM(OpTester):
-    """jit_loader.check of the function and the autograd.Function: the reference, gradcheck
-    (float64), opcheck of forward and backward, torch.compile."""
+    """The op tester's checks of the function and the autograd.Function, of the parameters'
+    gradients alone, and of an empty batch: reference.check_cases."""
     op_name = "lltm"
 
 
-def test_opcheck_forward(op, device):
-    inputs = example_inputs(device, torch.float32, 4, 3, 6)
-    torch.library.opcheck(torch.ops.lltm.forward.default, inputs)
-    torch.library.opcheck(torch.ops.lltm.forward.default,
-                          [t.detach() for t in example_inputs(device, torch.float64, 1, 2, 3)])
-
-
-@pytest.mark.parametrize("output_mask", [[True] * 5, [False, True, True, False, False]],
-                         ids=["all", "parameters"])
-def test_opcheck_backward(op, device, output_mask):
-    inputs = [t.detach() for t in example_inputs(device, torch.float32, 4, 3, 6)]
-    new_h, new_cell, gates, hx = torch.ops.lltm.forward(*inputs)
-    args = (torch.randn_like(new_h), torch.randn_like(new_h), new_cell, gates, hx, inputs[1])
-    grads = torch.ops.lltm.backward(*args, output_mask)
-    assert [g is not None for g in grads] == output_mask
-    torch.library.opcheck(torch.ops.lltm.backward.default, (*args, output_mask))
-
-
-def test_torch_compile_fullgraph(op):
+def test_module_compiles_fullgraph(op):
+    """The nn.Module, its parameters inside the graph (the function alone is the op
+    tester's compile check)."""
     torch._dynamo.reset()
     torch.manual_seed(5)
-    inputs = example_inputs("cpu", torch.float32, 8, 6, 10)
-    compiled = torch.compile(op.lltm, fullgraph=True)
-    _assert_matches_reference(compiled, inputs, torch.float32)
     cell = op.LLTM(6, 10)
     compiled_cell = torch.compile(cell, fullgraph=True)
-    x, state = inputs[0].detach(), (inputs[3].detach(), inputs[4].detach())
-    h, c = compiled_cell(x, state)
-    torch.testing.assert_close(h, cell(x, state)[0])
-
-
-def test_compile_traces_fake_and_autograd_kernels(op, device):
-    """aot_eager exercises the fake kernels and the C++ autograd on any device, no codegen."""
-    torch._dynamo.reset()
-    torch.manual_seed(6)
-    inputs = example_inputs(device, torch.float32, 5, 7, 9)
-    _assert_matches_reference(torch.compile(op.lltm, backend="aot_eager", fullgraph=True),
-                              inputs, torch.float32)
+    x, h, c = torch.randn(8, 6), torch.randn(8, 10), torch.randn(8, 10)
+    got, want = compiled_cell(x, (h, c)), cell(x, (h, c))
+    torch.testing.assert_close(got, want)
+    (g,) = torch.autograd.grad(got[0].sum() + got[1].sum(), cell.weights)
+    (w,) = torch.autograd.grad(want[0].sum() + want[1].sum(), cell.weights)
+    torch.testing.assert_close(g, w)
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
@@ -467,9 +421,7 @@ def test_crossover_override_picks_the_route(op, macs, one_launch):
     route (read once per process, hence a new one each): at 0 no cell takes the one-launch
     forward, at 1e8 and by default the tutorial's and the middle size do; every route
     matches the reference."""
-    from subproc import ROOT, run_python
-
-    proc = run_python(ROUTE_CODE, env=dict(os.environ, PYTHONPATH=str(ROOT), LLTM_SMALL_MACS=macs))
+    proc = run_python(ROUTE_CODE, env=child_env(LLTM_SMALL_MACS=macs))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == {"16x32x128": one_launch,
                                                       "64x128x256": one_launch}
@@ -477,11 +429,9 @@ def test_crossover_override_picks_the_route(op, macs, one_launch):
 
 @pytest.mark.cuda
 def test_crossover_override_rejects_a_bad_value(op):
-    from subproc import ROOT, run_python
-
     code = ("import torch, jit_loader\nfrom ops.lltm.reference import example_inputs\n"
             "jit_loader.load('lltm').lltm(*example_inputs('cuda'))")
-    proc = run_python(code, env=dict(os.environ, PYTHONPATH=str(ROOT), LLTM_SMALL_MACS="2e6"))
+    proc = run_python(code, env=child_env(LLTM_SMALL_MACS="2e6"))
     assert proc.returncode != 0
     assert "LLTM_SMALL_MACS must be a count of multiply-adds (an integer >= 0), got '2e6'" \
         in proc.stderr

@@ -11,16 +11,14 @@ from __future__ import annotations
 import os
 import re
 import stat
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from jit_tools.builder import toolchain
-from subproc import json_result, private_env, run_python
-from test_jit_loader import LOAD_AND_SCALE, ROOT, copy_op, ninja_log, set_factor
+from subproc import json_result, private_env, run_cli, run_interpreter, run_python, start_python
+from toy_ops import LOAD_AND_SCALE, copy_op, ninja_log, set_factor
 
 
 def load_scale(op_dir: Path, env: dict) -> dict:
@@ -115,12 +113,10 @@ def test_library_corrupted_in_place_is_detected_and_rebuilt(tmp_path):
     os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert os.stat(lib).st_size == st.st_size
 
-    listing = subprocess.run([sys.executable, "-m", "jit_loader", "list", "--verify", str(op_dir)],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    listing = run_cli("list", "--verify", op_dir, env=env, timeout=300)
     assert listing.returncode == 0, listing.stderr
     assert "BROKEN" in listing.stdout and "sha256" in listing.stdout, listing.stdout
-    doctor = subprocess.run([sys.executable, "-m", "jit_loader", "doctor"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=300)
+    doctor = run_cli("doctor", env=env, timeout=300)
     assert "corrupt" in doctor.stdout, doctor.stdout
 
     r = load_scale(op_dir, env)
@@ -155,8 +151,7 @@ os.kill(os.getpid(), signal.SIGSTOP)  # a builder stopped with Ctrl-Z
 def test_waiting_on_a_stopped_builder_says_who_and_times_out(tmp_path):
     op_dir = copy_op("toy_op", tmp_path)
     cache = tmp_path / "cache"
-    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(cache / "toy_op" / "build.lock")],
-                              stdout=subprocess.PIPE, text=True)
+    holder = start_python(LOCK_HOLDER, cache / "toy_op" / "build.lock", stderr=None)
     try:
         assert holder.stdout.readline().strip() == "locked"
         env = private_env(cache, JIT_LOADER_LOCK_TIMEOUT="3")
@@ -368,8 +363,7 @@ def test_failed_build_report_hint_and_progress_total(tmp_path):
 
 def test_doctor_gives_one_verdict_for_a_cuda_home_without_nvcc(tmp_path):
     env = private_env(tmp_path / "cache", CUDA_HOME=str(tmp_path / "nowhere"))
-    proc = subprocess.run([sys.executable, "-m", "jit_loader", "doctor"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli("doctor", env=env, timeout=300)
     assert proc.returncode != 0
     assert "has no bin/nvcc" in proc.stdout
     assert "still compiled" not in proc.stdout, proc.stdout
@@ -392,18 +386,18 @@ def check_cases(device):
 def test_run_all_checks_out_of_tree_ops_and_fails_without_a_reference(tmp_path):
     op_dir = copy_op("toy_op", tmp_path)
     env = private_env(tmp_path / "cache")
-    cmd = [sys.executable, "-m", "experiments.run_all", "--no-bench", "--ops", str(op_dir)]
-    missing = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    cmd = ["-m", "experiments.run_all", "--no-bench", "--ops", op_dir]
+    missing = run_interpreter(*cmd, env=env)
     assert missing.returncode == 1, missing.stdout + missing.stderr
     assert "SOME CHECKS FAILED" in missing.stderr and "reference.py" in missing.stderr
 
     (op_dir / "reference.py").write_text(REFERENCE.format(factor=2.0))
-    good = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    good = run_interpreter(*cmd, env=env)
     assert good.returncode == 0, good.stdout + good.stderr
     assert "all checks passed" in good.stdout
 
     (op_dir / "reference.py").write_text(REFERENCE.format(factor=3.0))  # a reference that disagrees
-    bad = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    bad = run_interpreter(*cmd, env=env)
     assert bad.returncode == 1 and "SOME CHECKS FAILED" in bad.stderr
 
 
@@ -418,8 +412,7 @@ def test_prebuilt_read_only_first_layer(tmp_path):
     builds it lacks go to the last (node-local) entry."""
     op_dir = copy_op("toy_op", tmp_path)
     prebuilt, local = tmp_path / "prebuilt", tmp_path / "local"
-    first = subprocess.run([sys.executable, "-m", "jit_loader", "build", str(op_dir)], cwd=ROOT,
-                           env=private_env(prebuilt), capture_output=True, text=True, timeout=900)
+    first = run_cli("build", op_dir, env=private_env(prebuilt))
     assert first.returncode == 0, first.stdout + first.stderr
     before = _tree(prebuilt)
     env = private_env(Path(f"{prebuilt}{os.pathsep}{local}"))

@@ -154,14 +154,6 @@ def test_non_finite_coordinates_as_torchvision(op, device, bad):
         assert torch.equal(keep.cpu(), expected_nms(boxes, scores, 0.5))
 
 
-def test_non_contiguous_inputs(op, device):
-    strided = reference.random_boxes(400, device).repeat(1, 2)[:, :4]  # row stride 8
-    scores = torch.rand(800, device=device)[::2]
-    assert not strided.is_contiguous() and not scores.is_contiguous()
-    assert torch.equal(op.nms(strided, scores, 0.5),
-                       op.nms(strided.contiguous(), scores.contiguous(), 0.5))
-
-
 @pytest.mark.parametrize("iou_threshold", [0.3, 0.5])
 def test_batched_nms_per_category(op, device, iou_threshold):
     boxes = reference.random_boxes(1200, device, extent=300.0)
@@ -176,14 +168,6 @@ def test_batched_nms_categories_never_interact(op, device):
     scores = torch.rand(10, device=device)
     idxs = torch.arange(10, device=device)
     assert sorted(op.batched_nms(boxes, scores, idxs, 0.5).tolist()) == list(range(10))
-
-
-def test_opcheck(op, device):
-    boxes = reference.random_boxes(100, device, extent=200.0)
-    scores = torch.rand(100, device=device)
-    idxs = torch.randint(0, 3, (100,), device=device)
-    torch.library.opcheck(torch.ops.detection.nms, (boxes, scores, 0.5))
-    torch.library.opcheck(torch.ops.detection.batched_nms, (boxes, scores, idxs, 0.5))
 
 
 def test_torch_compile_data_dependent_length(op):

@@ -13,6 +13,7 @@ import re
 import shutil
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -141,20 +142,22 @@ INDEX = {key: i for i, (key, _source, _tags) in enumerate(CELLS)}
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory) -> nbformat.NotebookNode:
-    tmp = tmp_path_factory.mktemp("notebook_integration")
-    scratch = tmp / "ops" / "toy_op"
-    shutil.copytree(FIXTURE, scratch)
-    (scratch / "toy_op.py").write_text(SURFACE)
-    nb = nbformat.v4.new_notebook()
-    for _key, source, tags in CELLS:
-        cell = nbformat.v4.new_code_cell(textwrap.dedent(source))
-        if tags:
-            cell.metadata["tags"] = tags
-        nb.cells.append(cell)
-    env = kernel_env(JIT_LOADER_CACHE=str(tmp / "cache"), SCRATCH_OP=str(scratch))
-    with kernel_spec(tmp / "jupyter"):
-        return execute(nb, cwd=tmp, env=env, timeout=300)
+def session(once) -> nbformat.NotebookNode:
+    def make(tmp: Path) -> nbformat.NotebookNode:
+        scratch = tmp / "ops" / "toy_op"
+        shutil.copytree(FIXTURE, scratch)
+        (scratch / "toy_op.py").write_text(SURFACE)
+        nb = nbformat.v4.new_notebook()
+        for _key, source, tags in CELLS:
+            cell = nbformat.v4.new_code_cell(textwrap.dedent(source))
+            if tags:
+                cell.metadata["tags"] = tags
+            nb.cells.append(cell)
+        env = kernel_env(JIT_LOADER_CACHE=str(tmp / "cache"), SCRATCH_OP=str(scratch))
+        with kernel_spec(tmp / "jupyter"):
+            return execute(nb, cwd=tmp, env=env, timeout=300)
+
+    return once("notebook_integration", make)
 
 
 def text(session, key: str) -> str:

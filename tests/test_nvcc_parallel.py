@@ -11,12 +11,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from jit_tools.builder import nvcc_parallel, speedups, toolchain
+from subproc import child_env, run_interpreter, start_interpreter
 
 HOME = toolchain.cuda_home()
 NVCC = os.path.join(HOME, "bin", "nvcc") if HOME else None
@@ -172,9 +172,8 @@ def test_other_outputs_run_through_nvcc(unit, tmp_path):
     """PTX only: not the chain this driver knows; nvcc runs it as it is."""
     with pytest.raises(nvcc_parallel.Unrecognised):
         nvcc_parallel.plan(NVCC, [*ONE_ARCH, "-ptx", str(unit), "-o", "unit.ptx"], str(tmp_path))
-    proc = subprocess.run([sys.executable, "-S", "-E", nvcc_parallel.__file__, NVCC, "-arch=sm_90",
-                           "-ptx", str(unit), "-o", str(tmp_path / "unit.ptx")],
-                          capture_output=True, text=True)
+    proc = run_interpreter("-S", "-E", nvcc_parallel.__file__, NVCC, "-arch=sm_90", "-ptx", unit,
+                           "-o", tmp_path / "unit.ptx")
     assert proc.returncode == 0, proc.stderr
     assert "axpy_kernel" in (tmp_path / "unit.ptx").read_text()
 
@@ -210,9 +209,9 @@ def test_stopped_driver_leaves_no_temporary_files(unit, tmp_path):
     import time
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
-    proc = subprocess.Popen([sys.executable, "-S", "-E", nvcc_parallel.__file__, NVCC, *TWO_ARCHS,
-                             "-c", str(unit), "-o", str(tmp_path / "unit.o")],
-                            env=dict(os.environ, TMPDIR=str(tmpdir)))
+    proc = start_interpreter("-S", "-E", nvcc_parallel.__file__, NVCC, *TWO_ARCHS, "-c", unit,
+                             "-o", tmp_path / "unit.o", env=child_env(TMPDIR=str(tmpdir)),
+                             stdout=None, stderr=None)
     deadline = time.monotonic() + 60
     while not any(tmpdir.glob("nvcc-parallel-*/*.cpp4.ii")) and time.monotonic() < deadline:
         time.sleep(0.01)  # until the steps are under way

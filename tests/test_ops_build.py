@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import jit_loader
+from subproc import run_python
 
 OPS = jit_loader.available_ops()
 CAN_BUILD_CUDA = jit_loader.why_no_cuda() is None
@@ -31,3 +32,17 @@ def test_op_builds_and_registers(name):
             assert torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "CPU")
             if has_cu and CAN_BUILD_CUDA:
                 assert torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "CUDA"), qualname
+
+
+def test_every_reference_imports_without_building():
+    """A notebook or a test imports an op's reference (and its package) without a build:
+    neither the loader nor the op's surface is imported along."""
+    code = f"""
+        import importlib, sys
+        for name in {OPS!r}:
+            importlib.import_module(f"ops.{{name}}.reference")
+        print([m for m in sys.modules if m == "jit_loader" or m in {[f"ops.{n}.{n}" for n in OPS]!r}])
+    """
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", result.stdout

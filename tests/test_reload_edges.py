@@ -8,21 +8,18 @@ private cache, with a timeout: none of them may hang.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-from subproc import json_result, private_env, run_python, start_python, wait_for
-from test_jit_loader import ROOT, copy_op
+from subproc import json_result, private_env, run_cli, run_python, start_python, wait_for
+from toy_ops import copy_op
 
 TIMEOUT = 600  # a hang fails the test instead of blocking the suite
 
 
 def scaffold(tmp_path: Path, name: str, env: dict) -> Path:
-    proc = subprocess.run([sys.executable, "-m", "jit_loader", "new", name, "--aten", "--dir",
-                           str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = run_cli("new", name, "--aten", "--dir", tmp_path, env=env, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return tmp_path / name
 
@@ -311,8 +308,7 @@ def test_clean_in_a_loop_never_removes_a_build_being_made_or_handed_over(tmp_pat
 
     def clean_loop():
         while not done.is_set():
-            proc = subprocess.run([sys.executable, "-m", "jit_loader", "clean", "toy_op"], cwd=ROOT,
-                                  env=env, capture_output=True, text=True, timeout=120)
+            proc = run_cli("clean", "toy_op", env=env, timeout=120)
             cleans.append(proc)
 
     builder = start()

@@ -10,20 +10,17 @@ it is checked against the NumPy reference written from its formula and hand-comp
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.nn.functional as F
 from torch._prims_common import suggest_memory_format
 
 import jit_loader
-from op_tester import OpTester
+from jit_tools.tools.testing import FLOATING_DTYPES, OpTester
 from ops.resize import reference
 from ops.resize.reference import TOLERANCES
 
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+DTYPES = list(FLOATING_DTYPES)
 MODES = ["half_pixel", "align_corners", "asymmetric"]
 TORCH_MODES = ["half_pixel", "align_corners"]
 LAYOUTS = ["nchw", "channels_last"]
@@ -188,12 +185,12 @@ def test_output_format_is_the_one_torch_suggests(op, device, case):
     assert grad_in.stride() == torch.empty(x.shape, memory_format=suggest_memory_format(y)).stride()
 
 
-@pytest.mark.parametrize("view", ["transposed_hw", "step_slice", "storage_offset", "expanded"])
+@pytest.mark.parametrize("view", ["step_slice", "expanded"])
 def test_strided_inputs(op, device, view):
+    """Views the op tester's layouts leave out: steps and an offset in both H and W, and a
+    batch broadcast by a zero stride."""
     base = torch.randn(3, 4, 10, 12, device=device, dtype=torch.float64)
-    x = {"transposed_hw": base.transpose(2, 3), "step_slice": base[:, :, ::2, 1::3],
-         "storage_offset": base.flatten()[1:1 + 3 * 4 * 9 * 11].view(3, 4, 9, 11),
-         "expanded": base[:1].expand(3, 4, 10, 12)}[view]
+    x = {"step_slice": base[:, :, ::2, 1::3], "expanded": base[:1].expand(3, 4, 10, 12)}[view]
     before = x.clone()
     for mode in MODES:
         y = op.resize_bilinear(x, size=(7, 13), coordinate_mode=mode)
@@ -202,15 +199,6 @@ def test_strided_inputs(op, device, view):
         assert_close(torch.ops.resize.backward(grad, list(x.shape), mode, None),
                      reference.resize_backward_reference(grad, x.shape, mode), torch.float64)
     assert torch.equal(x, before)
-
-
-@pytest.mark.parametrize("shape", [(0, 3, 4, 4), (2, 0, 4, 4)])
-def test_empty_batch_or_channels(op, device, shape):
-    x = torch.randn(shape, device=device).requires_grad_()
-    y = op.resize_bilinear(x, size=(6, 5))
-    assert y.shape == (*shape[:2], 6, 5)
-    y.sum().backward()
-    assert x.grad.shape == x.shape
 
 
 def test_same_size_is_identity(op, device):
@@ -323,43 +311,13 @@ def test_backward_bitwise_repeatable(op, device, dtype, layout):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_gradcheck(op, device, mode):
+def test_gradgradcheck(op, device, mode):
+    """The backward is linear in the output's gradient, and differentiable in turn (the
+    gradient itself is the op tester's gradcheck)."""
     for in_hw, out_hw in [((4, 5), (7, 3)), ((3, 3), (6, 8))]:
         x = random_input((2, 2, *in_hw), device, torch.float64).requires_grad_()
-        assert torch.autograd.gradcheck(lambda t: op.resize_bilinear(t, size=out_hw, coordinate_mode=mode), (x,))
         assert torch.autograd.gradgradcheck(
             lambda t: op.resize_bilinear(t, size=out_hw, coordinate_mode=mode), (x,))
-    xl = random_input((2, 3, 4, 5), device, torch.float64, "channels_last").requires_grad_()
-    assert torch.autograd.gradcheck(
-        lambda t: op.ResizeBilinearFunction.apply(t, [6, 4], mode, [1.6, 0.9]), (xl,))
-
-
-def test_opcheck(op, device):
-    for layout in LAYOUTS:
-        for mode, sf in [("half_pixel", None), ("align_corners", None), ("asymmetric", [2.5, 0.75])]:
-            x = random_input((2, 3, 4, 6), device, torch.float32, layout).requires_grad_()
-            size = [10, 4] if sf else [7, 9]
-            torch.library.opcheck(torch.ops.resize.forward.default, (x, size, mode, sf))
-            grad = random_input((2, 3, *size), device, torch.float32, layout).requires_grad_()
-            torch.library.opcheck(torch.ops.resize.backward.default, (grad, [2, 3, 4, 6], mode, sf))
-
-
-def test_compile_fullgraph(op, device):
-    fn = op.resize_bilinear
-
-    def f(x):
-        return fn(x * 2, scale_factor=(1.5, 2.0), convention="tensorflow1").sin()
-
-    torch.compiler.reset()
-    compiled = torch.compile(f, fullgraph=True)
-    x = random_input((2, 3, 6, 5), device, torch.float32).requires_grad_()
-    x_eager = x.detach().clone().requires_grad_()
-    y = compiled(x)
-    y.sum().backward()
-    y_eager = f(x_eager)
-    y_eager.sum().backward()
-    torch.testing.assert_close(y, y_eager)
-    torch.testing.assert_close(x.grad, x_eager.grad)
 
 
 def test_module_autograd_function_and_conventions(op, device):
@@ -384,8 +342,8 @@ def test_module_autograd_function_and_conventions(op, device):
 
 
 class TestResize(OpTester):
-    """jit_loader.check in every coordinate mode, up and down: the reference, gradcheck
-    (float64), opcheck of forward and backward, torch.compile."""
+    """The op tester's checks of every case of reference.check_cases: each coordinate mode
+    up and down, by scale factors in channels_last, empty batch and channels."""
     op_name = "resize"
 
 
@@ -442,8 +400,3 @@ def test_rejects_bad_input(op, device):
         with pytest.raises(RuntimeError, match=message):
             call()
 
-
-def test_reference_import_builds_nothing():
-    code = ("import sys, ops.resize, ops.resize.reference; "
-            "assert 'jit_loader' not in sys.modules and 'ops.resize.resize' not in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=jit_loader.REPO_ROOT)

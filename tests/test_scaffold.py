@@ -7,16 +7,15 @@ overwrites and rejects bad names, kinds and schemas.
 The generated ops are built and tested as a user would: ``python -m jit_loader new`` and
 ``build`` in subprocesses, then pytest on the generated test file in a subprocess from
 outside the repository (so neither the repository's conftest nor its pytest settings
-help). Each op is built once per run (five, four of them with CUDA sources, which compile
-wherever nvcc is); their CUDA tests skip without a GPU and must run where one is visible
-(the ``cuda``-marked tests check that they did).
+help). Each op is built once per run, whatever the number of test processes (five, four
+of them with CUDA sources, which compile wherever nvcc is); their CUDA tests skip without
+a GPU and must run where one is visible (the ``cuda``-marked tests check that they did).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,22 +24,16 @@ import torch
 
 import jit_loader
 from jit_tools.tools import cli, scaffold
-from subproc import json_result, run_interpreter, run_python
+from subproc import child_env, json_result, run_cli, run_interpreter, run_python
 
-ROOT = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
 
 
 def _env() -> dict:
     """This process's environment (JIT_LOADER_CACHE, the arch list, MAX_JOBS included),
-    with the repository importable from any folder."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "JIT_LOADER_VERBOSE")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    return env
-
-
-def _run(args, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
-    return run_interpreter(*args, env=_env(), cwd=cwd, timeout=timeout)
+    with the repository importable from any folder, and no pytest options of this run
+    for the generated tests' own."""
+    return child_env(PYTEST_ADDOPTS=None)
 
 
 def _count(word: str, summary: str) -> int:
@@ -61,18 +54,17 @@ def _scaffold_build_and_test(base: Path, name: str, cuda: bool, dir_arg: Path,
                              test_file: Path, *new_args: str, build_it: bool = True) -> SimpleNamespace:
     """new, build, then pytest on the generated test file, each in a subprocess
     (``build_it`` False: new alone)."""
-    new = _run(["-m", "jit_loader", "new", name, "--dir", dir_arg, *(["--cuda"] if cuda else []),
-                *new_args], cwd=base, timeout=120)
+    new = run_cli("new", name, "--dir", dir_arg, *(["--cuda"] if cuda else []), *new_args,
+                  env=_env(), cwd=base, timeout=120)
     assert new.returncode == 0, new.stdout + new.stderr
     op_dir = dir_arg / name
     if not build_it:
         return SimpleNamespace(op_dir=op_dir, new=new, test_file=test_file)
-    build = _run(["-m", "jit_loader", "build", op_dir], cwd=base, timeout=1200)
+    build = run_cli("build", op_dir, env=_env(), cwd=base, timeout=1200)
     assert build.returncode == 0, build.stdout + build.stderr
     assert f"  {os.path.join('.', test_file.relative_to(base))}\n" in new.stdout, new.stdout
-    tests = _run(["-m", "pytest", "-p", "no:cacheprovider", "--strict-markers", "-q", "-rs",
-                  test_file],
-                 cwd=base, timeout=900)
+    tests = run_interpreter("-m", "pytest", "-p", "no:cacheprovider", "--strict-markers", "-q", "-rs",
+                            test_file, env=_env(), cwd=base, timeout=900)
     output = tests.stdout + tests.stderr
     # pytest's last line of stdout; stderr may carry plugins' warnings after it.
     summary = next((line for line in reversed(tests.stdout.splitlines())
@@ -83,51 +75,55 @@ def _scaffold_build_and_test(base: Path, name: str, cuda: bool, dir_arg: Path,
 
 
 @pytest.fixture(scope="module")
-def cpu_op(tmp_path_factory):
+def cpu_op(once):
     """The default op (elementwise, stable ABI, CPU only) scaffolded into a project laid out
     like this repository (ops/, tests/ and experiments/ side by side): its test file goes to
     tests/, its benchmark to experiments/."""
-    base = tmp_path_factory.mktemp("cpu_project")
-    (base / "tests").mkdir()
-    (base / "experiments").mkdir()
-    return _scaffold_build_and_test(base, "scaffold_cpu_op", False, base / "ops",
-                                    base / "tests" / "test_scaffold_cpu_op.py")
+    def make(base: Path) -> SimpleNamespace:
+        (base / "tests").mkdir()
+        (base / "experiments").mkdir()
+        return _scaffold_build_and_test(base, "scaffold_cpu_op", False, base / "ops",
+                                        base / "tests" / "test_scaffold_cpu_op.py")
+
+    return once("scaffold_cpu_op", make)
 
 
 SCHEMA = "{name}(Tensor x, Tensor weight, float eps=1e-06, int k=2, bool flag=true) -> Tensor"
 
 
-def _anywhere(tmp_path_factory, name: str, *new_args: str) -> SimpleNamespace:
+def _anywhere(once, name: str, *new_args: str) -> SimpleNamespace:
     """A CUDA op scaffolded into a folder of no project: its test file, benchmark and a
     conftest registering the cuda marker go into the op folder."""
-    base = tmp_path_factory.mktemp(name)
-    op_dir = base / "my" / "ops_here" / name
-    return _scaffold_build_and_test(base, name, True, op_dir.parent, op_dir / f"test_{name}.py",
-                                    *new_args)
+    def make(base: Path) -> SimpleNamespace:
+        op_dir = base / "my" / "ops_here" / name
+        return _scaffold_build_and_test(base, name, True, op_dir.parent, op_dir / f"test_{name}.py",
+                                        *new_args)
+
+    return once(name, make)
 
 
 @pytest.fixture(scope="module")
-def schema_op(tmp_path_factory):
+def schema_op(once):
     """An elementwise op from a schema of every argument kind, stable ABI, with CUDA."""
     name = "scaffold_schema_op"
-    return _anywhere(tmp_path_factory, name, "--schema", SCHEMA.format(name=name))
+    return _anywhere(once, name, "--schema", SCHEMA.format(name=name))
 
 
 @pytest.fixture(scope="module")
-def schema_aten_op(tmp_path_factory):
+def schema_aten_op(once):
     """The same schema with its host side on ATen."""
     name = "scaffold_schema_aten"
-    return _anywhere(tmp_path_factory, name, "--aten", "--schema", SCHEMA.format(name=name))
+    return _anywhere(once, name, "--aten", "--schema", SCHEMA.format(name=name))
 
 
 @pytest.fixture(scope="module")
-def rowwise_op(tmp_path_factory):
-    return _anywhere(tmp_path_factory, "scaffold_rowwise", "--kind", "rowwise")
+def rowwise_op(once):
+    return _anywhere(once, "scaffold_rowwise", "--kind", "rowwise")
 
 
 @pytest.fixture(scope="module")
-def rowwise_aten_op(tmp_path_factory):
-    return _anywhere(tmp_path_factory, "scaffold_rowwise_aten", "--kind", "rowwise", "--aten")
+def rowwise_aten_op(once):
+    return _anywhere(once, "scaffold_rowwise_aten", "--kind", "rowwise", "--aten")
 
 
 def _passed(made: SimpleNamespace, at_least: int) -> None:
@@ -199,7 +195,7 @@ def test_the_generated_benchmark_times_the_op_and_joins_the_suite(cpu_op):
     """bench_<op>.py: the op against its reference (eager; compiled on a GPU) with
     jit_loader.bench, and the same cases for the repository's suite."""
     bench = cpu_op.op_dir.parent.parent / "experiments" / "bench_scaffold_cpu_op.py"
-    run = _run([bench, "--device", "cpu", "--quick"], cwd=bench.parent, timeout=600)
+    run = run_interpreter(bench, "--device", "cpu", "--quick", env=_env(), cwd=bench.parent, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.count("## scaffold_cpu_op ") == 4  # two sizes, forward and forward+backward
     assert "| ours " in run.stdout and "| eager " in run.stdout
@@ -328,7 +324,8 @@ def test_rowwise_op_is_rmsnorm_after_two_edits(tmp_path):
     math.write_text(text)
     assert RMSNORM_REFERENCE[0] in ref.read_text()
     ref.write_text(ref.read_text().replace(*RMSNORM_REFERENCE))
-    tests = _run(["-m", "pytest", "-p", "no:cacheprovider", "-q", made.test_file], cwd=tmp_path, timeout=900)
+    tests = run_interpreter("-m", "pytest", "-p", "no:cacheprovider", "-q", made.test_file, env=_env(),
+                            cwd=tmp_path, timeout=900)
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-3000:]
     out = json_result(run_python(RMSNORM_CHECK, made.op_dir, env=_env()))
     assert out == {"forward": True, "grads": True}
@@ -463,10 +460,8 @@ def test_refuses_to_overwrite_an_existing_test_file(tmp_path, capsys):
 def test_refusal_exits_non_zero_from_the_command_line(tmp_path):
     """What a shell script sees: `python -m jit_loader new` that refuses fails."""
     (tmp_path / "my_op").mkdir()
-    root = Path(__file__).resolve().parents[1]
     for args in (["my_op", "--dir", str(tmp_path)], ["9lives", "--dir", str(tmp_path)]):
-        out = run_interpreter("-m", "jit_loader", "new", *args, cwd=root, timeout=300,
-                              env={**os.environ, "PYTHONPATH": str(root)})
+        out = run_cli("new", *args, timeout=300)
         assert out.returncode == 2, out.stdout + out.stderr
         assert out.stderr.startswith("new: ") and not out.stdout
     assert [p.name for p in tmp_path.iterdir()] == ["my_op"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import jit_loader
-from op_tester import OpTester
+from jit_tools.tools.testing import OpTester
 from ops.scatter.reference import TOLERANCES, example_inputs, scatter_loop, scatter_torch
 
 REDUCES = ["sum", "mean", "max", "min"]
@@ -174,6 +174,8 @@ def test_empty_inputs(op, device, reduce):
 
 
 def test_strided_inputs(op, device):
+    """Layouts the op tester's leave out: a non-contiguous out written in place (with
+    non-contiguous src and index), and an index broadcast by a zero stride."""
     base = torch.randn(6, 40, device=device, dtype=torch.float64)
     src = base.t()[:, ::2]                        # [40, 3], non-contiguous
     index_base = torch.randint(0, 9, (80,), device=device)
@@ -181,7 +183,6 @@ def test_strided_inputs(op, device):
     out_base = torch.randn(3, 10, device=device, dtype=torch.float64)
     assert not src.is_contiguous() and not index.is_contiguous()
     for reduce in REDUCES:
-        _check_against_loop(op, src, index, 0, 10, reduce)
         out = out_base.clone().t()                # [10, 3], non-contiguous out
         _check_against_loop(op, src, index, 0, None, reduce, out=out)
     expanded = torch.randint(0, 4, (40, 1), device=device).expand(40, 3)  # stride-0 index
@@ -192,10 +193,11 @@ def test_strided_inputs(op, device):
 
 
 @pytest.mark.parametrize("reduce", REDUCES)
-def test_gradcheck(op, device, reduce):
+def test_gradcheck_into_out_and_twice(op, device, reduce):
+    """The gradient of out, written in place (the gradient of src is the op tester's
+    gradcheck), and sum's and mean's second derivative."""
     src = torch.randn(20, 3, device=device, dtype=torch.float64, requires_grad=True)
     index = torch.randint(0, 6, (20,), device=device)
-    assert torch.autograd.gradcheck(lambda s: op.scatter(s, index, 0, None, 7, reduce), (src,))
     out = torch.randn(7, 3, device=device, dtype=torch.float64, requires_grad=True)
     # out is written in place: differentiate through a copy, which receives out's gradient.
     assert torch.autograd.gradcheck(
@@ -250,10 +252,10 @@ def test_max_gradient_goes_to_arg_position(op, device):
 
 
 @pytest.mark.parametrize("reduce", REDUCES)
-def test_opcheck(op, device, reduce):
+def test_opcheck_into_out(op, device, reduce):
+    """The in-place op behind out= (the others are the op tester's opcheck)."""
     src = torch.randn(30, 4, device=device, requires_grad=True)
     index = torch.randint(0, 7, (30,), device=device)
-    torch.library.opcheck(torch.ops.scatter.reduce.default, (src, index, 0, 9, reduce))
     out = torch.randn(9, 4, device=device)
     torch.library.opcheck(torch.ops.scatter.reduce_.default,
                           (out, src.detach(), index, 0, reduce))
@@ -261,7 +263,7 @@ def test_opcheck(op, device, reduce):
 
 def test_sum_op_is_reduce_sum(op, device):
     """scatter::sum, the op behind scatter(reduce="sum") with the default options: reduce's
-    values on every index layout and with dim_size inferred, its gradient, and opcheck."""
+    values on every index layout and with dim_size inferred, and its gradient."""
     torch.manual_seed(12)
     src = torch.randn(30, 4, device=device, requires_grad=True)
     for index, dim, dim_size in [(torch.randint(0, 7, (30,)), 0, 9),
@@ -282,13 +284,14 @@ def test_sum_op_is_reduce_sum(op, device):
         (w,) = torch.autograd.grad(want, src, torch.ones_like(want))
         assert torch.equal(g, w)
     assert op.scatter(src, index, -1, None, None).grad_fn.name().endswith("ScatterSumFunction>")
-    torch.library.opcheck(torch.ops.scatter.sum.default, (src, index, 0, 9))
     with pytest.raises(RuntimeError, match="index out of range: found -1"):
         torch.ops.scatter.sum(src, torch.full((30,), -1, device=device), 0, None)
 
 
 @pytest.mark.parametrize("reduce", REDUCES)
-def test_torch_compile_fullgraph(op, reduce):
+def test_compile_fullgraph_into_out(op, reduce):
+    """out written in place inside a compiled graph, beside a scatter of a new tensor (the
+    op alone is the op tester's compile check)."""
     torch._dynamo.reset()
     src, index, nodes = example_inputs("cpu", torch.float32, edges=200, features=4, nodes=30)
 
@@ -307,23 +310,6 @@ def test_torch_compile_fullgraph(op, reduce):
     torch.testing.assert_close(g, w)
 
 
-def test_compile_traces_fake_and_autograd_kernels(op, device):
-    """aot_eager runs the fake kernels and the C++ autograd on any device, without codegen;
-    dim_size=None gives a data-dependent output size."""
-    torch._dynamo.reset()
-    src, index, nodes = example_inputs(device, torch.float32, edges=100, features=3, nodes=10)
-    fn = lambda x: op.scatter(x, index, 0, None, nodes, "mean").sin()
-    got = torch.compile(fn, backend="aot_eager", fullgraph=True)(src)
-    torch.testing.assert_close(got, fn(src))
-    torch._dynamo.reset()  # scatter::sum (reduce="sum"), dim_size inferred
-    fn = lambda x: op.scatter(x, index, 0).sin()
-    got = torch.compile(fn, backend="aot_eager", fullgraph=True)(src)
-    torch.testing.assert_close(got, fn(src))
-    (g,) = torch.autograd.grad(got.sum(), src)
-    (w,) = torch.autograd.grad(fn(src).sum(), src)
-    torch.testing.assert_close(g, w)
-
-
 def test_module(op, device):
     layer = op.Scatter("max", dim=0)
     src, index, nodes = example_inputs(device, torch.float32, edges=50, features=3, nodes=9)
@@ -332,8 +318,8 @@ def test_module(op, device):
 
 
 class TestScatter(OpTester):
-    """jit_loader.check of every reduction, random and sorted index: the reference, values
-    and gradients, gradcheck (float64), opcheck, torch.compile."""
+    """The op tester's checks of every reduction, random and sorted index, the size from
+    the index, no messages: reference.check_cases."""
     op_name = "scatter"
 
 

@@ -3,7 +3,8 @@ backward (1 - y) * y * grad from the saved output y, on every device and floatin
 dtype, for any shape and layout.
 
 The tests it shares with gelu are in pointwise_tester.py, and the checks of every op in
-op_tester.py; this module adds sigmoid's own: agreement with ATen's sigmoid_backward, and saturation.
+jit_tools/tools/testing.py; this module adds sigmoid's own: agreement with ATen's
+sigmoid_backward, and saturation.
 """
 
 from __future__ import annotations

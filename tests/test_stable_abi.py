@@ -19,7 +19,7 @@ import jit_loader
 from jit_tools import key as keys, abi, prebuilt
 from jit_tools.builder import toolchain
 from subproc import json_result, private_env, run_python
-from test_jit_loader import copy_op, ninja_log
+from toy_ops import copy_op, ninja_log
 
 LOAD_AND_SCALE = """
     import json, torch, jit_loader

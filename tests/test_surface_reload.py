@@ -6,14 +6,11 @@ is edited, and after ``reload()`` in the same process every one of them runs the
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import jit_loader
-from subproc import json_result, run_python
-
-ROOT = Path(__file__).resolve().parents[1]
+from subproc import ROOT, json_result, private_env, run_python
 
 RELOAD = """
     import json, sys
@@ -74,11 +71,10 @@ def test_functions_handles_and_modules_taken_before_a_reload_run_the_new_build(t
     for name in OPS:
         shutil.copytree(ROOT / "ops" / name, ops / name,
                         ignore=shutil.ignore_patterns("__pycache__", "_C*"))
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JIT_LOADER_CACHE=str(tmp_path / "cache"),
-               # the precompiled header of the usual cache: only the op compiles
-               JIT_LOADER_SHARED_DIR=str(Path(jit_loader.cache_dir()) / "_shared"),
-               CUDA_HOME=str(tmp_path / "no_cuda"), JIT_LOADER_PREBUILT="0")
-    env.pop("JIT_LOADER_VERBOSE", None)
+    env = private_env(tmp_path / "cache",
+                      # the precompiled header of the usual cache: only the op compiles
+                      JIT_LOADER_SHARED_DIR=str(Path(jit_loader.cache_dir()) / "_shared"),
+                      CUDA_HOME=str(tmp_path / "no_cuda"), JIT_LOADER_PREBUILT="0")
     result = json_result(run_python(RELOAD, json.dumps(OPS), ops, env=env))
     for name in OPS:
         r = result[name]

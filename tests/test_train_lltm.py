@@ -64,13 +64,19 @@ def checkpoint(path: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def cold_start(tmp_path_factory):
+def cold_start(once):
     """Four ranks start training at once on an empty cache."""
-    work = tmp_path_factory.mktemp("cold_start")
-    env = make_env(work / "cache")
-    proc = torchrun(4, [*TINY, "--batch-size", "2", "--steps", "2", "--json", str(work / "s.json")],
-                    env)
-    return {"env": env, "cache": work / "cache", "summary": summary(work / "s.json"), "proc": proc}
+    def make(work: Path) -> dict:
+        env = make_env(work / "cache")
+        proc = torchrun(4, [*TINY, "--batch-size", "2", "--steps", "2", "--json", str(work / "s.json")],
+                        env)
+        # What the cold start published, read before other tests use the cache.
+        published = sorted(p.name for p in (work / "cache" / "lltm" / "builds").iterdir()
+                           if (p / "manifest.json").is_file())
+        return {"env": env, "cache": work / "cache", "summary": summary(work / "s.json"), "proc": proc,
+                "published": published}
+
+    return once("train_lltm_cold_start", make)
 
 
 def test_four_ranks_on_a_fresh_cache_compile_the_op_once(cold_start):
@@ -78,9 +84,7 @@ def test_four_ranks_on_a_fresh_cache_compile_the_op_once(cold_start):
     assert len(builds) == 4  # every rank called the loader
     assert sum(b["compiled"] for b in builds) == 1
     assert len({b["key"] for b in builds}) == 1
-    published = [p for p in (cold_start["cache"] / "lltm" / "builds").iterdir()
-                 if (p / "manifest.json").is_file()]
-    assert [p.name for p in published] == [builds[0]["key"]]
+    assert cold_start["published"] == [builds[0]["key"]]
     assert "compiled by rank" in cold_start["proc"].stdout
 
 

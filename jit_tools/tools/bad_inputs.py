@@ -5,8 +5,7 @@ belongs, a string where a number does).
 
 ``from_rules`` takes the expected message from the rules themselves (jit_tools/fake.py), so
 a test that calls the real kernel with the same arguments proves that the C++ checks, which
-expand the same rules, say the same. The generated tests of ``python -m jit_loader new``
-and tests/op_tester.py use it.
+expand the same rules, say the same. The op tester (jit_tools/tools/testing.py) uses it.
 """
 
 from __future__ import annotations

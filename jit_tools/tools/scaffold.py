@@ -175,7 +175,8 @@ def plan(name: str, directory: str | os.PathLike | None = None, cuda: bool = Fal
         Class=class_name(name),
         op_dir_expr=beside if in_repo_layout else "Path(__file__).resolve().parent",
         bench_op_dir_expr=beside if bench_in_experiments else "Path(__file__).resolve().parent",
-        devices=(CUDA_DEVICES if cuda else 'DEVICES = ["cpu"]  # the op has no CUDA kernel'),
+        devices=("    # CPU, and CUDA where a GPU is visible (the tester's default devices)" if cuda
+                 else '    devices = ("cpu",)  # the op has no CUDA kernel'),
         devices_note=" on CPU and CUDA" if cuda else " on CPU",
     )
     for snippet in ("module", "module_test"):
@@ -214,9 +215,3 @@ TEMPLATES = Path(__file__).with_name("templates")
 def template(path: str) -> str:
     """The text of ``templates/<path>.tmpl``."""
     return (TEMPLATES / f"{path}.tmpl").read_text(encoding="utf-8")
-
-
-CUDA_DEVICES = """\
-DEVICES = ["cpu", pytest.param("cuda", marks=[
-    pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")])]"""
-

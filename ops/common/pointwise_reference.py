@@ -24,16 +24,27 @@ def random_input(device, dtype, numel: int, scale: float) -> torch.Tensor:
     return x.to(dtype).requires_grad_()
 
 
+# The checks' sample: past several vectors of the CPU loop and a ragged tail, few enough
+# for float64 gradcheck's two calls per element (the sweeps over sizes and dtypes are the
+# op tests').
+CHECK_NUMEL = 259
+
+
 def check_cases(device, reference: Callable, example_inputs: Callable,
                 names: tuple[str, str, str]) -> dict[str, dict]:
-    """What every check of such an op runs (``jit_loader.check_op``; tests/op_tester.py
-    makes a test of each): the surface's function, autograd.Function and nn.Module
-    (``names``) on fresh random inputs against the reference evaluated in float64 on the
-    same values, in float32 and float64, plus bfloat16 on CUDA, within TOLERANCES. Each
-    case is jit_loader.check's arguments, ``fn`` naming the surface function."""
+    """What every check of such an op runs (``jit_loader.check_op``; the op tester makes a
+    test of each): the surface's function, autograd.Function and nn.Module (``names``) on
+    fresh random inputs against the reference evaluated in float64 on the same values, in
+    float32 and float64, plus bfloat16 on CUDA, within TOLERANCES; and the function on an
+    empty input. Each case is jit_loader.check's arguments, ``fn`` naming the surface
+    function."""
     dtypes = (torch.float32, torch.float64)
     if torch.device(device).type == "cuda":
         dtypes += (torch.bfloat16,)
-    return {route: dict(fn=fn, inputs=(example_inputs(device, torch.float64),),
-                        reference=reference, dtypes=dtypes, reference_dtype=torch.float64)
-            for route, fn in zip(("function", "autograd.Function", "nn.Module"), names)}
+    cases = {route: dict(fn=fn, inputs=(example_inputs(device, torch.float64, CHECK_NUMEL),),
+                         reference=reference, dtypes=dtypes, reference_dtype=torch.float64)
+             for route, fn in zip(("function", "autograd.Function", "nn.Module"), names)}
+    empty = torch.empty(4, 0, 3, device=device, dtype=torch.float64, requires_grad=True)
+    cases["empty"] = dict(fn=names[0], inputs=(empty,), reference=reference,
+                          reference_dtype=torch.float64)
+    return cases

@@ -152,8 +152,8 @@ def roi_align_reference(input: Tensor, rois: Tensor, output_size, spatial_scale:
                 bins.append(acc / count)
         out.append(torch.stack(bins, 1).reshape(channels, pooled_h, pooled_w) if bins else
                    x.new_zeros(channels, pooled_h, pooled_w))
-    if not out:
-        return x.new_zeros(0, channels, pooled_h, pooled_w)
+    if not out:  # no rois: empty, yet taken from x, so that its gradient is zeros
+        return x.flatten()[:0].reshape(0, channels, pooled_h, pooled_w)
     return torch.stack(out)
 
 
@@ -188,13 +188,41 @@ def example_inputs(device="cpu", dtype=torch.float32):
 
 
 def check_cases(device="cpu") -> dict[str, dict]:
-    """What every check of the ops runs (``jit_loader.check_op``; tests/op_tester.py makes a
-    test of each): NMS (exact kept indices) and ROIAlign forward and backward against the
-    references on fresh random inputs, in float32 and float64, within TOLERANCES. Each case
-    is jit_loader.check's arguments, ``fn`` naming the surface function."""
-    boxes, scores, feature, rois = example_inputs(device, torch.float64)
-    return {
+    """What every check of the ops runs (``jit_loader.check_op``; the op tester makes a
+    test of each): NMS and batched NMS (exact kept indices), none kept of no boxes; ROIAlign
+    forward and backward against the references on fresh random inputs, in float32 and
+    float64, within TOLERANCES: fixed and adaptive sampling in both pixel conventions (every
+    sampling grid gradchecked), no rois, no channels. Each case is jit_loader.check's
+    arguments, ``fn`` naming the surface function."""
+    f64 = dict(device=device, dtype=torch.float64)
+    boxes, scores = random_boxes(300, **f64), torch.rand(300, **f64)
+    idxs = torch.randint(0, 3, (300,), device=device)
+    no_boxes, no_scores = torch.empty(0, 4, **f64), torch.empty(0, **f64)
+
+    def feature(channels=3):  # a small map: gradcheck calls the op twice per element
+        return torch.randn(2, channels, 10, 12, **f64).requires_grad_()
+
+    def roi_align(inputs, full=True):
+        # The sampling grid alone changes between the grid's cases: their opcheck and
+        # compile would repeat the first cases'.
+        light = {} if full else dict(opcheck=False, compile_backend=None)
+        return dict(fn="roi_align", inputs=inputs, reference=roi_align_reference, **light)
+
+    rois = lambda k, scale=1.0: random_rois(k, 2, 10, 12, spatial_scale=scale, **f64)
+    cases = {
         "nms": dict(fn="nms", inputs=(boxes, scores, 0.5), reference=nms_reference),
-        "roi_align": dict(fn="roi_align", inputs=(feature, rois, 5, 0.5, 2),
-                          reference=roi_align_reference),
+        "batched_nms": dict(fn="batched_nms", inputs=(boxes, scores, idxs, 0.5),
+                            reference=batched_nms_reference),
+        "nms no boxes": dict(fn="nms", inputs=(no_boxes, no_scores, 0.5), reference=nms_reference),
+        "batched_nms no boxes": dict(fn="batched_nms", reference=batched_nms_reference,
+                                     inputs=(no_boxes, no_scores, idxs[:0], 0.5)),
+        "roi_align": roi_align((feature(), rois(6, 0.5), (3, 2), 0.5, 2, False)),
+        "roi_align aligned adaptive": roi_align((feature(), rois(5), 2, 1.0, -1, True)),
+        "roi_align no rois": roi_align((feature(), rois(0), 3)),
+        "roi_align no channels": roi_align((feature(0), rois(4), 3)),
     }
+    for sampling_ratio in (-1, 1, 2, 4):
+        for aligned in (False, True):
+            cases[f"roi_align grid {sampling_ratio} aligned={aligned}"] = roi_align(
+                (feature(2), rois(4, 0.5), (2, 3), 0.5, sampling_ratio, aligned), full=False)
+    return cases

@@ -96,15 +96,26 @@ def example_inputs(device="cpu", dtype=torch.float32, batch: int = 16, input_fea
 CHECK_TOLERANCES = {torch.float64: dict(atol=1e-10, rtol=0.0), torch.float32: dict(atol=2e-5, rtol=0.0)}
 
 
-def check_cases(device="cpu", batch: int = 8, input_features: int = 24,
-                state_size: int = 40) -> dict[str, dict]:
-    """What every check of the op runs (``jit_loader.check_op``; tests/op_tester.py makes a
+def check_cases(device="cpu", batch: int = 8, input_features: int = 6,
+                state_size: int = 10) -> dict[str, dict]:
+    """What every check of the op runs (``jit_loader.check_op``; the op tester makes a
     test of each): the function and the autograd.Function, forward outputs and all five
     gradients on fresh random inputs in float64 and float32, each against the reference
-    evaluated in float64 on the same values. Each case is jit_loader.check's arguments,
-    ``fn`` naming the surface function."""
-    return {route: dict(fn=fn, inputs=example_inputs(device, torch.float64, batch, input_features,
-                                                      state_size),
-                        reference=lltm_reference, dtypes=(torch.float64, torch.float32),
-                        reference_dtype=torch.float64, tolerances=CHECK_TOLERANCES)
-            for route, fn in (("function", "lltm"), ("autograd.Function", "LLTMFunction"))}
+    evaluated in float64 on the same values; the gradients of the parameters alone (the
+    backward's output mask); an empty batch. Each case is jit_loader.check's arguments,
+    ``fn`` naming the surface function. The cell is small: gradcheck calls the op twice per
+    element of every input (the sizes of each kernel route are tests/test_lltm.py's)."""
+    def case(fn, inputs):
+        return dict(fn=fn, inputs=inputs, reference=lltm_reference, dtypes=(torch.float64, torch.float32),
+                    reference_dtype=torch.float64, tolerances=CHECK_TOLERANCES)
+
+    cases = {route: case(fn, example_inputs(device, torch.float64, batch, input_features, state_size))
+             for route, fn in (("function", "lltm"), ("autograd.Function", "LLTMFunction"))}
+    parameters_only = example_inputs(device, torch.float64, batch, input_features, state_size,
+                                     requires_grad=False)
+    for t in parameters_only[1:3]:
+        t.requires_grad_()
+    cases["parameters only"] = case("lltm", parameters_only)
+    cases["empty batch"] = case("lltm", example_inputs(device, torch.float64, 0, input_features,
+                                                        state_size))
+    return cases

@@ -107,16 +107,36 @@ class _ResizeReference(torch.autograd.Function):
 
 
 def resize_bilinear_reference(x: torch.Tensor, size, scale_factors=None, mode: str = "half_pixel"):
-    """The references with resize_bilinear's positional arguments, differentiable in x."""
+    """The references with resize_bilinear's positional arguments, differentiable in x;
+    without a size, F.interpolate's: floor(in * scale_factor) per axis."""
+    if size is None:
+        size = [int(n * f) for n, f in zip(x.shape[2:], scale_factors)]
     return _ResizeReference.apply(x, size, scale_factors, mode)
 
 
 def check_cases(device="cpu") -> dict[str, dict]:
-    """What every check of the op runs (``jit_loader.check_op``; tests/op_tester.py makes a
+    """What every check of the op runs (``jit_loader.check_op``; the op tester makes a
     test of each): forward and backward against the reference in every coordinate mode,
-    upscaling and downscaling, in float32 and float64, within TOLERANCES. Each case is
+    upscaling and downscaling to a size; by scale factors (F.interpolate's rule for the
+    scale) in channels_last, whose memory format the fake kernels must give too; an empty
+    batch and no channels. In float32 and float64, within TOLERANCES. Each case is
     jit_loader.check's arguments, ``fn`` naming the surface function."""
-    return {f"{mode} 9x11->{size[0]}x{size[1]}":
-            dict(fn="resize_bilinear", inputs=(example_inputs(device, torch.float64), size, None, mode),
-                 reference=resize_bilinear_reference)
-            for mode in COORDINATE_MODES for size in ((17, 25), (4, 6))}
+    def sample(shape=(2, 2, 5, 7), channels_last=False):
+        x = example_inputs(device, torch.float64, shape).detach()
+        return x.contiguous(memory_format=torch.channels_last if channels_last else
+                            torch.contiguous_format).requires_grad_()
+
+    def case(x, size, factors, mode):
+        return dict(fn="resize_bilinear", inputs=(x, size, factors, mode),
+                    reference=resize_bilinear_reference)
+
+    cases = {f"{mode} 5x7->{h}x{w}": case(sample(), (h, w), None, mode)
+             for mode in COORDINATE_MODES for h, w in ((9, 13), (3, 4))}
+    for mode, factors in (("half_pixel", (1.6, 0.9)), ("align_corners", (1.6, 0.9)),
+                          ("asymmetric", (2.5, 0.75))):
+        cases[f"{mode} channels_last x{factors[0]}x{factors[1]}"] = case(
+            sample(channels_last=True), None, factors, mode)
+    cases["asymmetric x2.5x0.75"] = case(sample(), None, (2.5, 0.75), "asymmetric")
+    cases["empty batch"] = case(sample((0, 2, 5, 7)), (9, 13), None, "half_pixel")
+    cases["no channels"] = case(sample((2, 0, 5, 7)), (3, 4), None, "align_corners")
+    return cases

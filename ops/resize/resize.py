@@ -141,9 +141,10 @@ def output_geometry(input_size: Sequence[int], size=None, scale_factor=None,
             raise ValueError(f"resize_bilinear: size must be positive, got {size!r}")
         return out, None
     factors = [float(f) for f in _pair("scale_factor", scale_factor, (int, float), "a number")]
-    if not all(f > 0 and math.isfinite(f) for f in factors):
+    # Comparisons, not math.isfinite: under torch.compile a factor may be a symbolic float.
+    if not all(0 < f < math.inf for f in factors):
         raise ValueError(f"resize_bilinear: scale_factor must be positive and finite, got {scale_factor!r}")
-    out = [torch.sym_int(n * f) for n, f in zip(input_size, factors)]
+    out = [math.floor(n * f) for n, f in zip(input_size, factors)]
     for n, f, o in zip(input_size, factors, out):
         if o < 1:
             raise ValueError(f"resize_bilinear: scale_factor {f} gives an empty output for an input "

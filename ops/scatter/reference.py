@@ -110,10 +110,12 @@ def example_inputs(device="cpu", dtype=torch.float32, edges: int = 1000, feature
 
 
 def check_cases(device="cpu") -> dict[str, dict]:
-    """What every check of the op runs (``jit_loader.check_op``; tests/op_tester.py makes a
+    """What every check of the op runs (``jit_loader.check_op``; the op tester makes a
     test of each): each reduction against ``scatter_torch`` in float64 on fresh random
-    inputs, random and sorted index, values and gradients, within TOLERANCES. Each case is
-    jit_loader.check's arguments, ``fn`` naming the surface function."""
+    inputs, random and sorted index, values and gradients, within TOLERANCES; the size
+    taken from the index (a data-dependent shape); no messages at all. Each case is
+    jit_loader.check's arguments, ``fn`` naming the surface function. (An ``out`` written in
+    place is tests/test_scatter.py's: these checks differentiate every floating input.)"""
     cases = {}
     for reduce, sorted_ in itertools.product(("sum", "mean", "max", "min"), (False, True)):
         # 240 edges into 24 nodes: every node gets about ten messages. gradcheck's finite
@@ -126,4 +128,9 @@ def check_cases(device="cpu") -> dict[str, dict]:
         cases[f"{reduce} {'sorted' if sorted_ else 'random'}"] = dict(
             fn="scatter", inputs=(src, index, 0, None, nodes, reduce), reference=scatter_torch,
             keywords=dict(index_sorted=True) if sorted_ else None, dtypes=(torch.float64,))
+    src, index, _ = example_inputs(device, torch.float64, edges=60, features=3, nodes=9)
+    cases["sum size from index"] = dict(fn="scatter", inputs=(src, index, 0), reference=scatter_torch,
+                                        dtypes=(torch.float64,))
+    cases["sum no messages"] = dict(fn="scatter", reference=scatter_torch, dtypes=(torch.float64,),
+                                    inputs=(src[:0], index[:0], 0, None, 9, "sum"))
     return cases
