@@ -103,20 +103,23 @@ def _local_file(name: str, op_dir: Path) -> Path:
     return Path(name) if os.path.isabs(name) else op_dir / name
 
 
-def _free_fields(config: dict, requested_arch: str | None) -> tuple[set[str], bool]:
-    """(fields a held build may differ in, whether it may compile more files) where this
-    machine lacks a compiler: the C++ compiler where none is found (an ATen key names
-    it), and everything that follows from nvcc where torch is a CUDA build but no nvcc is
-    found (the arch list too, unless one was asked for)."""
+def _free_fields(config: dict, requested_arch: str | None) -> tuple[set[str], bool, str | None]:
+    """(fields a held build may differ in, whether it may compile more files, the arch list
+    it must have been built for) where this machine lacks a compiler: the C++ compiler where
+    none is found (an ATen key names it), and everything that follows from nvcc where torch
+    is a CUDA build but no nvcc is found. The arch list is free unless one was asked for
+    (``cuda_arch=``, ``JIT_LOADER_CUDA_ARCH``, ``TORCH_CUDA_ARCH_LIST``): then the held
+    build must have been built for that list, which the key wanted (without CUDA) lacks."""
     free: set[str] = set()
     if "cxx" in config and config["cxx"] is None:
         free.update(CXX_FIELDS)
     more_files = bool(torch.version.cuda) and toolchain.cuda_home() is None
+    arch = None
     if more_files:
         free.update(CUDA_FIELDS)
         if requested_arch or toolchain.cuda_arch_variable():
-            free.discard("cuda_arch")
-    return free, more_files
+            arch = toolchain.cuda_arch_list(requested_arch)
+    return free, more_files, arch
 
 
 def differences(wanted: dict, theirs: dict, op_dir: Path,
@@ -173,13 +176,16 @@ def substitute(name: str, op_dir: Path, record: dict, requested_arch: str | None
     """A held build this machine may use instead of the one it wants, where the two
     differ only in a compiler this machine lacks (:func:`_free_fields`): (its layer, key,
     manifest), newest first; None where this machine has its compilers or no build fits."""
-    free, more_files = _free_fields(record["config"], requested_arch)
+    free, more_files, arch = _free_fields(record["config"], requested_arch)
     if not free:
         return None
     for layer, manifest in held(name):
         theirs = _record_of(manifest)
-        if theirs is not None and theirs["files"] is not None and not differences(
-                record, theirs, op_dir, free, more_files):
+        if theirs is None or theirs["files"] is None:
+            continue
+        if arch is not None and theirs["config"].get("cuda_arch") != arch:
+            continue
+        if not differences(record, theirs, op_dir, free, more_files):
             return layer, manifest["key"], manifest
     return None
 

@@ -251,3 +251,30 @@ def test_the_pieces_keys_use_torchs_own_include_folders():
     from torch.utils import cpp_extension
     from jit_tools.builder import toolchain
     assert toolchain.torch_include_paths() == cpp_extension.include_paths()
+
+
+def test_a_node_without_nvcc_takes_a_build_for_the_arch_list_it_asks_for(monkeypatch, tmp_path):
+    """Where torch is a CUDA build but nvcc is missing, the key wanted leaves CUDA out and a
+    held CUDA build with the same files serves instead. An arch list asked for
+    (JIT_LOADER_CUDA_ARCH) must be the one that build was made for; without one, any
+    serves, newest first."""
+    monkeypatch.setattr(layers.toolchain, "cuda_home", lambda: None)
+    monkeypatch.setattr(layers.torch.version, "cuda", "13.0")
+    files = [["op.cpp", "1" * 64]]
+    wanted = {"config": {"with_cuda": False, "cuda_arch": None, "nvcc": None}, "files": files}
+
+    def held_build(key, arch):
+        config = {"with_cuda": True, "cuda_arch": arch, "nvcc": "/cuda/bin/nvcc"}
+        return None, {"key": key, "inputs": {"config": config, "files": files}}
+
+    monkeypatch.setattr(layers, "held", lambda name: [held_build("k8", "8.0"), held_build("k9", "9.0")])
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    monkeypatch.setenv("JIT_LOADER_CUDA_ARCH", "9.0")
+    assert layers.substitute("op", tmp_path, wanted, None)[1] == "k9"
+    assert layers.substitute("op", tmp_path, wanted, "8.0")[1] == "k8"
+    monkeypatch.setenv("JIT_LOADER_CUDA_ARCH", "7.5")
+    assert layers.substitute("op", tmp_path, wanted, None) is None
+    monkeypatch.delenv("JIT_LOADER_CUDA_ARCH")
+    assert layers.substitute("op", tmp_path, wanted, None)[1] == "k8"
+    other = {**wanted, "files": [["op.cpp", "2" * 64]]}
+    assert layers.substitute("op", tmp_path, other, None) is None
