@@ -46,12 +46,12 @@ def table(rows: list[dict], columns: list[str]) -> list[str]:
 
 
 def _rows(doc: dict) -> tuple[list[dict], list[str]] | None:
-    """A document's rows and the columns its script chose (every field of the first row
-    where it chose none)."""
+    """A document's rows and the columns its script chose (every field of its rows, in the
+    order they first appear, where it chose none)."""
     rows = doc.get("rows")
     if not rows:
         return None
-    return rows, doc.get("columns") or list(rows[0])
+    return rows, doc.get("columns") or list(dict.fromkeys(f for r in rows for f in r))
 
 
 def _targets(doc: dict) -> tuple[list[dict], list[str]] | None:

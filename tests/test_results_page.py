@@ -128,3 +128,15 @@ def test_the_command_writes_the_page_and_checks_it(tmp_path):
 
 def test_the_committed_page_is_the_rendering_of_the_committed_documents():
     assert results.main(["--check"]) == 0
+
+
+def test_rows_of_two_shapes_show_every_field(tmp_path):
+    """A benchmark whose rows differ in their fields (the math-edit cycle's edits and its
+    baselines) and that names no columns shows every field, in the order they appear."""
+    doc = {"benchmark": "loader-math-edit", "environment": {"device": "Fixture GPU", "date": "2000-01-01"},
+           "rows": [{"op": "sigmoid", "warm": 0.25}, {"op": "baseline", "route": "CuPy", "median": 0.1}]}
+    (tmp_path / "math_edit.json").write_text(json.dumps(doc))
+    page = results.render(results.load(tmp_path))
+    table = section(page, "A math-header edit to the CUDA and the CPU result")
+    assert "| op | warm | route | median |" in table
+    assert "| baseline |  | CuPy | 0.1 |" in table
