@@ -35,8 +35,8 @@ def autograd_kernel(qualname: str) -> str:
 
 
 def env_for(tmp_path: Path, **extra) -> dict:
-    return child_env(JIT_LOADER_PREBUILT="0",
-                     JIT_LOADER_SHARED_DIR=str(store.current().shared_folder()), **extra)
+    return child_env(**{"JIT_LOADER_PREBUILT": "0",
+                        "JIT_LOADER_SHARED_DIR": str(store.current().shared_folder()), **extra})
 
 
 @pytest.mark.parametrize("folder", sorted(DECLARED))
