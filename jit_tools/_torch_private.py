@@ -252,6 +252,21 @@ def reset_compiled_code() -> None:
         torch._dynamo.reset()
 
 
+def forget_schema_signatures(qualnames) -> None:
+    """torch.fx keeps the Python signature of each operator schema it read, keyed by the
+    operator's name and overload (``operator_schemas._SCHEMA_TO_SIGNATURE_CACHE``);
+    inductor normalizes a traced call's arguments with it (torch 2.11), so after a schema
+    change it would match them against the old schema and fail. Dropped for ``qualnames``
+    (``ns::op``); nothing to do where torch.fx never read a schema."""
+    import sys
+    cache = getattr(sys.modules.get("torch.fx.operator_schemas"), "_SCHEMA_TO_SIGNATURE_CACHE", None)
+    if not cache:
+        return
+    names = {q.split(".", 1)[0] for q in qualnames}
+    for key in [k for k in cache if k[0] in names]:
+        cache.pop(key, None)
+
+
 def forget_argument_layout(function) -> None:
     """torch.compile keeps the argument layout of each Python function it traced, read
     from the function's code once and keyed by the function object (dynamo's

@@ -218,6 +218,7 @@ def release(namespaces: Iterable[str], ops: Iterable[str] | None = None) -> list
             if _torch_private.is_fast_object(obj):
                 fastcall.retire(obj)
         clear_ops_cache(namespaces)
+        _torch_private.forget_schema_signatures(gone)
         _torch_private.reset_compiled_code()
     return gone
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 from experiments import benchutil, results
@@ -101,12 +100,12 @@ def test_what_the_benchmarks_write_is_what_the_page_reads(tmp_path):
         "import pytest\n\ndef test_a():\n    pass\n\n@pytest.mark.skip\ndef test_b():\n    pass\n\n"
         "def test_c():\n    assert False\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTEST_RESULTS_JSON=str(folder / "tests.json"))
+    env.pop("PYTEST_DONE_LOG", None)  # a whole-suite run's log of finished tests is not this run's
     proc = run_interpreter("-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "experiments.pytest_done_log",
                            "-n", "0", str(tmp_path / "test_tiny.py"), env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # one test fails, as intended
     page = results.render(results.load(folder))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = benchutil.git_commit()  # RESULTS_COMMIT where set (a GPU run's), else git's
     loader = section(page, loader_section().title)
     assert "| m | 1 | s |" in loader and "left out" not in loader
     if commit:
@@ -115,6 +114,11 @@ def test_what_the_benchmarks_write_is_what_the_page_reads(tmp_path):
     assert "python -m pytest -q" in tests
     row = json.loads((folder / "tests.json").read_text())["rows"][0]
     assert (row["passed"], row["failed"], row["skipped"], row["exit_status"]) == (1, 1, 1, 1)
+
+
+def test_a_run_on_a_machine_without_the_checkout_names_the_commit_it_is_given(monkeypatch):
+    monkeypatch.setenv("RESULTS_COMMIT", "abc1234")
+    assert benchutil.git_commit() == "abc1234"
 
 
 def test_the_command_writes_the_page_and_checks_it(tmp_path):
