@@ -100,9 +100,11 @@ def _register_gates(state, s: CpuSide, rebuild: Rebuild) -> list:
                 continue
             name, _, overload = op.partition(".")
             target = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+            # A newer gate goes over an older one that still lives (collected later): torch
+            # 2.11 refuses a second Python kernel at one key without allow_override.
             with warnings.catch_warnings():  # "overriding a previously registered kernel"
                 warnings.simplefilter("ignore")
-                lib.impl(op, _gate(s, rebuild, target), "CPU", with_keyset=True)
+                lib.impl(op, _gate(s, rebuild, target), "CPU", with_keyset=True, allow_override=True)
     return libs
 
 
