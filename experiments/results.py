@@ -114,6 +114,10 @@ SECTIONS = (
     Section("pointwise", "sigmoid and GELU (`bench_pointwise`)", "bench_pointwise", f"{GPU_RUN} bench",
             "The suite's pointwise cases with every baseline, on the device the view ran on.",
             _records, max_rows=25),
+    Section("lltm-vs-eager", "LLTM against eager (`bench_lltm`)", "bench_lltm", f"{GPU_RUN} bench",
+            "Forward and forward+backward at three sizes against the eager reference, through the "
+            "C++ autograd kernel and the Python autograd.Function; ratio = eager time / ours.",
+            _records, max_rows=15),
     Section("lltm", "LLTM: GPU time per kernel", "lltm-kernels", f"{GPU_RUN} lltmtimes",
             "Each kernel of the op's forward and backward, per iteration (the suite has the LLTM "
             "cases against eager).", max_rows=20),
