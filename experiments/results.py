@@ -106,18 +106,18 @@ SECTIONS = (
             "Ratio = baseline time / our time (> 1: ours faster), the baseline timed in the same "
             "run, interleaved; times are medians in us (CUDA events on a GPU). Every record, the "
             "plots and the cases without a target: `python -m experiments.bench --render "
-            "experiments/results/suite.json`.", _targets, max_rows=70),
+            "experiments/results/suite.json`.", _targets, max_rows=60),
     Section("call-overhead", "Call overhead", "suite", f"{GPU_RUN} overhead",
             "Host time per call on one CPU thread, best of five runs of back-to-back calls; ratio "
             "= ours / native (< 1: ours cheaper). The CUDA graph floors and aten rows (no limit) "
-            "are in the JSON.", _overhead, max_rows=40),
+            "are in the JSON.", _overhead, max_rows=32),
     Section("pointwise", "sigmoid and GELU (`bench_pointwise`)", "bench_pointwise", f"{GPU_RUN} bench",
             "The suite's pointwise cases with every baseline, on the device the view ran on.",
             _records, max_rows=25),
     Section("lltm-vs-eager", "LLTM against eager (`bench_lltm`)", "bench_lltm", f"{GPU_RUN} bench",
             "Forward and forward+backward at three sizes against the eager reference, through the "
             "C++ autograd kernel and the Python autograd.Function; ratio = eager time / ours.",
-            _records, max_rows=15),
+            _records, max_rows=12),
     Section("lltm", "LLTM: GPU time per kernel", "lltm-kernels", f"{GPU_RUN} lltmtimes",
             "Each kernel of the op's forward and backward, per iteration (the suite has the LLTM "
             "cases against eager).", max_rows=20),
