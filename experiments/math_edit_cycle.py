@@ -1,4 +1,7 @@
-"""The math-edit cycle of ``python -m experiments.bench_loader --only-math-edit`` (needs a GPU).
+"""The math-edit cycle of ``python -m experiments.bench_loader --only-math-edit`` (on a GPU).
+
+On a machine without a GPU, ``python -m experiments.math_edit_cycle --ops scaffold`` times
+the CPU rows alone (the math edit to the CPU result, the ``.cpp`` edit after a ``.cu`` edit).
 
 For copies of sigmoid, GELU and resize and a scaffolded op (``python -m jit_loader new``),
 each in a private loader cache, every timing from the write of the file to the result:
@@ -39,6 +42,7 @@ from pathlib import Path
 kind, op_dir, rounds, offset = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 before_first_launch = sys.argv[5] == "first-launch"
 name = op_dir.name
+HAS_CUDA = torch.cuda.is_available()
 torch.manual_seed(0)
 EDITS = {
     "sigmoid": ("sigmoid.h", "return ops_common::sigmoid<kFast>(x);",
@@ -58,7 +62,8 @@ op = jit_loader.load(op_dir)
 if kind == "resize":
     inputs = {"cpu": torch.randn(2, 3, 16, 16)}
     grads = {"cpu": torch.randn(2, 3, 24, 20)}
-    inputs["cuda"], grads["cuda"] = inputs["cpu"].cuda(), grads["cpu"].cuda()
+    if HAS_CUDA:
+        inputs["cuda"], grads["cuda"] = inputs["cpu"].cuda(), grads["cpu"].cuda()
     def call(device):
         x = inputs[device].clone().requires_grad_()
         op.resize_bilinear(x, (24, 20)).backward(grads[device])
@@ -66,10 +71,13 @@ if kind == "resize":
 else:
     function = getattr(op, {"scaffold": name}.get(kind, kind))
     inputs = {"cpu": torch.randn(1 << 16)}
-    inputs["cuda"] = inputs["cpu"].cuda()
+    if HAS_CUDA:
+        inputs["cuda"] = inputs["cpu"].cuda()
     call = lambda device: function(inputs[device])
 
 def cuda_result():
+    if not HAS_CUDA:  # a machine without a GPU: the CPU rows alone
+        return None
     y = call("cuda")
     torch.cuda.synchronize()
     return y
@@ -108,11 +116,11 @@ for i in range(rounds):
     out["reload"].append(time.perf_counter() - started)
     out["swapped"].append(op.build.swapped_over is not None)
     on_cuda = cuda_result()
-    out["cuda"].append(time.perf_counter() - started)
+    out["cuda"].append(time.perf_counter() - started if HAS_CUDA else None)
     on_cpu = call("cpu")
     out["cpu"].append(time.perf_counter() - started)
-    out["new_math"].append(bool(torch.allclose(on_cuda.cpu(), on_cpu, rtol=1e-4, atol=1e-4)
-                                and not torch.allclose(on_cpu, before)))
+    same = on_cuda is None or torch.allclose(on_cuda.cpu(), on_cpu, rtol=1e-4, atol=1e-4)
+    out["new_math"].append(bool(same and not torch.allclose(on_cpu, before)))
     op.wait_for_background()
 settle()
 for i in range(rounds):
@@ -141,8 +149,9 @@ def _op_copy(kind: str, folder: Path) -> Path:
     return copy
 
 
-def rows(tmp: Path, base_env: dict, rounds: int, ops=OPS) -> list[dict]:
-    """One row per op and measurement: fresh, warm, n, note."""
+def rows(tmp: Path, base_env: dict, rounds: int, ops=OPS, cuda: bool = True) -> list[dict]:
+    """One row per op and measurement: fresh, warm, n, note; with ``cuda`` False (no GPU
+    here) the CPU rows alone."""
     out = []
     for kind in ops:
         env, env_first = ({**base_env, "JIT_LOADER_CACHE": str(tmp / f"cache-{kind}{suffix}"),
@@ -150,9 +159,6 @@ def rows(tmp: Path, base_env: dict, rounds: int, ops=OPS) -> list[dict]:
         op_dir = _op_copy(kind, tmp / f"ops-{kind}")
         fresh = run(CYCLE, env, kind, str(op_dir), "1", "1", "cycle")
         warm = run(CYCLE, env, kind, str(op_dir), str(rounds), "101", "cycle")
-        first = [run(CYCLE, env_first, kind, str(op_dir), "1", "201", "first-launch")]  # fresh cache
-        first += [run(CYCLE, env, kind, str(op_dir), "1", str(202 + i), "first-launch")
-                  for i in range(rounds)]
 
         def add(measurement: str, fresh_s, warm_s, n: int, note: str = "") -> None:
             out.append({"op": kind, "measurement": measurement, "fresh": fresh_s, "warm": warm_s,
@@ -160,14 +166,53 @@ def rows(tmp: Path, base_env: dict, rounds: int, ops=OPS) -> list[dict]:
 
         both = fresh["new_math"] + warm["new_math"]
         swapped = fresh["swapped"] + warm["swapped"]
-        note = f"swapped {sum(swapped)}/{len(swapped)}, new math on both {sum(both)}/{len(both)}"
-        add("math header edit -> CUDA result", fresh["cuda"][0], median(warm["cuda"]), rounds,
-            f"{note}; load() {median(warm['reload']):.3g} s")
-        add("math header edit -> CPU result", fresh["cpu"][0], median(warm["cpu"]), rounds)
-        add(".cu edit before the first launch -> CUDA result", first[0]["first_launch"][0],
-            median([f["first_launch"][0] for f in first[1:]]), rounds,
-            f"swapped {sum(f['swapped'][0] for f in first)}/{len(first)}")
+        if cuda:
+            note = f"swapped {sum(swapped)}/{len(swapped)}, new math on both {sum(both)}/{len(both)}"
+            add("math header edit -> CUDA result", fresh["cuda"][0], median(warm["cuda"]), rounds,
+                f"{note}; load() {median(warm['reload']):.3g} s")
+            add("math header edit -> CPU result", fresh["cpu"][0], median(warm["cpu"]), rounds)
+            first = [run(CYCLE, env_first, kind, str(op_dir), "1", "201", "first-launch")]  # fresh cache
+            first += [run(CYCLE, env, kind, str(op_dir), "1", str(202 + i), "first-launch")
+                      for i in range(rounds)]
+            add(".cu edit before the first launch -> CUDA result", first[0]["first_launch"][0],
+                median([f["first_launch"][0] for f in first[1:]]), rounds,
+                f"swapped {sum(f['swapped'][0] for f in first)}/{len(first)}")
+        else:
+            add("math header edit -> CPU result", fresh["cpu"][0], median(warm["cpu"]), rounds,
+                f"new math {sum(both)}/{len(both)}; load() {median(warm['reload']):.3g} s")
         add(".cpp edit after a .cu edit -> CPU result", fresh["cpp_after_cu"][0],
             median(warm["cpp_after_cu"]), rounds,
             "compiled: " + ", ".join(sorted({u for units in warm["cpp_units"] for u in units})))
     return out
+
+
+def main(argv=None) -> int:
+    """The CPU rows on a machine without a GPU (on a GPU: bench_loader --only-math-edit)."""
+    import argparse
+    import tempfile
+
+    import torch
+
+    from experiments.benchutil import environment, format_table, save_json
+    from experiments.loader_runs import base_env
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--ops", default="scaffold", help="comma list of " + ", ".join(OPS))
+    parser.add_argument("--rounds", type=int, default=3, help="edits of the warm process")
+    parser.add_argument("--json", help="also write the rows to this file")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        found = rows(Path(tmp), base_env(), args.rounds, tuple(filter(None, args.ops.split(","))),
+                     cuda=torch.cuda.is_available())
+    info = environment()
+    print(f"# math-edit cycle: {info['device']}, torch {info['torch']}, {info['cores']} cores, "
+          f"{info['date']}; wall seconds from the write of the file to the result")
+    columns = ["op", "measurement", "fresh", "warm", "n", "note"]
+    print(format_table(found, columns))
+    if args.json:
+        save_json(args.json, found, "loader-math-edit", columns)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
