@@ -60,7 +60,7 @@ for stage in "${stages[@]}"; do
               | tee "$OUT/pointwise_variants.txt" | grep -v "^W1" | tail -62 || status=1 ;;
     alltests) # -v: each result is in the file as it comes, so a run cut short says what ran
               rm -f "$DONE_LOG"
-              PYTEST_DONE_LOG=$DONE_LOG PYTEST_RESULTS_JSON="$R/tests.json" timeout "${ALLTESTS_TIMEOUT:-3000}" \
+              PYTEST_DONE_LOG=$DONE_LOG PYTEST_FAILURE_LOG="$OUT/failures.txt" PYTEST_RESULTS_JSON="$R/tests.json" timeout "${ALLTESTS_TIMEOUT:-3000}" \
                 python3 -m pytest -v -rs -p no:cacheprovider -p experiments.pytest_done_log --durations=25 \
                 --dist worksteal -n "${PYTEST_WORKERS:-12}" ${PYTEST_ARGS:-} > "$OUT/pytest_all.txt" 2>&1 || status=1
               grep -E "^(FAILED|ERROR)" "$OUT/pytest_all.txt" | head -30; tail -3 "$OUT/pytest_all.txt" ;;
@@ -69,7 +69,7 @@ for stage in "${stages[@]}"; do
               echo "$(wc -l < "$OUT/pytest_rest_ids.txt") of $(wc -l < /tmp/pytest_ids.txt) tests left"
               if [ -s "$OUT/pytest_rest_ids.txt" ]; then
                 mapfile -t rest_ids < "$OUT/pytest_rest_ids.txt"   # node ids may hold spaces
-                PYTEST_DONE_LOG=$DONE_LOG timeout "${ALLTESTS_TIMEOUT:-3000}" python3 -m pytest -v -rs \
+                PYTEST_DONE_LOG=$DONE_LOG PYTEST_FAILURE_LOG="$OUT/failures.txt" timeout "${ALLTESTS_TIMEOUT:-3000}" python3 -m pytest -v -rs \
                   -p no:cacheprovider -p experiments.pytest_done_log --durations=25 --dist worksteal \
                   -n "${PYTEST_WORKERS:-12}" "${rest_ids[@]}" > "$OUT/pytest_rest.txt" 2>&1 || status=1
                 grep -E "^(FAILED|ERROR)" "$OUT/pytest_rest.txt" | head -30; tail -3 "$OUT/pytest_rest.txt"

@@ -3,6 +3,9 @@
 * Runs that may be cut short: each test's node id is appended to the file named by
   ``$PYTEST_DONE_LOG`` when it ends, so a later call runs only what is left
   (``experiments/gpu_run.sh rest``).
+* Why each test failed, as it fails: with ``$PYTEST_FAILURE_LOG``, the node id and pytest's
+  report of each failure are appended there at once, so a run cut short by its time limit
+  (before pytest's own summary) still says why.
 * The correctness record: with ``$PYTEST_RESULTS_JSON``, the run's outcome (passed, failed,
   skipped, errors, seconds, workers) is written there as the results page reads it
   (experiments/results.py, benchmark ``tests``).
@@ -27,6 +30,10 @@ def pytest_runtest_logreport(report):
     if path and report.when == "teardown":
         with open(path, "a", encoding="utf-8") as log:
             log.write(report.nodeid + "\n")
+    failures = os.environ.get("PYTEST_FAILURE_LOG")
+    if failures and report.failed:
+        with open(failures, "a", encoding="utf-8") as log:
+            log.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext[-6000:]}\n")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

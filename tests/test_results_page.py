@@ -99,7 +99,8 @@ def test_what_the_benchmarks_write_is_what_the_page_reads(tmp_path):
     (tmp_path / "test_tiny.py").write_text(
         "import pytest\n\ndef test_a():\n    pass\n\n@pytest.mark.skip\ndef test_b():\n    pass\n\n"
         "def test_c():\n    assert False\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTEST_RESULTS_JSON=str(folder / "tests.json"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTEST_RESULTS_JSON=str(folder / "tests.json"),
+               PYTEST_FAILURE_LOG=str(tmp_path / "failures.txt"))
     env.pop("PYTEST_DONE_LOG", None)  # a whole-suite run's log of finished tests is not this run's
     proc = run_interpreter("-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "experiments.pytest_done_log",
                            "-n", "0", str(tmp_path / "test_tiny.py"), env=env, cwd=tmp_path, timeout=300)
@@ -114,6 +115,10 @@ def test_what_the_benchmarks_write_is_what_the_page_reads(tmp_path):
     assert "python -m pytest -q" in tests
     row = json.loads((folder / "tests.json").read_text())["rows"][0]
     assert (row["passed"], row["failed"], row["skipped"], row["exit_status"]) == (1, 1, 1, 1)
+    # Each failure's reason, written as it happened (a run cut short keeps them).
+    failures = (tmp_path / "failures.txt").read_text()
+    assert failures.startswith("==== test_tiny.py::test_c (call)\n") and "assert False" in failures
+    assert "test_a" not in failures and "test_b" not in failures
 
 
 def test_a_run_on_a_machine_without_the_checkout_names_the_commit_it_is_given(monkeypatch):
