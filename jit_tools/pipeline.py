@@ -29,6 +29,21 @@ MAX_CHANGED_RETRIES = 3  # builds in a row whose sources changed while they comp
 MAX_VANISHED_RETRIES = 5  # builds removed or replaced between finding and loading them
 
 
+def _refuse_a_second_folder(state: OpState, namespaces: list[str]) -> None:
+    """A clear error, before anything is unregistered, where another op folder's live build
+    holds one of these dispatcher namespaces (the dispatcher would refuse the new build with
+    a message that names neither folder)."""
+    for other in STATES.values():
+        taken = sorted(set(other.namespaces) & set(namespaces))
+        if other is state or other.cdll is None or not taken:
+            continue
+        raise JitLoaderError(
+            f"op {state.name!r} from {state.op_dir} registers the namespace {taken[0]!r}, which "
+            f"the op loaded from {other.op_dir} holds in this process; namespaces are "
+            f"process-wide: rename one op (its folder and TORCH_LIBRARY namespace), or load "
+            f"the other in another process")
+
+
 def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str) -> None:
     """Make the build ``key`` the live one: withdraw the old registrations, register
     the new ones; on failure put the old build back."""
@@ -55,6 +70,7 @@ def _activate(state: OpState, store: stores.CacheStore, manifest: dict, key: str
             store.discard(state.name, key)  # truncated or corrupt: the caller rebuilds
         raise CorruptBuild(f"the cached library {so} could not be loaded ({e})") from e
     namespaces = registry.namespaces_of(lib)
+    _refuse_a_second_folder(state, namespaces)
     old = state.cdll
     previous_schemas = registry.current_schemas(state.namespaces) if old is not None else {}
     # A live edit's CPU rebuild registers nothing over the new build (swap/gate.py).

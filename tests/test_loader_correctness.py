@@ -328,7 +328,7 @@ def test_dispatcher_refusals_are_explained_in_one_line(tmp_path):
     assert r["new_build_runs"] == [2.0, 2.0]  # the new build, its f=1.0 default
     assert "toy_op::scael" in r["dangling"] and "no m.def declares" in r["dangling"], r["dangling"]
     assert r["still_runs"] == [2.0, 2.0]
-    assert "declares namespace 'toy_op', which another op folder" in r["twin"], r["twin"]
+    assert "registers the namespace 'toy_op', which the op loaded from" in r["twin"], r["twin"]
     assert str(op_dir) in r["twin"]
 
 

@@ -176,40 +176,42 @@ def test_a_call_runs_in_a_fresh_process_with_the_debug_build_under_the_tool(tmp_
 
 # ---- on a GPU ------------------------------------------------------------------------------
 
-@pytest.fixture
-def scaffolded(tmp_path, cache):
-    plan = scaffold.create("planted_probe", tmp_path, cuda=True)
-    return plan.op_dir
+def scaffolded(tmp_path, name):
+    """A scaffolded CUDA op; each test names its own (op names are process-wide, and one
+    worker may run both tests)."""
+    return scaffold.create(name, tmp_path, cuda=True).op_dir
 
 
 @pytest.mark.cuda
-def test_a_planted_out_of_bounds_write_is_reported_at_its_line(scaffolded):
-    lines = planted_bugs.plant(scaffolded, "oob")
-    op = jit_loader.load(scaffolded)
-    report = jit_loader.sanitize(op.planted_probe, torch.randn(4096, device="cuda"))
+def test_a_planted_out_of_bounds_write_is_reported_at_its_line(tmp_path, cache):
+    op_dir = scaffolded(tmp_path, "planted_oob")
+    lines = planted_bugs.plant(op_dir, "oob")
+    op = jit_loader.load(op_dir)
+    report = jit_loader.sanitize(op.planted_oob, torch.randn(4096, device="cuda"))
     assert not report.clean
     found = report.findings[0]
-    cu = str(planted_bugs.kernel_file(scaffolded).resolve())
+    cu = str(planted_bugs.kernel_file(op_dir).resolve())
     assert found.kind == "Invalid __global__ write" and found.access_size == 4
     assert (found.where.file, found.where.line) == (cu, lines["write"])
-    assert "planted_probe_op::forward_kernel<float>" in found.kernel
+    assert "planted_oob_op::forward_kernel<float>" in found.kernel
     assert found.thread is not None and found.block is not None
     assert "after" in (found.relation or "")
     assert "y[i + 1]" in found.excerpt
     # Fixed live: the next call runs the new build, and it is clean.
-    planted_bugs.fix(scaffolded)
+    planted_bugs.fix(op_dir)
     op.reload()
-    assert jit_loader.sanitize(op.planted_probe, torch.randn(4096, device="cuda")).clean
+    assert jit_loader.sanitize(op.planted_oob, torch.randn(4096, device="cuda")).clean
 
 
 @pytest.mark.cuda
-def test_a_planted_shared_memory_race_is_reported_at_its_lines(scaffolded):
-    lines = planted_bugs.plant(scaffolded, "race")
-    op = jit_loader.load(scaffolded)
-    report = jit_loader.sanitize(op.planted_probe, torch.randn(4096, device="cuda"), tool="racecheck",
+def test_a_planted_shared_memory_race_is_reported_at_its_lines(tmp_path, cache):
+    op_dir = scaffolded(tmp_path, "planted_race")
+    lines = planted_bugs.plant(op_dir, "race")
+    op = jit_loader.load(op_dir)
+    report = jit_loader.sanitize(op.planted_race, torch.randn(4096, device="cuda"), tool="racecheck",
                                  backward=False)
     assert not report.clean, report.output
-    cu = str(planted_bugs.kernel_file(scaffolded).resolve())
+    cu = str(planted_bugs.kernel_file(op_dir).resolve())
     named = {(f.file, f.line) for finding in report.findings for f in finding.frames}
     assert {(cu, lines["write"]), (cu, lines["read"])} <= named, str(report)
     assert all(f.kind.startswith("Race") for f in report.findings)

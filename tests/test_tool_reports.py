@@ -159,6 +159,15 @@ def test_ncu_rows_give_time_bandwidth_flops_and_launch_per_kernel():
     assert kernel_report.missing_metrics(output) == []
 
 
+def test_mangled_kernel_names_are_demangled_and_attributed_to_their_op():
+    # profile asks ncu for mangled names (its default name drops the namespaces of kernels
+    # launched from an NVRTC module); the same kernel reads as in the demangled recording.
+    kernels, _ = kernel_report.parse_ncu(recorded("ncu_raw_mangled.csv"), ["planted"])
+    assert [(k.op, k.kernel) for k in kernels] == [("planted", "planted_op::forward_kernel<float>")]
+    assert kernel_report.demangle("not_mangled<4>") == "not_mangled<4>"
+    assert kernel_report.demangle("_Zgarbage") == "_Zgarbage"
+
+
 def test_a_metric_ncu_does_not_know_is_named_as_missing():
     output = recorded("ncu_badmetric.csv")  # asked for no__such_metric.sum: ncu says nothing
     assert kernel_report.missing_metrics(output, ["gpu__time_duration.sum", "no__such_metric.sum"]) == [

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import base64
 import csv
+import ctypes
+import ctypes.util
 import dataclasses
+import functools
 import html
 import io
 import math
@@ -175,6 +178,39 @@ def _png(report: ProfileReport) -> str:
 
 # ---- names ----------------------------------------------------------------------------------
 
+@functools.cache
+def _cxa_demangle():
+    try:
+        libstdcxx = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
+        libc = ctypes.CDLL(None)
+    except OSError:
+        return None
+    fn = libstdcxx.__cxa_demangle
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    libc.free.argtypes = [ctypes.c_void_p]
+    return fn, libc.free
+
+
+def demangle(name: str) -> str:
+    """An Itanium-mangled name (``_Z...``, what nvcc and NVRTC emit) demangled by the C++
+    runtime's own demangler; any other name as it is. ncu is asked for mangled names: the
+    name it prints by default leaves out the namespaces of kernels launched from a module
+    (NVRTC's), and the namespace is what says which op a kernel belongs to."""
+    found = _cxa_demangle() if name.startswith("_Z") else None
+    if found is None:
+        return name
+    fn, free = found
+    status = ctypes.c_int(1)
+    out = fn(name.encode(), None, None, ctypes.byref(status))
+    if not out:
+        return name
+    try:
+        return ctypes.string_at(out).decode(errors="replace") if status.value == 0 else name
+    finally:
+        free(out)
+
+
 def readable(name: str) -> str:
     """A demangled kernel name without its return type, parameters and unnamed namespaces:
     ``void planted_op::(anonymous namespace)::forward_kernel<float>(const float *, float *,
@@ -253,7 +289,7 @@ def parse_ncu(output: str, namespaces: Sequence[str] = ()) -> tuple[list[KernelP
     for row in rows:
         m = dict(zip(header, row))
         num = lambda key: _value(m.get(key, ""))  # noqa: E731
-        name = m.get("Kernel Name", "")
+        name = demangle(m.get("Kernel Name", ""))
         duration_ns = num("gpu__time_duration.sum")
         if duration_ns is None:
             continue

@@ -32,7 +32,7 @@ DEFAULT_TIMEOUT = 300.0
 def command(exe: str, spec: Path, log: Path, metrics: Sequence[str], clock_control: str) -> list[str]:
     """The ncu command line for a spec of calls."""
     return [exe, "--profile-from-start", "off", "--clock-control", clock_control, "--csv",
-            "--page", "raw", "--print-units", "base", "--metrics", ",".join(metrics),
+            "--page", "raw", "--print-units", "base", "--print-kernel-base", "mangled", "--metrics", ",".join(metrics),
             "--log-file", str(log), sys.executable, "-m", "jit_tools.tools.fresh_call", str(spec)]
 
 
