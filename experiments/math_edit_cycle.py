@@ -55,6 +55,15 @@ EDITS = {
                  "return signed_square(x) + T({r});"),
 }
 header_name, old, new = EDITS[kind]
+# What the loader did between the edit and the CPU result (its debug messages, timed from
+# the edit): printed beside the table, so a slow row says where its time went.
+import logging
+trace, edit_started = [], [time.perf_counter()]
+class Trace(logging.Handler):
+    def emit(self, record):
+        trace.append(f"{time.perf_counter() - edit_started[0]:6.2f} s  {record.getMessage()}")
+logging.getLogger("jit_loader").addHandler(Trace(logging.DEBUG))
+logging.getLogger("jit_loader").setLevel(logging.DEBUG)
 header, cu, glue = op_dir / header_name, op_dir / f"{name}_cuda.cu", op_dir / f"{name}.cpp"
 originals = {p: p.read_text() for p in (header, cu, glue)}
 assert old in originals[header], (header, old)
@@ -107,10 +116,11 @@ if before_first_launch:  # nothing of the op ran in this process
 before = call("cpu")
 cuda_result()
 op.wait_for_background()
-out.update(cuda=[], cpu=[], reload=[], swapped=[], new_math=[], cpp_after_cu=[], cpp_units=[])
+out.update(cuda=[], cpu=[], reload=[], swapped=[], new_math=[], cpp_after_cu=[], cpp_units=[], trace=[])
 for i in range(rounds):
     r = offset + i
-    started = time.perf_counter()
+    started = edit_started[0] = time.perf_counter()
+    trace.clear()
     header.write_text(originals[header].replace(old, new.format(r=r), 1))
     op.reload()
     out["reload"].append(time.perf_counter() - started)
@@ -121,6 +131,8 @@ for i in range(rounds):
     out["cpu"].append(time.perf_counter() - started)
     same = on_cuda is None or torch.allclose(on_cuda.cpu(), on_cpu, rtol=1e-4, atol=1e-4)
     out["new_math"].append(bool(same and not torch.allclose(on_cpu, before)))
+    trace.append(f"{out['cpu'][-1]:6.2f} s  CPU result")
+    out["trace"].append(list(trace))
     op.wait_for_background()
 settle()
 for i in range(rounds):
@@ -164,6 +176,9 @@ def rows(tmp: Path, base_env: dict, rounds: int, ops=OPS, cuda: bool = True) -> 
             out.append({"op": kind, "measurement": measurement, "fresh": fresh_s, "warm": warm_s,
                         "n": n, "note": note})
 
+        print(f"# {kind}: the loader between the math edit and the CPU result (fresh, first warm round)")
+        for line in fresh["trace"][0] + ["--"] + warm["trace"][0]:
+            print(f"#   {line}")
         both = fresh["new_math"] + warm["new_math"]
         swapped = fresh["swapped"] + warm["swapped"]
         if cuda:

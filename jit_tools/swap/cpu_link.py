@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import subprocess
+import time
 from pathlib import Path
 
 from jit_tools import key as keys
@@ -33,6 +35,7 @@ def link_ahead(store, name: str, op_dir: Path, config: dict, hashes: dict[str, s
     """The library of the op's CPU-side objects compiled from the sources as they are now,
     or None (see the module docstring). The caller holds the build lock."""
     if not store.work_folder(name, builder.work_tag(op_dir, config)).joinpath("build.ninja").is_file():
+        logger.debug("op %r: CPU kernels not linked ahead (no work folder of this configuration)", name)
         return None
     # Ninja runs in a work folder this process alone holds, as the full build's does; the
     # library goes beside it, so that it keeps its path when the folder is given back.
@@ -47,6 +50,7 @@ def link_ahead(store, name: str, op_dir: Path, config: dict, hashes: dict[str, s
 def _compile_and_link(work: Path, name: str, hashes: dict[str, str], lock_fd: int,
                       env: dict) -> Path | None:
     target = f"{name}.cpu.so"  # the CPU units alone, linked (builder/ninja_file.py)
+    started = time.perf_counter()
     try:
         run = subprocess.run([toolchain.ninja(), "-j", toolchain.max_jobs(), target], cwd=work,
                              env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
@@ -54,12 +58,18 @@ def _compile_and_link(work: Path, name: str, hashes: dict[str, str], lock_fd: in
     except (OSError, subprocess.SubprocessError) as e:
         logger.debug("op %r: CPU kernels not linked ahead (%s)", name, e)
         return None
-    if run.returncode != 0:
-        return None  # the full build reports the error
+    if run.returncode != 0:  # the full build reports the error
+        logger.debug("op %r: CPU kernels not linked ahead (ninja %s: %s)", name, target,
+                     (run.stdout + run.stderr).strip().splitlines()[-1:])
+        return None
     if keys.input_hashes(hashes) != hashes:
-        return None  # edited meanwhile: not the sources the load saw
+        logger.debug("op %r: CPU kernels linked ahead not used (edited meanwhile)", name)
+        return None
     # A new file each time: a library is dlopened by its path, and the previous one may
     # still be mapped (overwriting it in place would corrupt it).
     out = work.parent / f"{name}.cpu-{os.getpid()}-{next(_SERIAL)}.so"
     os.replace(work / target, out)
+    units = ", ".join(Path(p).name for p in re.findall(r" -c (\S+)", run.stdout)) or "nothing"
+    logger.debug("op %r: CPU kernels linked ahead in %.2f s (compiled %s)", name,
+                 time.perf_counter() - started, units)
     return out

@@ -258,6 +258,7 @@ def _cpu_ahead(state, rebuild: gate.Rebuild, store, config: dict,
         return
     try:
         if gate.activate(state, rebuild, library):
+            logger.debug("op %r: CPU calls run the kernels linked ahead", state.name)
             gate.finish(rebuild)
     except (OSError, JitLoaderError) as e:  # e.g. it needs the CUDA objects: the full build
         logger.debug("op %r: CPU kernels linked ahead not used (%s)", state.name, e)
