@@ -96,7 +96,7 @@ for stage in "${stages[@]}"; do
            nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
            nvidia-smi topo -m
            $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else '-')"
-           echo "GPUs visible: $NGPU; rank counts: $RANKS; CPU cores: $(nproc); OMP_NUM_THREADS $OMP_NUM_THREADS"
+           echo "GPUs visible: $NGPU; rank counts: $RANKS; CPU cores: $(nproc --all); OMP_NUM_THREADS $OMP_NUM_THREADS"
            env | grep -E '^(NCCL_|TORCH_SYMM_MEM_|NVSHMEM_|TORCH_NCCL_)' | sort; } 2>&1 | tee "$WORK/env.txt" ;;
     build) timeout "$TIMEOUT" $PY -m jit_loader build lltm 2>&1 | tr '\r' '\n' | grep -v "^ *$" \
              | tail -3 | tee "$WORK/build.txt" ;;
