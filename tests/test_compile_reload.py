@@ -72,6 +72,12 @@ SCENARIO = """
         assert old in text, (path, old)
         path.write_text(text.replace(old, new))
 
+    def schema_change(label, edits):
+        for path, old, new in edits:
+            edit(path, old, new)
+        assert op.reload() and op.build.compiled
+        run(label)
+
     # A native edit: the factor of the C++ kernel, 2 -> 3.
     edit(op_dir / "stable_op.h", "kFactor = 2.0f", "kFactor = 3.0f")
     assert op.reload() and op.build.compiled
@@ -83,23 +89,21 @@ SCENARIO = """
     assert op.reload() and op.build.key == key
     run("python")
     # A schema change: a new argument with a default, which the surface passes.
-    cpp = op_dir / "stable_op.cpp"
-    edit(cpp, "Tensor scale_cpu(const Tensor& x) {", "Tensor scale_cpu(const Tensor& x, double k) {")
-    edit(cpp, "dst[i] = src[i] * kFactor;", "dst[i] = src[i] * kFactor * static_cast<float>(k);")
-    edit(cpp, '"scale(Tensor x) -> Tensor"', '"scale(Tensor x, float k=1.0) -> Tensor"')
-    edit(op_dir / "stable_op.py", "def scale(x):", "def scale(x, k=5.0):")
-    edit(op_dir / "stable_op.py", "torch.ops.stable_op.scale(x) * 2", "torch.ops.stable_op.scale(x, k)")
-    assert op.reload() and op.build.compiled
-    run("schema")
+    cpp, py = op_dir / "stable_op.cpp", op_dir / "stable_op.py"
+    schema_change("schema", [
+        (cpp, "Tensor scale_cpu(const Tensor& x) {", "Tensor scale_cpu(const Tensor& x, double k) {"),
+        (cpp, "dst[i] = src[i] * kFactor;", "dst[i] = src[i] * kFactor * static_cast<float>(k);"),
+        (cpp, '"scale(Tensor x) -> Tensor"', '"scale(Tensor x, float k=1.0) -> Tensor"'),
+        (py, "def scale(x):", "def scale(x, k=5.0):"),
+        (py, "torch.ops.stable_op.scale(x) * 2", "torch.ops.stable_op.scale(x, k)")])
     out["schema"]["taken with the new argument"] = taken(x, 0.5).tolist()
     # Another one, now that torch.compile has seen the op with a float argument.
-    edit(cpp, "const Tensor& x, double k) {", "const Tensor& x, double k, double b) {")
-    edit(cpp, "static_cast<float>(k);", "static_cast<float>(k) + static_cast<float>(b);")
-    edit(cpp, '"scale(Tensor x, float k=1.0) -> Tensor"', '"scale(Tensor x, float k=1.0, float b=0.0) -> Tensor"')
-    edit(op_dir / "stable_op.py", "def scale(x, k=5.0):", "def scale(x, k=5.0, b=1.0):")
-    edit(op_dir / "stable_op.py", "torch.ops.stable_op.scale(x, k)", "torch.ops.stable_op.scale(x, k, b)")
-    assert op.reload() and op.build.compiled
-    run("schema again")
+    schema_change("schema again", [
+        (cpp, "const Tensor& x, double k) {", "const Tensor& x, double k, double b) {"),
+        (cpp, "static_cast<float>(k);", "static_cast<float>(k) + static_cast<float>(b);"),
+        (cpp, '"scale(Tensor x, float k=1.0) -> Tensor"', '"scale(Tensor x, float k=1.0, float b=0.0) -> Tensor"'),
+        (py, "def scale(x, k=5.0):", "def scale(x, k=5.0, b=1.0):"),
+        (py, "torch.ops.stable_op.scale(x, k)", "torch.ops.stable_op.scale(x, k, b)")])
     print(json.dumps(out))
 """
 

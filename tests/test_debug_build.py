@@ -200,22 +200,32 @@ def cuda_debug_op(tmp_path, cache):
     return plan.op_dir
 
 
+# One call of the probe op's debug build (its folder sys.argv[1]): "raised:" and the error,
+# its lines joined by spaces, or "no error".
+LAUNCH_ERROR = """
+import sys, torch, jit_loader
+op = jit_loader.load(sys.argv[1], debug=True)
+try:
+    op.cuda_debug_probe(torch.randn(1000, device="cuda"))
+    print("no error")
+except RuntimeError as e:
+    print("raised:", str(e).replace("\\n", " "))
+"""
+
+
+def launch_error(op_dir):
+    """LAUNCH_ERROR in a new process with a cache of its own; the call must have raised."""
+    out = run_python(LAUNCH_ERROR, str(op_dir), env=private_env(op_dir.parent / "cache"))
+    assert "raised:" in out.stdout, out.stdout + out.stderr
+    return out
+
+
 @pytest.mark.cuda
 def test_a_failed_device_check_is_raised_by_the_op_that_launched_it(cuda_debug_op):
     cu = cuda_debug_op / "cuda_debug_probe_cuda.cu"
     cu.write_text(cu.read_text().replace("y[OPS_INDEX(i, n)]", "y[OPS_INDEX(i + 1, n)]"))
-    code = """
-    import sys, torch, jit_loader
-    op = jit_loader.load(sys.argv[1], debug=True)
-    try:
-        op.cuda_debug_probe(torch.randn(1000, device="cuda"))
-        print("no error")
-    except RuntimeError as e:
-        print("raised:", str(e).replace("\\n", " "))
-    """
-    out = run_python(code, str(cuda_debug_op), env=private_env(cuda_debug_op.parent / "cache"))
+    out = launch_error(cuda_debug_op)
     text = out.stdout + out.stderr
-    assert "raised:" in out.stdout, text
     assert "device-side assert" in out.stdout and "cuda_debug_probe_op::" in out.stdout, text
     # The device printed which index failed, at the kernel's line.
     assert "index i + 1 = 1000 is outside [0, 1000)" in text and "cuda_debug_probe_cuda.cu:" in text
@@ -225,17 +235,6 @@ def edit(path, old, new):
     text = path.read_text()
     assert old in text, f"{path.name} no longer holds {old!r}"
     path.write_text(text.replace(old, new, 1))
-
-
-LAUNCH_ERROR = """
-import sys, torch, jit_loader
-op = jit_loader.load(sys.argv[1], debug=True)
-try:
-    op.cuda_debug_probe(torch.randn(1000, device="cuda"))
-    print("no error")
-except RuntimeError as e:
-    print("raised:", str(e))
-"""
 
 
 @pytest.mark.cuda
@@ -250,8 +249,7 @@ def test_the_launch_helper_refuses_a_host_pointer_in_a_debug_build(cuda_debug_op
     edit(cpp, "OPS_CHECK_LAUNCH(cuda_debug_probe_op::launch_forward",
          "std::vector<cuda_t<scalar_t>> host(y.numel());\n    "
          "OPS_CHECK_LAUNCH(cuda_debug_probe_op::launch_forward")
-    out = run_python(LAUNCH_ERROR, str(cuda_debug_op), env=private_env(cuda_debug_op.parent / "cache"))
-    assert "raised:" in out.stdout, out.stdout + out.stderr
+    out = launch_error(cuda_debug_op)
     assert "debug build: launch of cuda_debug_probe_op::" in out.stdout
     assert "argument 1" in out.stdout and "is host memory" in out.stdout
 
@@ -260,8 +258,7 @@ def test_the_launch_helper_refuses_a_host_pointer_in_a_debug_build(cuda_debug_op
 def test_the_launch_helper_names_a_block_the_kernel_cannot_take(cuda_debug_op):
     edit(cuda_debug_op / "cuda_debug_probe_cuda.cu", "constexpr int kThreads = 256;",
          "constexpr int kThreads = 2048;")
-    out = run_python(LAUNCH_ERROR, str(cuda_debug_op), env=private_env(cuda_debug_op.parent / "cache"))
-    assert "raised:" in out.stdout, out.stdout + out.stderr
+    out = launch_error(cuda_debug_op)
     assert "a block of (2048,1,1) = 2048 threads; this kernel takes 1 to" in out.stdout
 
 

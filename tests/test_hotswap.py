@@ -25,9 +25,9 @@ from jit_tools import sources
 from jit_tools.swap import edits, hotswap, kernels
 from jit_tools.tools import scaffold
 from subproc import json_result, run_python
+from toy_ops import FORWARD_BODY, plant_undeclared
 
 CAN_BUILD_CUDA = jit_loader.why_no_cuda() is None
-FORWARD_BODY = "y[i] = ops_common::from_acc<T>(forward(ops_common::to_acc(x[i])));"
 PLUS_ONE = FORWARD_BODY.replace("x[i])));", "x[i])) + 1);")
 TIMES_TWO = FORWARD_BODY.replace("x[i])));", "x[i])) * 2);")
 LAUNCH_LINE = "if (n == 0) return cudaSuccess;"
@@ -298,12 +298,10 @@ def test_an_nvrtc_error_in_the_load_path_keeps_the_old_kernels(gpu_probe):
     cu = op_dir / f"{op.name}_cuda.cu"
     x = torch.randn(1000, device="cuda")
     before = forward(x)
-    text = cu.read_text()
-    line = text[:text.index(FORWARD_BODY)].count("\n") + 1
-    cu.write_text(text.replace(FORWARD_BODY, "y[i] = not_declared_here;"))
+    text, where = plant_undeclared(cu)
     with pytest.raises(BuildError) as info:
         op.reload()
-    assert str(info.value).splitlines()[0].startswith(f"{cu}:{line}: ")
+    assert str(info.value).splitlines()[0].startswith(where)
     torch.testing.assert_close(forward(x), before)
     assert builds == []
     cu.write_text(text.replace(FORWARD_BODY, TIMES_TWO))

@@ -18,7 +18,7 @@ import pytest
 import jit_loader
 from jit_tools.state import forget
 from subproc import json_result, private_env, run_python, start_python, wait_for
-from toy_ops import LOAD_AND_SCALE, copy_op, ninja_log, set_factor
+from toy_ops import EDIT_SCRIPT, LOAD_AND_SCALE, copy_op, ninja_log, set_factor
 
 HAS_NVCC = jit_loader.cuda_home() is not None and jit_loader.why_no_cuda() is None
 
@@ -53,14 +53,9 @@ def test_new_process_hits_cache_without_compiler(tmp_path):
 # 2, 3, 4, 6: edit / revert / compile error / recovery inside ONE live process.
 # --------------------------------------------------------------------------------------
 
-IN_PROCESS_EDITS = """
-    import json, re, torch, jit_loader
-    from pathlib import Path
-    op_dir = Path({path!r})
+IN_PROCESS_EDITS = EDIT_SCRIPT + """
     header, source = op_dir / "toy_op.h", op_dir / "toy_op.cpp"
     ones = torch.ones(2)
-    out = {{}}
-
     op = jit_loader.load(op_dir)
     held = torch.ops.toy_op.scale.default      # a wrapper handed out before any edit
     out["initial"] = held(ones).tolist()

@@ -320,35 +320,32 @@ def _bad(device, **changes):
 
 
 BAD_INPUTS = {
-    "input rank": (lambda d: _bad(d, input=torch.randn(4, 3, 1, device=d)),
-                   r"input must be a 2-D tensor, got 3-D"),
-    "weights rank": (lambda d: _bad(d, weights=torch.randn(15, device=d)),
-                     r"weights must be a 2-D tensor, got 1-D"),
-    "bias rank": (lambda d: _bad(d, bias=torch.randn(15, 1, device=d)),
-                  r"bias must be a 1-D tensor, got 2-D"),
-    "weights shape": (lambda d: _bad(d, weights=torch.randn(15, 9, device=d)),
+    "input rank": (dict(input=torch.randn(4, 3, 1)), r"input must be a 2-D tensor, got 3-D"),
+    "weights rank": (dict(weights=torch.randn(15)), r"weights must be a 2-D tensor, got 1-D"),
+    "bias rank": (dict(bias=torch.randn(15, 1)), r"bias must be a 1-D tensor, got 2-D"),
+    "weights shape": (dict(weights=torch.randn(15, 9)),
                       r"weights must have shape \(3 \* state_size, state_size \+ input_features\) "
                       r"= \(15, 8\) .* got \[15, 9\]"),
-    "bias shape": (lambda d: _bad(d, bias=torch.randn(14, device=d)),
+    "bias shape": (dict(bias=torch.randn(14)),
                    r"bias must have shape \(3 \* state_size\) = \(15\) .* got \[14\]"),
-    "old_h batch": (lambda d: _bad(d, old_h=torch.randn(3, 5, device=d)),
-                    r"old_h.size\(0\) must be 4, got 3"),
-    "old_cell shape": (lambda d: _bad(d, old_cell=torch.randn(4, 6, device=d)),
+    "old_h batch": (dict(old_h=torch.randn(3, 5)), r"old_h.size\(0\) must be 4, got 3"),
+    "old_cell shape": (dict(old_cell=torch.randn(4, 6)),
                        r"old_cell must have the shape of old_h \[4, 5\], got \[4, 6\]"),
-    "integer input": (lambda d: _bad(d, input=torch.ones(4, 3, dtype=torch.long, device=d)),
+    "integer input": (dict(input=torch.ones(4, 3, dtype=torch.long)),
                       r"input must be a floating-point tensor, got Long"),
-    "integer weights": (lambda d: _bad(d, weights=torch.ones(15, 8, dtype=torch.int32, device=d)),
+    "integer weights": (dict(weights=torch.ones(15, 8, dtype=torch.int32)),
                         r"weights has dtype Int but input has dtype Float"),
-    "mixed float dtypes": (lambda d: _bad(d, old_cell=torch.randn(4, 5, dtype=torch.float64, device=d)),
+    "mixed float dtypes": (dict(old_cell=torch.randn(4, 5, dtype=torch.float64)),
                            r"old_cell has dtype Double but input has dtype Float"),
 }
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_input_names_argument_and_value(op, device, case):
-    make, message = BAD_INPUTS[case]
+    changes, message = BAD_INPUTS[case]
+    inputs = _bad(device, **{name: t.to(device) for name, t in changes.items()})
     with pytest.raises(RuntimeError, match=message):
-        op.lltm(*make(device))
+        op.lltm(*inputs)
 
 
 def test_fake_kernels_reject_meta_mixed_with_cpu(op):

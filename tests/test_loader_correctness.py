@@ -18,7 +18,7 @@ import pytest
 
 from jit_tools.builder import toolchain
 from subproc import json_result, private_env, run_cli, run_interpreter, run_python, start_python
-from toy_ops import LOAD_AND_SCALE, copy_op, ninja_log, set_factor
+from toy_ops import EDIT_SCRIPT, LOAD_AND_SCALE, copy_op, ninja_log, set_factor
 
 
 def load_scale(op_dir: Path, env: dict) -> dict:
@@ -280,21 +280,10 @@ def test_undefined_symbol_is_a_build_error_naming_it_and_not_retried(tmp_path):
     assert ninja_log(cache, "toy_op") == log
 
 
-DISPATCHER_REFUSALS = """
-    import json, shutil, torch, jit_loader
-    from pathlib import Path
-    op_dir = Path({path!r})
+DISPATCHER_REFUSALS = EDIT_SCRIPT + """
+    import shutil
     source = op_dir / "toy_op.cpp"
     original = source.read_text()
-    out = {{}}
-
-    def first_line_of_reload():
-        try:
-            jit_loader.load(op_dir)
-            return "loaded"
-        except jit_loader.JitLoaderError as e:
-            return str(e).splitlines()[0]
-
     jit_loader.load(op_dir)
     source.write_text(original
         .replace('m.def("scale(Tensor x) -> Tensor");', 'm.def("scale(Tensor x, float f=1.0) -> Tensor");')

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from subproc import json_result, private_env, run_cli, run_python, start_python, wait_for
-from toy_ops import copy_op
+from toy_ops import EDIT_SCRIPT, copy_op
 
 TIMEOUT = 600  # a hang fails the test instead of blocking the suite
 
@@ -28,13 +28,9 @@ def scaffold(tmp_path: Path, name: str, env: dict) -> Path:
 # Python surface's autograd), the commonest edit while an op is written. Before, a load
 # after it never returned: the failed activation imported the surface, whose
 # load_library(__file__) started the activation again.
-SCHEMA_CHANGE = """
-    import json, re, torch, jit_loader
-    from pathlib import Path
-    op_dir = Path({path!r})
+SCHEMA_CHANGE = EDIT_SCRIPT + """
     cpp, py = op_dir / "sch_op.cpp", op_dir / "sch_op.py"
     cpp_text, py_text = cpp.read_text(), py.read_text()
-    out = {{}}
     op = jit_loader.load(op_dir)
     x = torch.randn(5, dtype=torch.float64)
     out["before"] = torch.allclose(op.sch_op(x), x * x.abs())
@@ -125,22 +121,14 @@ def test_schema_change_reloads_live_with_the_surface(tmp_path):
 
 # A failing activation with a surface present ends in one error, and so does a surface
 # interrupted while it imports (KeyboardInterrupt ends the call; the next load recovers).
-FAILURES = """
-    import json, torch, jit_loader
-    from pathlib import Path
-    op_dir = Path({path!r})
+FAILURES = EDIT_SCRIPT + """
     cpp, py = op_dir / "fail_op.cpp", op_dir / "fail_op.py"
     cpp_text, py_text = cpp.read_text(), py.read_text()
-    out = {{}}
     op = jit_loader.load(op_dir)
     x = torch.randn(4)
     cpp.write_text(cpp_text.replace('m.impl("forward", &forward_cpu);',
                                     'm.impl("forward", &forward_cpu);\\n  m.impl("forwrd", &forward_cpu);'))
-    try:
-        jit_loader.load(op_dir)
-        out["dangling"] = "loaded"
-    except jit_loader.JitLoaderError as e:
-        out["dangling"] = str(e).splitlines()[0]
+    out["dangling"] = first_line_of_reload()
     out["still_runs"] = torch.allclose(op.fail_op(x), x * x.abs())
     cpp.write_text(cpp_text)
     py.write_text(py_text.replace("jit_loader.load_library(__file__)",
@@ -171,10 +159,7 @@ def test_failed_activation_and_interrupt_end_in_one_error(tmp_path):
 # compile time, and a Library made in a notebook cell holds a kernel for it. Each keeps
 # the one-line refusal, the previous build keeps running, and once the holder is gone
 # (the Library destroyed) the change loads.
-HELD_ELSEWHERE = """
-    import json, torch, jit_loader
-    from pathlib import Path
-    op_dir = Path({path!r})
+HELD_ELSEWHERE = EDIT_SCRIPT + """
     source = op_dir / "toy_op.cpp"
     original = source.read_text()
     changed = (original
@@ -182,15 +167,6 @@ HELD_ELSEWHERE = """
         .replace("at::Tensor scale_cpu(const at::Tensor& x) {{",
                  "at::Tensor scale_cpu(const at::Tensor& x, double f) {{")
         .replace("return x * kFactor;", "return x * kFactor * f;"))
-    out = {{}}
-
-    def first_line_of_reload():
-        try:
-            jit_loader.load(op_dir)
-            return "loaded"
-        except jit_loader.JitLoaderError as e:
-            return str(e).splitlines()[0]
-
     jit_loader.load(op_dir)
     notebook_lib = torch.library.Library("toy_op", "FRAGMENT")
     notebook_lib.impl("scale", lambda x: x.new_empty(x.shape), "Meta")

@@ -59,6 +59,18 @@ def torch_grad(x, grad, mode, **kwargs):
     return g
 
 
+def check_resizes(op, device, mode, dtype, layout, forward, backward):
+    """The op on every case of RESIZES, its output against ``forward(x, out_hw)`` and its
+    gradient against ``backward(x, grad, out_hw)``."""
+    for in_hw, out_hw in RESIZES:
+        x = random_input((2, 3, *in_hw), device, dtype, layout).requires_grad_()
+        y = op.resize_bilinear(x, size=out_hw, coordinate_mode=mode)
+        assert_close(y, forward(x, out_hw), dtype)
+        grad = random_input(y.shape, device, dtype, layout)
+        y.backward(grad)
+        assert_close(x.grad, backward(x, grad, out_hw), dtype)
+
+
 # ----------------------------------------------------------- agreement with PyTorch
 
 
@@ -66,13 +78,9 @@ def torch_grad(x, grad, mode, **kwargs):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("mode", TORCH_MODES)
 def test_matches_interpolate(op, device, mode, dtype, layout):
-    for in_hw, out_hw in RESIZES:
-        x = random_input((2, 3, *in_hw), device, dtype, layout).requires_grad_()
-        y = op.resize_bilinear(x, size=out_hw, coordinate_mode=mode)
-        assert_close(y, interpolate(x.detach(), mode, size=out_hw), dtype)
-        grad = random_input(y.shape, device, dtype, layout)
-        y.backward(grad)
-        assert_close(x.grad, torch_grad(x, grad, mode, size=out_hw), dtype)
+    check_resizes(op, device, mode, dtype, layout,
+                  lambda x, out_hw: interpolate(x.detach(), mode, size=out_hw),
+                  lambda x, grad, out_hw: torch_grad(x, grad, mode, size=out_hw))
 
 
 @pytest.mark.parametrize("recompute", [None, False, True])
@@ -108,13 +116,9 @@ def test_scale_factor_changes_half_pixel_scale(op, device):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("mode", MODES)
 def test_matches_reference(op, device, mode, dtype, layout):
-    for in_hw, out_hw in RESIZES:
-        x = random_input((2, 3, *in_hw), device, dtype, layout).requires_grad_()
-        y = op.resize_bilinear(x, size=out_hw, coordinate_mode=mode)
-        assert_close(y, reference.resize_reference(x, out_hw, mode), dtype)
-        grad = random_input(y.shape, device, dtype, layout)
-        y.backward(grad)
-        assert_close(x.grad, reference.resize_backward_reference(grad, x.shape, mode), dtype)
+    check_resizes(op, device, mode, dtype, layout,
+                  lambda x, out_hw: reference.resize_reference(x, out_hw, mode),
+                  lambda x, grad, out_hw: reference.resize_backward_reference(grad, x.shape, mode))
 
 
 @pytest.mark.parametrize("mode, row", [

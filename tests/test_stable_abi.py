@@ -19,7 +19,7 @@ import jit_loader
 from jit_tools import key as keys, abi, prebuilt
 from jit_tools.builder import toolchain
 from subproc import json_result, private_env, run_python
-from toy_ops import copy_op, ninja_log
+from toy_ops import EDIT_SCRIPT, copy_op, ninja_log
 
 LOAD_AND_SCALE = """
     import json, torch, jit_loader
@@ -67,13 +67,9 @@ def test_stable_support_files_include_nothing_of_aten(tmp_path):
     assert not [h for h in headers if "/ATen/" in h or "/c10/" in h]
 
 
-IN_PROCESS_EDITS = """
-    import json, torch, jit_loader
-    from pathlib import Path
-    op_dir = Path({path!r})
+IN_PROCESS_EDITS = EDIT_SCRIPT + """
     header, source = op_dir / "stable_op.h", op_dir / "stable_op.cpp"
     ones = torch.ones(2)
-    out = {{}}
     op = jit_loader.load(op_dir)
     held = torch.ops.stable_op.scale.default      # a handle given out before any edit
     method = op.scale

@@ -1,6 +1,7 @@
 """The tiny ops of tests/fixtures as the loader's tests use them: a copy in a temporary
 folder (``copy_op``), an edit of its constant (``set_factor``), the scripts a new process
-loads one with, and what a build leaves to read back (``ninja_log``).
+loads or edits one with, and what a build leaves to read back (``ninja_log``); and the
+planted compile error of a scaffolded CUDA op's kernel (``plant_undeclared``).
 
     op_dir = copy_op("stable_op", tmp_path)
     set_factor(op_dir, 3.0)
@@ -39,6 +40,27 @@ LOAD = """
                       "origin": op.build.origin}))
 """
 
+# The start of a script that edits an op folder in a new process (a test's own lines
+# follow it; format in the folder as ``path``): ``op_dir``, the dict ``out`` it prints as
+# JSON at its end, and ``first_line_of_reload()``, "loaded" or the first line of the error
+# a new load of the op raises.
+EDIT_SCRIPT = """
+    import json, torch, jit_loader
+    from pathlib import Path
+    op_dir = Path({path!r})
+    out = {{}}
+
+    def first_line_of_reload():
+        try:
+            jit_loader.load(op_dir)
+            return "loaded"
+        except jit_loader.JitLoaderError as e:
+            return str(e).splitlines()[0]
+"""
+
+# The statement of a scaffolded elementwise op's forward kernel (its <name>_cuda.cu).
+FORWARD_BODY = "y[i] = ops_common::from_acc<T>(forward(ops_common::to_acc(x[i])));"
+
 
 def copy_op(name: str, dest: Path) -> Path:
     """A copy of the fixture op ``name`` at ``dest/name``."""
@@ -60,3 +82,13 @@ def ninja_log(cache: Path, name: str) -> str:
     logs = list((cache / name).glob("work-*/.ninja_log"))
     assert len(logs) == 1, logs
     return logs[0].read_text()
+
+
+def plant_undeclared(cu: Path) -> tuple[str, str]:
+    """Replace the forward statement of a scaffolded op's kernel file ``cu`` by one that
+    names an undeclared variable. Returns the text before the edit and the place the
+    compiler's first error line must start with (``"<cu>:<line>: "``)."""
+    text = cu.read_text()
+    line = text[:text.index(FORWARD_BODY)].count("\n") + 1
+    cu.write_text(text.replace(FORWARD_BODY, "y[i] = not_declared_here;"))
+    return text, f"{cu}:{line}: "

@@ -34,23 +34,25 @@ DEFAULT_SCHEMA = {"elementwise": "{name}(Tensor x) -> Tensor",
 # Sample values of scalar arguments in example_inputs (the tests use them).
 SAMPLE_SCALARS = {"float": "0.75", "int": "3", "bool": "True"}
 
-# What differs between the ABIs in the files both share (the checks header, the CPU loops).
-ABI_FIELDS = {
-    "stable": dict(
-        Tensor="torch::stable::Tensor", tensor="Tensor", checks_header="common/stable_checks.h",
-        opmath="ops_common::opmath_t<T>", parallel_for="torch::stable::parallel_for",
-        cpu_includes="#include <torch/csrc/stable/ops.h>\n#include <torch/headeronly/util/BFloat16.h>\n"
+# What differs between the ABIs in the files both share (the checks header, the CPU loops):
+# field -> (its text for the stable ABI, its text for ATen), in the order of ABIS.
+_ABI_TEXTS = {
+    "Tensor": ("torch::stable::Tensor", "at::Tensor"),
+    "tensor": ("Tensor", "at::Tensor"),
+    "checks_header": ("common/stable_checks.h", "common/checks.h"),
+    "opmath": ("ops_common::opmath_t<T>", "at::opmath_type<T>"),
+    "parallel_for": ("torch::stable::parallel_for", "at::parallel_for"),
+    "cpu_includes": ("#include <torch/csrc/stable/ops.h>\n#include <torch/headeronly/util/BFloat16.h>\n"
                      "#include <torch/headeronly/util/Half.h>\n\n#include \"common/stable_ops.h\"",
-        contiguous="const Tensor {t}_c = torch::stable::contiguous({t});",
-        empty_like="Tensor {g} = torch::stable::empty_like({t}_c);"),
-    "aten": dict(
-        Tensor="at::Tensor", tensor="at::Tensor", checks_header="common/checks.h",
-        opmath="at::opmath_type<T>", parallel_for="at::parallel_for",
-        cpu_includes="#include <ATen/OpMathType.h>\n#include <ATen/Parallel.h>\n"
-                     "#include <c10/util/BFloat16.h>\n#include <c10/util/Half.h>",
-        contiguous="const at::Tensor {t}_c = {t}.contiguous();",
-        empty_like="at::Tensor {g} = at::empty_like({t}_c);"),
+                     "#include <ATen/OpMathType.h>\n#include <ATen/Parallel.h>\n"
+                     "#include <c10/util/BFloat16.h>\n#include <c10/util/Half.h>"),
+    "contiguous": ("const Tensor {t}_c = torch::stable::contiguous({t});",
+                   "const at::Tensor {t}_c = {t}.contiguous();"),
+    "empty_like": ("Tensor {g} = torch::stable::empty_like({t}_c);",
+                   "at::Tensor {g} = at::empty_like({t}_c);"),
 }
+ABI_FIELDS = {abi: {field: texts[i] for field, texts in _ABI_TEXTS.items()}
+              for i, abi in enumerate(ABIS)}
 
 
 def _lines(items, indent: str = "", sep: str = "\n") -> str:
@@ -119,6 +121,16 @@ def _elementwise(schema: Schema, contiguous: str, empty_like: str, tensor: str) 
     if flags:
         formula += f" ({', '.join(flags)} unused by the placeholder)"
     math_params = ", ".join([f"T {t}" for t in tensors] + (["T scale"] if scaled else []))
+
+    def values(to_acc: str, scale: str) -> str:
+        """The arguments of the math at element i (CPU loop or CUDA kernel): every input
+        converted by ``to_acc``, then the scale."""
+        return ", ".join([f"{to_acc}({t}[i])" for t in tensors] + ([scale] if scaled else []))
+
+    def backward_lines(to_acc: str, scale: str, from_acc: str, indent: str) -> str:
+        return _lines([f"{t}_grad[i] = {from_acc}(backward_{t}(g, {values(to_acc, scale)}));"
+                       for t in tensors], indent)
+
     f = dict(
         formula=formula, math_params=math_params,
         forward_expr=(f"scale * ({' + '.join(squares)})" if scaled else " + ".join(squares)),
@@ -137,21 +149,14 @@ def _elementwise(schema: Schema, contiguous: str, empty_like: str, tensor: str) 
         inst_inputs=", ".join(["const T*"] * len(tensors) + (["double"] if scaled else [])),
         inst_grads=", ".join(["T*"] * len(tensors)),
         acc_scale="  const acc acc_scale = static_cast<acc>(scale);\n" if scaled else "",
-        cpu_values=", ".join([f"static_cast<acc>({t}[i])" for t in tensors]
-                             + (["acc_scale"] if scaled else [])),
-        cpu_backward_lines=_lines([f"{t}_grad[i] = static_cast<T>(backward_{t}(g, "
-                                   + ", ".join([f"static_cast<acc>({u}[i])" for u in tensors]
-                                               + (["acc_scale"] if scaled else [])) + "));"
-                                   for t in tensors], "      "),
+        cpu_values=values("static_cast<acc>", "acc_scale"),
+        cpu_backward_lines=backward_lines("static_cast<acc>", "acc_scale", "static_cast<T>", "      "),
         cuda_inputs=", ".join([f"const T* __restrict__ {t}" for t in tensors]
                               + (["ops_common::acc_t<T> scale"] if scaled else [])),
         cuda_grads=", ".join(f"T* __restrict__ {g}" for g in grads),
-        cuda_values=", ".join([f"ops_common::to_acc({t}[i])" for t in tensors]
-                              + (["scale"] if scaled else [])),
-        cuda_backward_lines=_lines([f"{t}_grad[i] = ops_common::from_acc<T>(backward_{t}(g, "
-                                    + ", ".join([f"ops_common::to_acc({u}[i])" for u in tensors]
-                                                + (["scale"] if scaled else [])) + "));"
-                                    for t in tensors], "    "),
+        cuda_values=values("ops_common::to_acc", "scale"),
+        cuda_backward_lines=backward_lines("ops_common::to_acc", "scale", "ops_common::from_acc<T>",
+                                           "    "),
         launch_args=", ".join(tensors) + scale_arg,
         grad_names=", ".join(grads),
         # The host side.

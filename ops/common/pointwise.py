@@ -2,9 +2,12 @@
 dispatcher ops ``<ns>::forward(x)`` and ``<ns>::backward(grad, saved)``: the fake kernels,
 the autograd declaration, and the bases of its autograd.Function and nn.Module.
 
-An op's ``<op>.py`` calls :func:`register` with its ``Library`` (so that a reload withdraws
-these registrations) and declares what differs: the tensor backward takes, the names and
-the docstrings.
+An op's ``<op>.py`` calls :func:`register` with its ``Library`` (so that the loader can
+withdraw these registrations when it reloads the op) and declares what differs: the tensor
+backward takes, the names and the docstrings. The dispatcher ops are resolved once per
+build (the loader runs the op's file again for every build); functions handed out earlier
+still call the newest build, as an ``OpOverload`` outlives a reload (the loader keeps its
+operator entry).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Python surface of the gelu op (x * sigmoid(1.702 x)): a differentiable function,
 an explicit autograd.Function and an nn.Module over ``torch.ops.gelu.forward/backward``.
 
-Registered through ``LIB`` so that the loader can withdraw these registrations when
-it reloads the op. The dispatcher ops are resolved once per build (the loader runs this
-file again for every build); functions handed out earlier still call the newest build, as
-an ``OpOverload`` outlives a reload (the loader keeps its operator entry). What gelu
-shares with the other elementwise ops is in ops/common/pointwise.py.
+What gelu shares with the other elementwise ops, and how its registrations through ``LIB``
+live across reloads, is in ops/common/pointwise.py.
 """
 
 from __future__ import annotations
