@@ -37,6 +37,7 @@ R="$OUT/results"
 mkdir -p "$R"
 export JIT_LOADER_CUDA_ARCH=${JIT_LOADER_CUDA_ARCH:-9.0}
 DONE_LOG=${DONE_LOG:-/tmp/pytest_done.txt}
+OUTCOME_LOG=${OUTCOME_LOG:-/tmp/pytest_outcomes.txt}  # each test's outcome, for the record of alltests + rest
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(env build tests demo bench loader)
 status=0
@@ -59,20 +60,28 @@ for stage in "${stages[@]}"; do
     variants) python3 -m experiments.pointwise_variants --json "$OUT/pointwise_variants.json" 2>&1 \
               | tee "$OUT/pointwise_variants.txt" | grep -v "^W1" | tail -62 || status=1 ;;
     alltests) # -v: each result is in the file as it comes, so a run cut short says what ran
-              rm -f "$DONE_LOG"
-              PYTEST_DONE_LOG=$DONE_LOG PYTEST_FAILURE_LOG="$OUT/failures.txt" PYTEST_RESULTS_JSON="$R/tests.json" timeout "${ALLTESTS_TIMEOUT:-3000}" \
+              rm -f "$DONE_LOG" "$OUTCOME_LOG"; started=$(date +%s)
+              PYTEST_DONE_LOG=$DONE_LOG PYTEST_OUTCOME_LOG=$OUTCOME_LOG PYTEST_FAILURE_LOG="$OUT/failures.txt" \
+                PYTEST_RESULTS_JSON="$R/tests.json" timeout "${ALLTESTS_TIMEOUT:-3000}" \
                 python3 -m pytest -v -rs -p no:cacheprovider -p experiments.pytest_done_log --durations=25 \
                 --dist worksteal -n "${PYTEST_WORKERS:-12}" ${PYTEST_ARGS:-} > "$OUT/pytest_all.txt" 2>&1 || status=1
+              echo $(( $(date +%s) - started )) > "$OUTCOME_LOG.seconds"
               grep -E "^(FAILED|ERROR)" "$OUT/pytest_all.txt" | head -30; tail -3 "$OUT/pytest_all.txt" ;;
     rest)   python3 -m pytest --co -q -p no:cacheprovider | grep "::" | sort -u > /tmp/pytest_ids.txt
               sort -u "$DONE_LOG" 2>/dev/null | comm -23 /tmp/pytest_ids.txt - > "$OUT/pytest_rest_ids.txt"
               echo "$(wc -l < "$OUT/pytest_rest_ids.txt") of $(wc -l < /tmp/pytest_ids.txt) tests left"
               if [ -s "$OUT/pytest_rest_ids.txt" ]; then
                 mapfile -t rest_ids < "$OUT/pytest_rest_ids.txt"   # node ids may hold spaces
-                PYTEST_DONE_LOG=$DONE_LOG PYTEST_FAILURE_LOG="$OUT/failures.txt" timeout "${ALLTESTS_TIMEOUT:-3000}" python3 -m pytest -v -rs \
+                started=$(date +%s)
+                PYTEST_DONE_LOG=$DONE_LOG PYTEST_OUTCOME_LOG=$OUTCOME_LOG PYTEST_FAILURE_LOG="$OUT/failures.txt" \
+                  timeout "${ALLTESTS_TIMEOUT:-3000}" python3 -m pytest -v -rs \
                   -p no:cacheprovider -p experiments.pytest_done_log --durations=25 --dist worksteal \
                   -n "${PYTEST_WORKERS:-12}" "${rest_ids[@]}" > "$OUT/pytest_rest.txt" 2>&1 || status=1
                 grep -E "^(FAILED|ERROR)" "$OUT/pytest_rest.txt" | head -30; tail -3 "$OUT/pytest_rest.txt"
+                # The record of both calls (alltests cut by its limit writes none of its own).
+                seconds=$(( $(cat "$OUTCOME_LOG.seconds" 2>/dev/null || echo 0) + $(date +%s) - started ))
+                python3 -m experiments.pytest_done_log "$OUTCOME_LOG" --json "$R/tests.json" \
+                  --seconds "$seconds" --workers "${PYTEST_WORKERS:-12}" || status=1
               fi ;;
     suite)  python3 -m experiments.bench --out "$OUT/suite" 2>&1 | tr '\r' '\n' | grep -v "^bench: " \
               | tee "$OUT/suite.txt" | tail -40 || status=1

@@ -9,6 +9,9 @@
 * The correctness record: with ``$PYTEST_RESULTS_JSON``, the run's outcome (passed, failed,
   skipped, errors, seconds, workers) is written there as the results page reads it
   (experiments/results.py, benchmark ``tests``).
+* A record across calls: with ``$PYTEST_OUTCOME_LOG``, each test's outcome is appended
+  there as it ends; ``python -m experiments.pytest_done_log OUTCOME_LOG --json FILE``
+  writes the record of every run that appended to it (``alltests``, then ``rest``).
 
     python3 -m pytest -p experiments.pytest_done_log ...
 """
@@ -30,6 +33,10 @@ def pytest_runtest_logreport(report):
     if path and report.when == "teardown":
         with open(path, "a", encoding="utf-8") as log:
             log.write(report.nodeid + "\n")
+    outcomes = os.environ.get("PYTEST_OUTCOME_LOG")
+    if outcomes and (report.when != "teardown" or report.outcome != "passed"):
+        with open(outcomes, "a", encoding="utf-8") as log:
+            log.write(f"{report.when}\t{report.outcome}\t{report.nodeid}\n")
     failures = os.environ.get("PYTEST_FAILURE_LOG")
     if failures and report.failed:
         with open(failures, "a", encoding="utf-8") as log:
@@ -49,3 +56,52 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
            "seconds": round(time.monotonic() - _STARTED[0], 1) if _STARTED else None,
            "workers": config.getoption("numprocesses", default=None), "exit_status": int(exitstatus)}
     benchutil.save_json(path, [row], "tests", list(row))
+
+
+def summarize(lines, seconds: float | None = None, workers=None) -> dict:
+    """The record of the outcome log's ``lines`` (``when<TAB>outcome<TAB>node id``), each
+    test counted once by its last run (``rest`` runs again what a cut run left): failed if
+    its call failed, an error if another phase failed, skipped if a phase skipped, passed
+    if its call passed; one whose run was cut before its call ended is unfinished."""
+    runs: dict[str, list[tuple[str, str]]] = {}
+    for line in lines:
+        when, outcome, nodeid = line.rstrip("\n").split("\t", 2)
+        if when == "setup":
+            runs[nodeid] = []  # a new run of the test
+        runs.setdefault(nodeid, []).append((when, outcome))
+    count = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "unfinished": 0}
+    for seen in runs.values():
+        if ("call", "failed") in seen:
+            count["failed"] += 1
+        elif any(o == "failed" for _, o in seen):
+            count["errors"] += 1
+        elif any(o == "skipped" for _, o in seen):
+            count["skipped"] += 1
+        elif ("call", "passed") in seen:
+            count["passed"] += 1
+        else:
+            count["unfinished"] += 1
+    bad = count["failed"] + count["errors"] + count["unfinished"]
+    return {**count, "xfailed": 0, "seconds": seconds, "workers": workers, "exit_status": int(bad > 0)}
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    from experiments import benchutil
+
+    parser = argparse.ArgumentParser(description="The record of a suite run over several calls.")
+    parser.add_argument("log", help="the $PYTEST_OUTCOME_LOG the runs appended to")
+    parser.add_argument("--json", required=True, help="where the record goes (benchmark 'tests')")
+    parser.add_argument("--seconds", type=float, help="the runs' time in all")
+    parser.add_argument("--workers", type=int)
+    args = parser.parse_args(argv)
+    with open(args.log, encoding="utf-8") as log:
+        row = summarize(log, args.seconds, args.workers)
+    benchutil.save_json(args.json, [row], "tests", list(row))
+    print(", ".join(f"{k} {v}" for k, v in row.items() if v is not None))
+    return 1 if row["exit_status"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

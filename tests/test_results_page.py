@@ -100,7 +100,8 @@ def test_what_the_benchmarks_write_is_what_the_page_reads(tmp_path):
         "import pytest\n\ndef test_a():\n    pass\n\n@pytest.mark.skip\ndef test_b():\n    pass\n\n"
         "def test_c():\n    assert False\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTEST_RESULTS_JSON=str(folder / "tests.json"),
-               PYTEST_FAILURE_LOG=str(tmp_path / "failures.txt"))
+               PYTEST_FAILURE_LOG=str(tmp_path / "failures.txt"),
+               PYTEST_OUTCOME_LOG=str(tmp_path / "outcomes.txt"))
     env.pop("PYTEST_DONE_LOG", None)  # a whole-suite run's log of finished tests is not this run's
     proc = run_interpreter("-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "experiments.pytest_done_log",
                            "-n", "0", str(tmp_path / "test_tiny.py"), env=env, cwd=tmp_path, timeout=300)
@@ -115,6 +116,17 @@ def test_what_the_benchmarks_write_is_what_the_page_reads(tmp_path):
     assert "python -m pytest -q" in tests
     row = json.loads((folder / "tests.json").read_text())["rows"][0]
     assert (row["passed"], row["failed"], row["skipped"], row["exit_status"]) == (1, 1, 1, 1)
+    # The record across calls (alltests, then rest), from the outcome log: the same counts;
+    # a second run of a test (rest runs again what a cut run left) counts by its last run.
+    proc = run_interpreter("-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "experiments.pytest_done_log",
+                           "-n", "0", str(tmp_path / "test_tiny.py") + "::test_a", env=env, cwd=tmp_path,
+                           timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_interpreter("-m", "experiments.pytest_done_log", str(tmp_path / "outcomes.txt"), "--json",
+                           str(tmp_path / "across" / "tests.json"), env=env, cwd=ROOT, timeout=60)
+    assert proc.returncode == 1  # test_c failed
+    across = json.loads((tmp_path / "across" / "tests.json").read_text())["rows"][0]
+    assert (across["passed"], across["failed"], across["skipped"], across["unfinished"]) == (1, 1, 1, 0)
     # Each failure's reason, written as it happened (a run cut short keeps them).
     failures = (tmp_path / "failures.txt").read_text()
     assert failures.startswith("==== test_tiny.py::test_c (call)\n") and "assert False" in failures
