@@ -443,3 +443,55 @@ def test_a_header_edit_before_the_first_launch(tmp_path):
     want = torch.sigmoid(2 * torch.linspace(-3, 3, 7))
     torch.testing.assert_close(torch.tensor(out["cuda"]), want)
     torch.testing.assert_close(torch.tensor(out["cpu"]), want)
+
+
+RESIZE_GRADS = r"""
+import json, sys
+from pathlib import Path
+import torch, jit_loader
+op_dir, old, new = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+op = jit_loader.load(op_dir)
+torch.manual_seed(0)
+x, g = torch.randn(2, 3, 16, 16), torch.randn(2, 3, 24, 20)  # the math-edit cycle's call
+
+def grad(device):
+    xd = x.to(device).clone().requires_grad_()
+    op.resize_bilinear(xd, (24, 20)).backward(g.to(device))
+    return xd.grad.cpu().tolist()
+
+out = {"before": {"cuda": grad("cuda"), "cpu": grad("cpu")}}
+if old:
+    header = op_dir / "resize.h"
+    header.write_text(header.read_text().replace(old, new, 1))
+    op.reload()
+    out["swapped_over"] = op.build.swapped_over is not None
+    out["after"] = {"cuda": grad("cuda"), "cpu": grad("cpu")}
+op.wait_for_background()
+print(json.dumps(out))
+"""
+RESIZE_WEIGHT = "return (t.i0 == i ? T(1) - t.l1 : T(0)) + (t.i1 == i ? t.l1 : T(0));"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU visible")
+def test_a_resize_weight_edit_swapped_in_gives_what_a_build_of_it_gives(tmp_path):
+    """The kernels NVRTC swapped in after an edit of resize.h compute what a new process's
+    build of the same sources computes, on each device (an op whose kernels do not all read
+    the edited function gives the same answer both ways)."""
+    import torch
+
+    op_dir = tmp_path / "resize"
+    shutil.copytree(OPS / "resize", op_dir, ignore=shutil.ignore_patterns("__pycache__"))
+    env = private_env(tmp_path / "cache")
+    edited = json_result(run_python(RESIZE_GRADS, op_dir, RESIZE_WEIGHT, f"return T(3) * ({RESIZE_WEIGHT[7:-1]});",
+                                    env=env, timeout=1800))
+    built = json_result(run_python(RESIZE_GRADS, op_dir, "", "", env=env, timeout=1800))["before"]
+    assert edited["swapped_over"]
+    for device in ("cuda", "cpu"):
+        torch.testing.assert_close(torch.tensor(edited["after"][device]), torch.tensor(built[device]),
+                                   msg=lambda m: f"{device}: {m}")
+    t = {k: torch.tensor(v) for k, v in {**{f"{d}_before": edited["before"][d] for d in ("cuda", "cpu")},
+                                          **{f"{d}_after": built[d] for d in ("cuda", "cpu")}}.items()}
+    print("edit changed CUDA:", not torch.allclose(t["cuda_before"], t["cuda_after"]),
+          "CPU:", not torch.allclose(t["cpu_before"], t["cpu_after"]),
+          "CPU and CUDA agree after it:", torch.allclose(t["cuda_after"], t["cpu_after"], rtol=1e-4, atol=1e-4))
