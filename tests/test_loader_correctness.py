@@ -81,6 +81,37 @@ def test_edit_during_the_build_is_never_published_under_the_old_key(tmp_path):
     assert r["y"] == [2.0] * 3, "a build of the edited code was published under the original key"
 
 
+SILENT_WRAPPER = """#!/bin/sh
+# A compiler that fails without a word on the op's source ({times}): as one killed, or
+# out of memory, does.
+case "$*" in
+  *toy_op.cpp*)
+    if [ "{times}" = always ] || [ ! -e "{mark}" ]; then
+      : > "{mark}"
+      exit 1
+    fi ;;
+esac
+exec c++ "$@"
+"""
+
+
+@pytest.mark.parametrize("times", ["once", "always"])
+def test_a_step_that_fails_without_a_word_is_run_once_more_then_reported_as_silent(tmp_path, times):
+    op_dir = copy_op("toy_op", tmp_path)
+    wrapper = tmp_path / "cxx-wrapper"
+    wrapper.write_text(SILENT_WRAPPER.format(mark=tmp_path / "failed", times=times))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    env = private_env(tmp_path / "cache", CXX=str(wrapper), JIT_LOADER_PCH="0")
+    proc = run_python(LOAD_AND_SCALE.format(path=str(op_dir)), env=env)
+    assert "toy_op.o failed and printed nothing" in proc.stderr, proc.stderr
+    if times == "once":  # the second run redid the step, and the op runs
+        assert json_result(proc)["y"] == [2.0] * 3
+    else:
+        assert proc.returncode != 0
+        assert ("toy_op.o: the step exited with status 1 and printed nothing, twice"
+                in proc.stderr), proc.stderr
+
+
 def test_ninja_comes_from_the_python_environment():
     ninja_package = pytest.importorskip("ninja")
     found = toolchain.ninja()

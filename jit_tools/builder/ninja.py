@@ -20,6 +20,7 @@ from typing import Sequence
 from jit_tools import key as keys, sources as src
 from jit_tools.builder import ninja_file, toolchain
 from jit_tools.errors import BuildError, JitLoaderError, SourcesChanged
+from jit_tools.log import logger
 from jit_tools.store import CacheStore
 
 _NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
@@ -83,8 +84,62 @@ def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
     Ninja and its compilers inherit the build lock's descriptor, so the flock stays
     held until the last of them exits: a process that takes over after this one was
     killed never races a compiler still writing into the same folder.
+
+    A step that failed without a word (a compiler killed, or one that exited non-zero
+    and printed nothing) is not a mistake in the op's sources: its outputs are removed
+    and Ninja runs once more, which redoes only the steps not done. A second failure is
+    reported, a silent one as such.
     """
     log_path = work / "build.log"
+    lines = _ninja_once(name, work, verbose, lock_fd, log_path, "w", extra_env, progress)
+    if lines is None:
+        return str(log_path)
+    silent = silent_failures(lines)
+    if silent:
+        logger.warning("building %s: %s failed and printed nothing (a killed compiler? out of "
+                       "memory?); running it once more", name, ", ".join(silent))
+        for target in silent:
+            with contextlib.suppress(OSError):
+                (work / target).unlink()
+        again = _ninja_once(name, work, verbose, lock_fd, log_path, "a", extra_env, progress)
+        if again is None:
+            return str(log_path)
+        lines = again
+    raise build_error(name, lines, _failure_code(lines), log_path, local_dirs, cache_root)
+
+
+_FAILED = re.compile(r"^FAILED: (?:\[code=(\d+)\] )?(.*?)\s*$")
+
+
+def _failure_code(lines: list[str]) -> int:
+    codes = [int(m.group(1)) for m in map(_FAILED.match, lines) if m and m.group(1)]
+    return codes[0] if codes else 1
+
+
+def silent_failures(lines: list[str]) -> list[str]:
+    """The outputs of the failed steps in Ninja's ``-v`` output, where no failed step
+    printed anything (each FAILED line followed only by its command's echo); else []."""
+    commands = {m.group(3).strip() for m in map(_NINJA_STATUS.match, lines) if m}
+    targets, said = [], False
+    in_failure = False
+    for line in lines:
+        m = _FAILED.match(line)
+        if m:
+            targets += m.group(2).split()
+            in_failure = True
+            continue
+        if _NINJA_STATUS.match(line) or line.startswith("ninja: "):
+            in_failure = False
+            continue
+        if in_failure and line.strip() and line.strip() not in commands:
+            said = True
+    return [] if said or not targets else targets
+
+
+def _ninja_once(name: str, work: Path, verbose: bool, lock_fd: int, log_path: Path,
+                mode: str, extra_env: dict | None, progress: bool) -> list[str] | None:
+    """One run of Ninja, its output written to ``log_path`` (``mode`` "w" or "a"): None
+    where it succeeded, else the lines it printed."""
     jobs = toolchain.max_jobs()
     cmd = [toolchain.ninja(), "-v", "-j", jobs]
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ", **(extra_env or {}))
@@ -107,7 +162,7 @@ def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
         raise JitLoaderError("ninja was not found; pip install ninja") from e
     lines: list[str] = []
     try:
-        with open(log_path, "w") as log:
+        with open(log_path, mode) as log:
             for line in proc.stdout:
                 log.write(line)
                 log.flush()  # readable while the build runs, and complete up to a kill
@@ -136,9 +191,7 @@ def run_ninja(name: str, work: Path, verbose: bool, lock_fd: int,
     finally:
         if bar is not None:
             bar.close()
-    if proc.returncode != 0:
-        raise build_error(name, lines, proc.returncode, log_path, local_dirs, cache_root)
-    return str(log_path)
+    return None if proc.returncode == 0 else lines
 
 
 _INCLUDED_FROM = re.compile(r"^(?:In file included| {5,}) from (?P<file>[^\s:][^:]*):\d+[:,]")
@@ -194,7 +247,11 @@ def build_error(name, lines, returncode, log_path, local_dirs, cache_root) -> Bu
         failed = [l.strip() for l in lines
                   if re.search(r"error|undefined reference|cannot find", l, re.IGNORECASE)
                   and not l.startswith(("FAILED", "ninja:", "collect2"))]
-        first = failed[0] if failed else f"ninja exited with status {returncode}"
+        silent = silent_failures(lines)
+        first = (failed[0] if failed else
+                 f"{', '.join(silent)}: the step exited with status {returncode} and printed "
+                 "nothing, twice (a killed compiler? out of memory?)" if silent else
+                 f"ninja exited with status {returncode}")
         file = line = None
     if "No space left on device" in log:
         first += f"  [disk full: free space in {cache_root} or set JIT_LOADER_CACHE]"
