@@ -169,6 +169,43 @@ def local_headers(sources: Iterable[Path], include_dirs: Sequence[Path]) -> list
     return sorted(headers)
 
 
+# What makes a C++ unit need torch: a torch (or Python) header, or a registration block
+# (whose macros the loader's force-included registry header defines).
+_TORCH_INCLUDE_RE = re.compile(
+    rb'^\s*#\s*include\s*[<"](?:(?:torch|ATen|c10|caffe2|pybind11)/|Python\.h)', re.MULTILINE)
+_REGISTERS_RE = re.compile(rb"TORCH_LIBRARY|PYBIND11_MODULE")
+# The macros of ops/common/cpu_loops.h that instantiate an op's CPU loops per dtype.
+_PER_DTYPE_RE = re.compile(rb"\bOPS_INSTANTIATE_CPU_(?:UNARY|BINARY)\b")
+# How many objects such a unit compiles to (OPS_CPU_SLICE 0..3 of cpu_loops.h).
+CPU_DTYPE_SLICES = 4
+
+
+def torch_free(source: Path, include_dirs: Sequence[Path]) -> bool:
+    """Whether a C++ unit is plain C++: neither it nor a local header it reaches includes a
+    torch (or Python) header or registers with the dispatcher. The loader compiles such a
+    unit without the precompiled torch headers and without its registry header (e.g. an
+    op's CPU loops over common/cpu_loops.h: a tenth of a second of headers instead of
+    about a second)."""
+    for path in (source, *local_headers([source], include_dirs)):
+        try:
+            text = path.read_bytes()
+        except OSError:
+            return False
+        if _TORCH_INCLUDE_RE.search(text) or _REGISTERS_RE.search(text):
+            return False
+    return True
+
+
+def dtype_slices(source: Path) -> int:
+    """How many objects a C++ unit compiles to: ``CPU_DTYPE_SLICES`` (one per dtype,
+    side by side) for a unit that instantiates its CPU loops with cpu_loops.h's
+    OPS_INSTANTIATE_CPU_UNARY/_BINARY, else 1."""
+    try:
+        return CPU_DTYPE_SLICES if _PER_DTYPE_RE.search(source.read_bytes()) else 1
+    except OSError:
+        return 1
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

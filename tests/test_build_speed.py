@@ -445,3 +445,58 @@ def test_the_other_abis_header_set_is_made_with_that_abis_flags(tmp_path):
     assert speedups.other_abi(flags["sigmoid"]) == (flags["lltm"], speedups.ATEN_HEADERS)
     assert speedups.other_abi(flags["lltm"]) == (flags["sigmoid"], speedups.STABLE_HEADERS)
     assert speedups.STABLE_HEADERS.text == abi.STABLE_PCH_TEXT
+
+
+def test_cpu_loop_units_compile_as_plain_cpp_one_object_per_dtype(tmp_path):
+    """A C++ unit that reaches no torch header and registers nothing compiles without the
+    precompiled torch headers and the registry header; one that instantiates cpu_loops.h's
+    loops compiles to one object per dtype, side by side. sigmoid's flags as torch
+    composes them."""
+    from jit_tools import key as keys, sources
+
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "uses_aten.h").write_text("#pragma once\n#include <ATen/ATen.h>\n")
+    (tmp_path / "inc" / "plain.h").write_text("#pragma once\n#include <cstdint>\n")
+    units = {"plain.cpp": '#include "plain.h"\nint f() { return 1; }\n',
+             "through_header.cpp": '#include "plain.h"\n#include "uses_aten.h"\n',
+             "registers.cpp": "STABLE_TORCH_LIBRARY_IMPL(x, CPU, m) {}\n",
+             "python.cpp": "#include <Python.h>\n"}
+    for file, text in units.items():
+        (tmp_path / file).write_text(text)
+    free = {file: sources.torch_free(tmp_path / file, [tmp_path / "inc"]) for file in units}
+    assert free == {"plain.cpp": True, "through_header.cpp": False, "registers.cpp": False,
+                    "python.cpp": False}
+    assert sources.dtype_slices(tmp_path / "plain.cpp") == 1
+
+    op_dir = sources.resolve_op_dir("sigmoid")
+    _key, config, compiled, _inputs = keys.compute_key("sigmoid", op_dir, {})
+    flags = ninja_file.torch_flags("sigmoid", config, compiled, tmp_path)
+    loops = str(op_dir / "sigmoid_cpu.cpp")
+    units_of = ninja_file.units_of(compiled, sources.include_dirs(op_dir, {}))
+    assert units_of == {loops: ninja_file.Unit(plain=True, slices=sources.CPU_DTYPE_SLICES)}
+    spec = ninja_file.PieceSpec(root=str(tmp_path), cxx="c++", flags=[], post="", ldflags="")
+    pieces = ninja_file.Pieces(spec, pch=tmp_path / "pch" / "jit_loader_stable.h", nvcc="nvcc")
+    ninja_file.write(tmp_path, "sigmoid", flags, pieces, [], units_of)
+    text = (tmp_path / "build.ninja").read_text()
+    blocks = re.findall(r"^build (\S+): compile (\S+)\n(?:  cflags = (.*)\n)?", text, re.M)
+    own = {obj: cflags for obj, source, cflags in blocks if source == loops}
+    assert sorted(own) == [f"sigmoid_cpu.slice{k}.o" for k in range(4)], text
+    registry = str(keys.registry_header(config))
+    for k in range(4):
+        line = own[f"sigmoid_cpu.slice{k}.o"]
+        assert line.endswith(f"-DOPS_CPU_SLICE={k}") and "-O3" in line, line
+        assert ninja_file.PIECES_RSP not in line and registry not in line, line
+    glue = [cflags for obj, source, cflags in blocks if obj == "sigmoid.o"]
+    assert glue == [""], text  # the op's own flags: the header set and the registry header
+    assert f"@{ninja_file.PIECES_RSP}" in text and registry in text
+    link = re.search(r"^build sigmoid\.so: link (.*)$", text, re.M).group(1).split()
+    assert [o for o in link if o.startswith("sigmoid_cpu")] == sorted(own), link
+    # Each slice holds the loops of its own dtype only.
+    built = subprocess.run([toolchain.ninja(), *sorted(own)], cwd=tmp_path, capture_output=True, text=True)
+    assert built.returncode == 0, built.stdout[-3000:]
+    dtypes = ["float", "double", "c10::Half", "c10::BFloat16"]
+    for k, dtype in enumerate(dtypes):
+        symbols = subprocess.run(["nm", "-C", "--defined-only", tmp_path / f"sigmoid_cpu.slice{k}.o"],
+                                 capture_output=True, text=True, check=True).stdout
+        loops = set(re.findall(r"ops_common::map_cpu<sigmoid_op::(\w+), ([\w:]+)>", symbols))
+        assert loops == {("Forward", dtype), ("Backward", dtype)}, (k, loops)

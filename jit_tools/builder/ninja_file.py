@@ -264,11 +264,37 @@ def _pieces_built(spec: PieceSpec) -> tuple[Path | None, list[str], list[str]]:
     return pch, linker, missing
 
 
-def write(work: Path, name: str, flags: TorchFlags, pieces: Pieces, cpu_sources: list[Path]) -> None:
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """How a C++ unit compiles, besides the op's flags: ``plain`` (torch-free,
+    :func:`jit_tools.sources.torch_free`: without the precompiled header and the registry
+    header) and ``slices`` (objects side by side, ``-DOPS_CPU_SLICE=k`` each;
+    :func:`jit_tools.sources.dtype_slices`)."""
+    plain: bool = False
+    slices: int = 1
+
+
+def units_of(sources: list[Path], include_dirs) -> dict[str, Unit]:
+    """The :class:`Unit` of each C++ source that compiles otherwise than with the op's
+    flags, by absolute path."""
+    out = {}
+    for source in sources:
+        if source.suffix in src.CUDA_SUFFIXES:
+            continue
+        unit = Unit(src.torch_free(source, include_dirs), src.dtype_slices(source))
+        if unit != Unit():
+            out[os.path.abspath(source)] = unit
+    return out
+
+
+def write(work: Path, name: str, flags: TorchFlags, pieces: Pieces, cpu_sources: list[Path],
+          units: dict[str, Unit] | None = None) -> None:
     """``work/build.ninja`` (and the precompiled header's options file) with the final
     command lines. ``cpu_sources``: the units of the CPU side alone, linked as the target
     ``<name>.cpu.so`` that a live edit's CPU kernels are built from (jit_tools/swap/cpu_link.py)
-    where they are not all the units."""
+    where they are not all the units. ``units``: the C++ units that compile otherwise
+    (:func:`units_of`)."""
+    units = units or {}
     launcher = [shlex.quote(pieces.ccache)] if pieces.ccache else []
     # First on the line: a precompiled header must come before any other token. Read by
     # the compiler from a file (GCC's and ccache's @file), so that the units' commands
@@ -299,7 +325,7 @@ def write(work: Path, name: str, flags: TorchFlags, pieces: Pieces, cpu_sources:
             lines += ["  depfile = $out.d", "  deps = gcc"]
             gendeps = "-MD -MF $out.d "
         lines += [f"  command = $nvcc {gendeps}$cuda_cflags -c $in -o $out $cuda_post_cflags", ""]
-    objects = list(flags.objects)
+    objects = []
     if flags.cuda_dlink_post_cflags:
         lines += ["rule cuda_devlink", "  command = $nvcc $in -o $out $cuda_dlink_post_cflags", ""]
     link = "$cxx $in $ldflags -o $out"
@@ -310,16 +336,27 @@ def write(work: Path, name: str, flags: TorchFlags, pieces: Pieces, cpu_sources:
         # spares later builds the failed try where gold does not work.
         link = f"$cxx $in {speedups.GOLD} $ldflags -o $out 2>/dev/null || {link}"
     lines += ["rule link", f"  command = {link}", ""]
-    for source, obj in zip(flags.sources, objects):
+    plain_cflags = shlex.join(speedups.without_registry(flags.cflags))
+    unit_objects: dict[str, list[str]] = {}
+    for source, obj in zip(flags.sources, flags.objects):
         rule = "cuda_compile" if obj.endswith(".cuda.o") else "compile"  # torch's naming
-        lines.append(f"build {_escape(obj)}: {rule} {_escape(source)}")
+        unit = units.get(source, Unit()) if rule == "compile" else Unit()
+        outs = [obj] if unit.slices == 1 else [f"{obj[:-2]}.slice{k}.o" for k in range(unit.slices)]
+        for k, out in enumerate(outs):
+            lines.append(f"build {_escape(out)}: {rule} {_escape(source)}")
+            own = [plain_cflags] if unit.plain else [" ".join(cflags)] if unit.slices > 1 else []
+            if own:
+                slice_flag = [f"-DOPS_CPU_SLICE={k}"] if unit.slices > 1 else []
+                lines.append("  cflags = " + " ".join(own + slice_flag))
+        unit_objects[source] = outs
+        objects += outs
     if flags.cuda_dlink_post_cflags:
         lines.append(f"build dlink.o: cuda_devlink {' '.join(map(_escape, objects))}")
         objects.append("dlink.o")
     lines.append(f"build {flags.library}: link {' '.join(map(_escape, objects))}")
     cpu = {os.path.abspath(p) for p in cpu_sources}
-    cpu_objects = [o for s, o in zip(flags.sources, flags.objects) if s in cpu]
-    if cuda and cpu_objects and len(cpu_objects) < len(flags.objects):
+    cpu_objects = [o for s in flags.sources if s in cpu for o in unit_objects[s]]
+    if cuda and cpu_objects and len(cpu_objects) < sum(map(len, unit_objects.values())):
         lines.append(f"build {name}.cpu.so: link {' '.join(map(_escape, cpu_objects))}")
     lines += ["", f"default {flags.library}", ""]
     (work / "build.ninja").write_text("\n".join(lines))

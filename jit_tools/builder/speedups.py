@@ -119,18 +119,22 @@ def pch_flags(cflags: list[str], name: str, private_dirs) -> list[str]:
     set includes neither) and the registry header's -include (the header set is
     precompiled without it). Its precompiled header is made with exactly these."""
     private = {f"-I{d}" for d in private_dirs}
+    return [tok for tok in without_registry(cflags)
+            if not tok.startswith("-DTORCH_EXTENSION_NAME=") and tok not in private]
+
+
+def without_registry(cflags: list[str]) -> list[str]:
+    """The words of ``cflags`` (shell words as torch composes them) less the registry
+    header's ``-include``."""
     tokens = shlex.split(" ".join(cflags))
     out, skip = [], False
     for i, tok in enumerate(tokens):
         if skip:
             skip = False
-            continue
-        if tok.startswith("-DTORCH_EXTENSION_NAME=") or tok in private:
-            continue
-        if tok == "-include" and i + 1 < len(tokens) and tokens[i + 1] in REGISTRY_HEADERS:
+        elif tok == "-include" and i + 1 < len(tokens) and tokens[i + 1] in REGISTRY_HEADERS:
             skip = True
-            continue
-        out.append(tok)
+        else:
+            out.append(tok)
     return out
 
 

@@ -18,12 +18,34 @@
 // that takes another builds its own), and only that clone is compiled, a third of the
 // CPU loops' compile on every edit of an op's math. Builds without it (the AOT wheels of
 // deploy/setup.py) keep all three.
-#include <cctype>
+//
+// Light to compile (no <string>, no <stdexcept>): the CPU-loop units that include it
+// parse a tenth of a second of headers (cpu_loops.h).
+#include <cstdio>
 #include <cstdlib>
-#include <stdexcept>
-#include <string>
+#include <exception>
 
 namespace ops_common {
+
+// An error of the CPU loops, its message kept in place.
+class CpuError : public std::exception {
+ public:
+  explicit CpuError(const char* what) { std::snprintf(what_, sizeof(what_), "%s", what); }
+  const char* what() const noexcept override { return what_; }
+
+ private:
+  char what_[512];
+};
+
+// Whether a and b are the same word, upper or lower case alike.
+inline bool same_word(const char* a, const char* b) {
+  for (; *a != '\0' && *b != '\0'; ++a, ++b) {
+    const char x = (*a >= 'a' && *a <= 'z') ? static_cast<char>(*a - 'a' + 'A') : *a;
+    const char y = (*b >= 'a' && *b <= 'z') ? static_cast<char>(*b - 'a' + 'A') : *b;
+    if (x != y) return false;
+  }
+  return *a == *b;
+}
 
 enum class CpuIsa { kBaseline, kAvx2, kAvx512 };
 
@@ -45,15 +67,15 @@ inline CpuIsa cpu_isa() {
   static const CpuIsa isa = [] {
 #if defined(__x86_64__) && defined(__GNUC__)
     const char* env = std::getenv("ATEN_CPU_CAPABILITY");
-    std::string capability = env != nullptr && *env != '\0' ? env : "avx512";
-    for (char& c : capability) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const char* capability = env != nullptr && *env != '\0' ? env : "avx512";
     __builtin_cpu_init();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512dq");
-    if (capability == "AVX512" && avx512) return CpuIsa::kAvx512;
-    if ((capability == "AVX512" || capability == "AVX2") && avx2) return CpuIsa::kAvx2;
+    const bool wants512 = same_word(capability, "avx512");
+    if (wants512 && avx512) return CpuIsa::kAvx512;
+    if ((wants512 || same_word(capability, "avx2")) && avx2) return CpuIsa::kAvx2;
 #endif
     return CpuIsa::kBaseline;
   }();
@@ -92,9 +114,12 @@ namespace ops_common {
 // under an ATEN_CPU_CAPABILITY) that lacks it says so instead of running illegal code.
 inline void check_cpu_clone() {
   if (static_cast<int>(cpu_isa()) < static_cast<int>(OPS_CPU_CLONE_ISA)) {
-    throw std::runtime_error(std::string("this op's CPU loops were built for ") +
-                             cpu_isa_name(OPS_CPU_CLONE_ISA) + ", which this process cannot run (" +
-                             cpu_isa_name(cpu_isa()) + "); load it again to build for it");
+    char what[256];
+    std::snprintf(what, sizeof(what),
+                  "this op's CPU loops were built for %s, which this process cannot run (%s); "
+                  "load it again to build for it",
+                  cpu_isa_name(OPS_CPU_CLONE_ISA), cpu_isa_name(cpu_isa()));
+    throw CpuError(what);
   }
 }
 }  // namespace ops_common

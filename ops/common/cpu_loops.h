@@ -1,7 +1,7 @@
 #pragma once
 // Elementwise CPU loop shared by the pointwise ops: out[i] = Op(in_0[i], ..., in_k[i])
-// over contiguous buffers, split across threads by torch::stable::parallel_for (torch's
-// intra-op pool, as at::parallel_for). The inner loop is
+// over contiguous buffers, split across torch's intra-op threads (parallel_for below, as
+// at::parallel_for). The inner loop is
 // plain code that GCC vectorises, compiled once per CPU capability (cpu_dispatch.h);
 // 16-bit data is loaded to float and rounded back once with the branch-free
 // conversions of cpu_convert.h, and computed with the fast exp (kFastMath), as on CUDA.
@@ -10,23 +10,51 @@
 // independent chains to overlap (sigmoid: faster than one vector at a time on the 2-core
 // AMD EPYC development machine; the loops' figures: experiments/RESULTS.md, "sigmoid and
 // GELU").
-#include <torch/csrc/stable/ops.h>
-#include <torch/headeronly/util/BFloat16.h>
-#include <torch/headeronly/util/Half.h>
-
-#include <algorithm>
+//
+// Torch-free, and light to compile: a unit of CPU loops (<op>_cpu.cpp) that includes this
+// and the op's math and no torch header is a torch-free unit, which the loader compiles
+// without the precompiled torch headers and without its registry header (a tenth of a
+// second of headers instead of about a second). So no torch header here: the threads
+// come from torch's stable C function torch_parallel_for (declared below as torch
+// declares it), c10::Half and c10::BFloat16 are named only (the loops see their bits),
+// and F16C is reached through GCC's builtins rather than <immintrin.h>.
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
+#include <dlfcn.h>
 
 #include "common/cpu_convert.h"
 #include "common/cpu_dispatch.h"
 #include "common/scalar_math.h"
 
+namespace c10 {
+struct Half;
+struct BFloat16;
+}  // namespace c10
+
+// torch/csrc/stable/c/shim.h (since torch 2.10): at::parallel_for over a C callback.
+extern "C" int32_t torch_parallel_for(int64_t begin, int64_t end, int64_t grain_size,
+                                      void (*func)(int64_t begin, int64_t end, void* ctx),
+                                      void* ctx);
+
 namespace ops_common {
+
+// f(begin, end) over [begin, end) split across torch's intra-op threads, as
+// torch::stable::parallel_for; an error comes back as a CpuError with torch's message.
+template <typename F>
+void parallel_for(int64_t begin, int64_t end, int64_t grain_size, const F& f) {
+  const auto callback = [](int64_t b, int64_t e, void* ctx) { (*static_cast<const F*>(ctx))(b, e); };
+  if (torch_parallel_for(begin, end, grain_size, callback,
+                         const_cast<void*>(static_cast<const void*>(&f))) != 0) {
+    // torch keeps the message from 2.13 on; looked up by name, so that earlier ones load.
+    using Getter = const char* (*)();
+    const auto get = reinterpret_cast<Getter>(
+        dlsym(RTLD_DEFAULT, "torch_exception_get_what_without_backtrace"));
+    const char* what = get != nullptr ? get() : nullptr;
+    throw CpuError(what != nullptr ? what : "torch_parallel_for failed (torch gave no reason)");
+  }
+}
 
 // Elements per task: large enough that a task outweighs the scheduling cost,
 // small enough that a few MB already spread over every core.
@@ -62,11 +90,17 @@ struct CpuStorage<c10::BFloat16> {
 // Half <-> float through the F16C instructions, 8 at a time (the AVX2 and AVX-512
 // clones have them): GCC does not vectorise the bit-level conversions of
 // cpu_convert.h as well as it does bfloat16's shifts. Same rounding (to nearest even).
+// The builtins are what <immintrin.h>'s _mm256_cvtph_ps and _mm256_cvtps_ph expand to.
+typedef short HalfBits8 __attribute__((vector_size(16)));
+typedef float Float8 __attribute__((vector_size(32)));
+
 OPS_TARGET_AVX2 inline void half_to_float_f16c(const uint16_t* in, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(halves));
+    HalfBits8 halves;
+    __builtin_memcpy(&halves, in + i, sizeof(halves));
+    const Float8 floats = __builtin_ia32_vcvtph2ps256(halves);
+    __builtin_memcpy(out + i, &floats, sizeof(floats));
   }
   for (; i < n; ++i) out[i] = half_bits_to_float(in[i]);
 }
@@ -74,8 +108,10 @@ OPS_TARGET_AVX2 inline void half_to_float_f16c(const uint16_t* in, float* out, i
 OPS_TARGET_AVX2 inline void float_to_half_f16c(const float* in, uint16_t* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    Float8 floats;
+    __builtin_memcpy(&floats, in + i, sizeof(floats));
+    const HalfBits8 halves = __builtin_ia32_vcvtps2ph256(floats, 0);  // 0: to nearest even
+    __builtin_memcpy(out + i, &halves, sizeof(halves));
   }
   for (; i < n; ++i) out[i] = float_to_half_bits(in[i]);
 }
@@ -114,7 +150,7 @@ OPS_CPU_BODY void map_contiguous_body(Tag, Storage, Op, int64_t n, T* __restrict
     float tiles[sizeof...(In)][kCpuTile];
     float result[kCpuTile];
     for (int64_t i0 = 0; i0 < n; i0 += kCpuTile) {
-      const int64_t m = std::min(kCpuTile, n - i0);
+      const int64_t m = n - i0 < kCpuTile ? n - i0 : kCpuTile;
       int a = 0;
       (half_to_float_f16c(in + i0, tiles[a++], m), ...);
       apply_tile<Op, kFast>(tiles, result, m, std::index_sequence_for<In...>{});
@@ -136,7 +172,10 @@ template <typename Op, typename scalar_t, typename... In>
 void parallel_map(int64_t n, scalar_t* out, const In*... in) {
   using Storage = CpuStorage<scalar_t>;
   using T = typename Storage::type;
-  torch::stable::parallel_for(0, n, kCpuGrainSize, [&](int64_t begin, int64_t end) {
+#if defined(OPS_CPU_CLONE_ISA)
+  check_cpu_clone();  // here, where its message reaches the caller whatever torch's version
+#endif
+  parallel_for(0, n, kCpuGrainSize, [&](int64_t begin, int64_t end) {
     map_contiguous(Storage{}, Op{}, end - begin, reinterpret_cast<T*>(out) + begin,
                    (reinterpret_cast<const T*>(in) + begin)...);
   });
@@ -157,13 +196,40 @@ void map_cpu(int64_t n, T* out, const T* a, const T* b) {
 
 // Compiles map_cpu for one op's math in every floating dtype the host side dispatches
 // to, with one input (a forward) or two (a backward: grad and the saved tensor).
+//
+// One dtype per object: the loader compiles a unit that uses OPS_INSTANTIATE_CPU_UNARY or
+// _BINARY four times side by side, with -DOPS_CPU_SLICE=0..3 (jit_tools/sources.py,
+// dtype_slices), and slice k instantiates the k-th dtype only, so a math edit's CPU loops
+// compile in the time of the slowest dtype. Without the define (the AOT wheels) one object
+// holds all four. Whatever else such a unit defines is compiled into every slice: it must
+// be a template, inline or in an anonymous namespace (else the link reports it twice).
+#if !defined(OPS_CPU_SLICE) || OPS_CPU_SLICE == 0
+#define OPS_CPU_SLICE_0(...) __VA_ARGS__
+#else
+#define OPS_CPU_SLICE_0(...)
+#endif
+#if !defined(OPS_CPU_SLICE) || OPS_CPU_SLICE == 1
+#define OPS_CPU_SLICE_1(...) __VA_ARGS__
+#else
+#define OPS_CPU_SLICE_1(...)
+#endif
+#if !defined(OPS_CPU_SLICE) || OPS_CPU_SLICE == 2
+#define OPS_CPU_SLICE_2(...) __VA_ARGS__
+#else
+#define OPS_CPU_SLICE_2(...)
+#endif
+#if !defined(OPS_CPU_SLICE) || OPS_CPU_SLICE == 3
+#define OPS_CPU_SLICE_3(...) __VA_ARGS__
+#else
+#define OPS_CPU_SLICE_3(...)
+#endif
 #define OPS_INSTANTIATE_CPU_TYPE(Op, T, ...) \
   template void ops_common::map_cpu<Op, T>(int64_t, T*, __VA_ARGS__);
-#define OPS_INSTANTIATE_CPU_TYPES(Op, INPUTS)              \
-  OPS_INSTANTIATE_CPU_TYPE(Op, float, INPUTS(float))       \
-  OPS_INSTANTIATE_CPU_TYPE(Op, double, INPUTS(double))     \
-  OPS_INSTANTIATE_CPU_TYPE(Op, c10::Half, INPUTS(c10::Half)) \
-  OPS_INSTANTIATE_CPU_TYPE(Op, c10::BFloat16, INPUTS(c10::BFloat16))
+#define OPS_INSTANTIATE_CPU_TYPES(Op, INPUTS)                                    \
+  OPS_CPU_SLICE_0(OPS_INSTANTIATE_CPU_TYPE(Op, float, INPUTS(float)))           \
+  OPS_CPU_SLICE_1(OPS_INSTANTIATE_CPU_TYPE(Op, double, INPUTS(double)))         \
+  OPS_CPU_SLICE_2(OPS_INSTANTIATE_CPU_TYPE(Op, c10::Half, INPUTS(c10::Half))) \
+  OPS_CPU_SLICE_3(OPS_INSTANTIATE_CPU_TYPE(Op, c10::BFloat16, INPUTS(c10::BFloat16)))
 #define OPS_CPU_ONE_INPUT(T) const T*
 #define OPS_CPU_TWO_INPUTS(T) const T*, const T*
 #define OPS_INSTANTIATE_CPU_UNARY(Op) OPS_INSTANTIATE_CPU_TYPES(Op, OPS_CPU_ONE_INPUT)
