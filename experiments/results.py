@@ -110,7 +110,7 @@ SECTIONS = (
     Section("call-overhead", "Call overhead", "suite", f"{GPU_RUN} overhead",
             "Host time per call on one CPU thread, best of five runs of back-to-back calls; ratio "
             "= ours / native (< 1: ours cheaper). The CUDA graph floors and aten rows (no limit) "
-            "are in the JSON.", _overhead, max_rows=32),
+            "are in the JSON.", _overhead, max_rows=26),
     Section("pointwise", "sigmoid and GELU (`bench_pointwise`)", "bench_pointwise", f"{GPU_RUN} bench",
             "The suite's pointwise cases with every baseline, on the device the view ran on.",
             _records, max_rows=25),
@@ -126,7 +126,7 @@ SECTIONS = (
             max_rows=15),
     Section("cpp-edit", "A bundled op's `.cpp` edit with the shared pieces", "loader-shared-pieces",
             f"{GPU_RUN} cppedit", "Median and min wall seconds, CPU seconds of the process and its "
-            "compilers; the shared pieces built before.", max_rows=30),
+            "compilers; the shared pieces built before.", max_rows=24),
     Section("first-build", "The first build of a new flag set", "loader-first-build",
             f"{GPU_RUN} firstbuild", "Ours against `torch.utils.cpp_extension.load` of the same "
             "sources; each timing includes the loader's import.", max_rows=15),
@@ -139,7 +139,7 @@ SECTIONS = (
     Section("math-edit-cpu", "A math-header edit to the CPU result, on a machine without a GPU",
             "loader-math-edit-cpu", "python -m experiments.math_edit_cycle --ops sigmoid,gelu "
             "--rounds 5 --json experiments/results/math_edit_cpu.json", "Seconds from the write "
-            "of the file to the result; fresh cache and warm (after the shared pieces).", max_rows=10),
+            "of the file to the result; fresh cache and warm (after the shared pieces).", max_rows=4),
     Section("stable-op", "A tiny op on the stable ABI, against tvm_ffi", "loader-stable",
             f"{GPU_RUN} stable", "Cold build with the shared pieces absent and present, a `.cpp` "
             "edit, and `tvm_ffi.cpp.load_inline` of the same function.", max_rows=12),
