@@ -460,12 +460,13 @@ def test_cpu_loop_units_compile_as_plain_cpp_one_object_per_dtype(tmp_path):
     units = {"plain.cpp": '#include "plain.h"\nint f() { return 1; }\n',
              "through_header.cpp": '#include "plain.h"\n#include "uses_aten.h"\n',
              "registers.cpp": "STABLE_TORCH_LIBRARY_IMPL(x, CPU, m) {}\n",
-             "python.cpp": "#include <Python.h>\n"}
+             "python.cpp": "#include <Python.h>\n",
+             "also_plain.cpp": "int g() { return 2; }\n"}
     for file, text in units.items():
         (tmp_path / file).write_text(text)
     free = {file: sources.torch_free(tmp_path / file, [tmp_path / "inc"]) for file in units}
     assert free == {"plain.cpp": True, "through_header.cpp": False, "registers.cpp": False,
-                    "python.cpp": False}
+                    "python.cpp": False, "also_plain.cpp": True}
     assert sources.dtype_slices(tmp_path / "plain.cpp") == 1
 
     op_dir = sources.resolve_op_dir("sigmoid")
@@ -500,3 +501,7 @@ def test_cpu_loop_units_compile_as_plain_cpp_one_object_per_dtype(tmp_path):
                                  capture_output=True, text=True, check=True).stdout
         loops = set(re.findall(r"ops_common::map_cpu<sigmoid_op::(\w+), ([\w:]+)>", symbols))
         assert loops == {("Forward", dtype), ("Backward", dtype)}, (k, loops)
+    # An op of plain units alone: the first keeps the registry header (the entry points).
+    only_plain = ninja_file.units_of([tmp_path / "plain.cpp", tmp_path / "also_plain.cpp"],
+                                     [tmp_path / "inc"])
+    assert only_plain == {str(tmp_path / "also_plain.cpp"): ninja_file.Unit(plain=True)}

@@ -276,15 +276,14 @@ class Unit:
 
 def units_of(sources: list[Path], include_dirs) -> dict[str, Unit]:
     """The :class:`Unit` of each C++ source that compiles otherwise than with the op's
-    flags, by absolute path."""
-    out = {}
-    for source in sources:
-        if source.suffix in src.CUDA_SUFFIXES:
-            continue
-        unit = Unit(src.torch_free(source, include_dirs), src.dtype_slices(source))
-        if unit != Unit():
-            out[os.path.abspath(source)] = unit
-    return out
+    flags, by absolute path. Where every C++ unit is plain, the first keeps the registry
+    header: it defines the loader's entry points."""
+    cpp = [p for p in sources if p.suffix not in src.CUDA_SUFFIXES]
+    plain = [src.torch_free(p, include_dirs) for p in cpp]
+    if plain and all(plain):
+        plain[0] = False
+    units = {os.path.abspath(p): Unit(free, src.dtype_slices(p)) for p, free in zip(cpp, plain)}
+    return {path: unit for path, unit in units.items() if unit != Unit()}
 
 
 def write(work: Path, name: str, flags: TorchFlags, pieces: Pieces, cpu_sources: list[Path],
