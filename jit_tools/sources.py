@@ -174,8 +174,9 @@ def local_headers(sources: Iterable[Path], include_dirs: Sequence[Path]) -> list
 _TORCH_INCLUDE_RE = re.compile(
     rb'^\s*#\s*include\s*[<"](?:(?:torch|ATen|c10|caffe2|pybind11)/|Python\.h)', re.MULTILINE)
 _REGISTERS_RE = re.compile(rb"TORCH_LIBRARY|PYBIND11_MODULE")
-# The macros of ops/common/cpu_loops.h that instantiate an op's CPU loops per dtype.
-_PER_DTYPE_RE = re.compile(rb"\bOPS_INSTANTIATE_CPU_(?:UNARY|BINARY)\b")
+# The macros of ops/common/cpu_loops.h that instantiate an op's CPU loops per dtype, or
+# put a unit's own definitions in one dtype's slice (OPS_CPU_SLICE_0..3).
+_PER_DTYPE_RE = re.compile(rb"\b(?:OPS_INSTANTIATE_CPU_(?:UNARY|BINARY)|OPS_CPU_SLICE_[0-3])\b")
 # How many objects such a unit compiles to (OPS_CPU_SLICE 0..3 of cpu_loops.h).
 CPU_DTYPE_SLICES = 4
 
@@ -199,7 +200,7 @@ def torch_free(source: Path, include_dirs: Sequence[Path]) -> bool:
 def dtype_slices(source: Path) -> int:
     """How many objects a C++ unit compiles to: ``CPU_DTYPE_SLICES`` (one per dtype,
     side by side) for a unit that instantiates its CPU loops with cpu_loops.h's
-    OPS_INSTANTIATE_CPU_UNARY/_BINARY, else 1."""
+    OPS_INSTANTIATE_CPU_UNARY/_BINARY or puts definitions in its OPS_CPU_SLICE_k, else 1."""
     try:
         return CPU_DTYPE_SLICES if _PER_DTYPE_RE.search(source.read_bytes()) else 1
     except OSError:

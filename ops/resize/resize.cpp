@@ -23,7 +23,9 @@ Tensor resize_forward_cpu(const Tensor& input, std::vector<int64_t> output_size,
   if (out.numel() == 0) return out;
   const Tensor in = ops_common::contiguous(input, plan.format);
   OPS_DISPATCH_FLOATING(in.scalar_type(), "resize_forward_cpu", [&] {
-    forward_cpu_kernel(in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), plan);
+    using acc = ops_common::opmath_t<scalar_t>;
+    forward_cpu(in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), plan.geometry,
+                height_map<acc>(plan), width_map<acc>(plan));
   });
   return out;
 }
@@ -36,7 +38,9 @@ Tensor resize_backward_cpu(const Tensor& grad_output, std::vector<int64_t> input
   if (grad_in.numel() == 0) return grad_in;
   const Tensor g = ops_common::contiguous(grad_output, plan.format);
   OPS_DISPATCH_FLOATING(g.scalar_type(), "resize_backward_cpu", [&] {
-    backward_cpu_kernel(g.const_data_ptr<scalar_t>(), grad_in.mutable_data_ptr<scalar_t>(), plan);
+    using acc = ops_common::opmath_t<scalar_t>;
+    backward_cpu(g.const_data_ptr<scalar_t>(), grad_in.mutable_data_ptr<scalar_t>(), plan.geometry,
+                 height_map<acc>(plan), width_map<acc>(plan));
   });
   return grad_in;
 }

@@ -2,12 +2,13 @@
 // shared with the CUDA kernels. The backward gathers: each input pixel sums the output
 // pixels that read it (ranges from first_reader/end_reader), in a fixed order, so its
 // result does not depend on the number of threads. A unit of its own, so that an edit of
-// the schema or the host side compiles no kernel.
-#include <torch/csrc/stable/ops.h>
-
+// the schema or the host side compiles no kernel; torch-free (16-bit data is read and
+// written as its bits through common/cpu_loops.h), so the loader compiles it as plain C++,
+// one object per dtype (OPS_CPU_SLICE_k below).
 #include <algorithm>
 #include <vector>
 
+#include "common/cpu_loops.h"
 #include "resize.h"
 #include "resize_cpu.h"
 
@@ -21,36 +22,39 @@ int64_t grain_rows(int64_t row_elements) {
 
 }  // namespace
 
-template <typename scalar_t>
-void forward_cpu_kernel(const scalar_t* in, scalar_t* out, const Plan& plan) {
-  using acc_t = ops_common::opmath_t<scalar_t>;
-  const Geometry& g = plan.geometry;
-  const AxisMap<acc_t> hmap = height_map<acc_t>(plan), wmap = width_map<acc_t>(plan);
+// scalar_t: the dtype (c10::Half and c10::BFloat16 read and written as their bits).
+template <typename scalar_t, typename acc_t>
+void forward_kernel(const scalar_t* input, scalar_t* output, const Geometry& g,
+                    const AxisMap<acc_t>& hmap, const AxisMap<acc_t>& wmap) {
+  using Storage = ops_common::CpuStorage<scalar_t>;
+  using bits_t = typename Storage::type;
+  const bits_t* in = reinterpret_cast<const bits_t*>(input);
+  bits_t* out = reinterpret_cast<bits_t*>(output);
   std::vector<Taps<acc_t>> th(g.out_h), tw(g.out_w);
   for (int y = 0; y < g.out_h; ++y) th[y] = taps(hmap, y);
   for (int x = 0; x < g.out_w; ++x) tw[x] = taps(wmap, x);
   const int64_t C = g.channels;
   const int64_t in_row = g.in_w * C, in_plane = g.in_h * in_row;
   const int64_t out_row = g.out_w * C, out_plane = g.out_h * out_row;
-  torch::stable::parallel_for(0, g.planes * g.out_h, grain_rows(out_row), [&](int64_t begin, int64_t end) {
+  ops_common::parallel_for(0, g.planes * g.out_h, grain_rows(out_row), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t p = r / g.out_h;
       const Taps<acc_t>& ty = th[r % g.out_h];
-      const scalar_t* top = in + p * in_plane + ty.i0 * in_row;
-      const scalar_t* bottom = in + p * in_plane + ty.i1 * in_row;
-      scalar_t* o = out + p * out_plane + (r % g.out_h) * out_row;
+      const bits_t* top = in + p * in_plane + ty.i0 * in_row;
+      const bits_t* bottom = in + p * in_plane + ty.i1 * in_row;
+      bits_t* o = out + p * out_plane + (r % g.out_h) * out_row;
       const acc_t wy0 = acc_t(1) - ty.l1, wy1 = ty.l1;
       for (int x = 0; x < g.out_w; ++x) {
         const Taps<acc_t>& tx = tw[x];
         const acc_t wx0 = acc_t(1) - tx.l1, wx1 = tx.l1;
-        const scalar_t* a = top + tx.i0 * C;
-        const scalar_t* b = top + tx.i1 * C;
-        const scalar_t* c = bottom + tx.i0 * C;
-        const scalar_t* d = bottom + tx.i1 * C;
+        const bits_t* a = top + tx.i0 * C;
+        const bits_t* b = top + tx.i1 * C;
+        const bits_t* c = bottom + tx.i0 * C;
+        const bits_t* d = bottom + tx.i1 * C;
         for (int64_t ch = 0; ch < C; ++ch) {
-          const acc_t upper = wx0 * static_cast<acc_t>(a[ch]) + wx1 * static_cast<acc_t>(b[ch]);
-          const acc_t lower = wx0 * static_cast<acc_t>(c[ch]) + wx1 * static_cast<acc_t>(d[ch]);
-          o[x * C + ch] = static_cast<scalar_t>(wy0 * upper + wy1 * lower);
+          const acc_t upper = wx0 * acc_t(Storage::load(a[ch])) + wx1 * acc_t(Storage::load(b[ch]));
+          const acc_t lower = wx0 * acc_t(Storage::load(c[ch])) + wx1 * acc_t(Storage::load(d[ch]));
+          o[x * C + ch] = Storage::store(wy0 * upper + wy1 * lower);
         }
       }
     }
@@ -79,15 +83,18 @@ struct Readers {
 
 }  // namespace
 
-template <typename scalar_t>
-void backward_cpu_kernel(const scalar_t* grad_out, scalar_t* grad_in, const Plan& plan) {
-  using acc_t = ops_common::opmath_t<scalar_t>;
-  const Geometry& g = plan.geometry;
-  const Readers<acc_t> rows(height_map<acc_t>(plan)), cols(width_map<acc_t>(plan));
+template <typename scalar_t, typename acc_t>
+void backward_kernel(const scalar_t* grad_output, scalar_t* grad_input, const Geometry& g,
+                     const AxisMap<acc_t>& hmap, const AxisMap<acc_t>& wmap) {
+  using Storage = ops_common::CpuStorage<scalar_t>;
+  using bits_t = typename Storage::type;
+  const bits_t* grad_out = reinterpret_cast<const bits_t*>(grad_output);
+  bits_t* grad_in = reinterpret_cast<bits_t*>(grad_input);
+  const Readers<acc_t> rows(hmap), cols(wmap);
   const int64_t C = g.channels;
   const int64_t in_row = g.in_w * C, in_plane = g.in_h * in_row;
   const int64_t out_row = g.out_w * C, out_plane = g.out_h * out_row;
-  torch::stable::parallel_for(0, g.planes * g.in_h, grain_rows(out_row * 4), [&](int64_t begin, int64_t end) {
+  ops_common::parallel_for(0, g.planes * g.in_h, grain_rows(out_row * 4), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> sum(in_row);
     for (int64_t r = begin; r < end; ++r) {
       const int64_t p = r / g.in_h;
@@ -95,29 +102,36 @@ void backward_cpu_kernel(const scalar_t* grad_out, scalar_t* grad_in, const Plan
       std::fill(sum.begin(), sum.end(), acc_t(0));
       for (int64_t k = rows.offset[y]; k < rows.offset[y + 1]; ++k) {
         const acc_t wy = rows.weight[k];
-        const scalar_t* g_row = grad_out + p * out_plane + rows.index[k] * out_row;
+        const bits_t* g_row = grad_out + p * out_plane + rows.index[k] * out_row;
         for (int x = 0; x < g.in_w; ++x) {
           acc_t* s = sum.data() + x * C;
           for (int64_t j = cols.offset[x]; j < cols.offset[x + 1]; ++j) {
             const acc_t w = wy * cols.weight[j];
-            const scalar_t* src = g_row + cols.index[j] * C;
-            for (int64_t ch = 0; ch < C; ++ch) s[ch] += w * static_cast<acc_t>(src[ch]);
+            const bits_t* src = g_row + cols.index[j] * C;
+            for (int64_t ch = 0; ch < C; ++ch) s[ch] += w * acc_t(Storage::load(src[ch]));
           }
         }
       }
-      scalar_t* o = grad_in + p * in_plane + y * in_row;
-      for (int64_t e = 0; e < in_row; ++e) o[e] = static_cast<scalar_t>(sum[e]);
+      bits_t* o = grad_in + p * in_plane + y * in_row;
+      for (int64_t e = 0; e < in_row; ++e) o[e] = Storage::store(sum[e]);
     }
   });
 }
 
-#define RESIZE_INSTANTIATE_CPU(T)                                                \
-  template void forward_cpu_kernel<T>(const T*, T*, const Plan&); \
-  template void backward_cpu_kernel<T>(const T*, T*, const Plan&);
-RESIZE_INSTANTIATE_CPU(float)
-RESIZE_INSTANTIATE_CPU(double)
-RESIZE_INSTANTIATE_CPU(c10::Half)
-RESIZE_INSTANTIATE_CPU(c10::BFloat16)
-#undef RESIZE_INSTANTIATE_CPU
+// One dtype per object where the loader compiles the unit in slices (cpu_loops.h).
+#define RESIZE_DEFINE_CPU_KERNELS(T, ACC)                                                     \
+  void forward_cpu(const T* input, T* output, const Geometry& geometry,                      \
+                   const AxisMap<ACC>& rows, const AxisMap<ACC>& cols) {                     \
+    forward_kernel(input, output, geometry, rows, cols);                                      \
+  }                                                                                           \
+  void backward_cpu(const T* grad_output, T* grad_input, const Geometry& geometry,           \
+                    const AxisMap<ACC>& rows, const AxisMap<ACC>& cols) {                    \
+    backward_kernel(grad_output, grad_input, geometry, rows, cols);                           \
+  }
+OPS_CPU_SLICE_0(RESIZE_DEFINE_CPU_KERNELS(float, float))
+OPS_CPU_SLICE_1(RESIZE_DEFINE_CPU_KERNELS(double, double))
+OPS_CPU_SLICE_2(RESIZE_DEFINE_CPU_KERNELS(c10::Half, float))
+OPS_CPU_SLICE_3(RESIZE_DEFINE_CPU_KERNELS(c10::BFloat16, float))
+#undef RESIZE_DEFINE_CPU_KERNELS
 
 }  // namespace resize_op
