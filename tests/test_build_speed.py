@@ -447,12 +447,10 @@ def test_the_other_abis_header_set_is_made_with_that_abis_flags(tmp_path):
     assert speedups.STABLE_HEADERS.text == abi.STABLE_PCH_TEXT
 
 
-def test_cpu_loop_units_compile_as_plain_cpp_one_object_per_dtype(tmp_path):
-    """A C++ unit that reaches no torch header and registers nothing compiles without the
-    precompiled torch headers and the registry header; one that instantiates cpu_loops.h's
-    loops compiles to one object per dtype, side by side. sigmoid's flags as torch
-    composes them."""
-    from jit_tools import key as keys, sources
+def test_plain_units_are_told_apart_from_units_reaching_torch(tmp_path):
+    """A C++ unit that reaches no torch header and registers nothing is plain C++; an op
+    of plain units alone keeps the registry header in its first (the loader's entry points)."""
+    from jit_tools import sources
 
     (tmp_path / "inc").mkdir()
     (tmp_path / "inc" / "uses_aten.h").write_text("#pragma once\n#include <ATen/ATen.h>\n")
@@ -468,40 +466,58 @@ def test_cpu_loop_units_compile_as_plain_cpp_one_object_per_dtype(tmp_path):
     assert free == {"plain.cpp": True, "through_header.cpp": False, "registers.cpp": False,
                     "python.cpp": False, "also_plain.cpp": True}
     assert sources.dtype_slices(tmp_path / "plain.cpp") == 1
+    only_plain = ninja_file.units_of([tmp_path / "plain.cpp", tmp_path / "also_plain.cpp"],
+                                     [tmp_path / "inc"])
+    assert only_plain == {str(tmp_path / "also_plain.cpp"): ninja_file.Unit(plain=True)}
 
-    op_dir = sources.resolve_op_dir("sigmoid")
-    _key, config, compiled, _inputs = keys.compute_key("sigmoid", op_dir, {})
-    flags = ninja_file.torch_flags("sigmoid", config, compiled, tmp_path)
-    loops = str(op_dir / "sigmoid_cpu.cpp")
+
+# Per op: its CPU-loop unit, and the symbols each dtype's slice must define (nm -C).
+SLICED_LOOPS = {
+    "sigmoid": ("sigmoid_cpu.cpp", r"ops_common::map_cpu<sigmoid_op::(\w+), ([\w:]+)>",
+                lambda dtype: {("Forward", dtype), ("Backward", dtype)}),
+    "resize": ("resize_cpu.cpp", r"resize_op::(forward_cpu|backward_cpu)\((?:const )?([\w:]+) const\*",
+               lambda dtype: {("forward_cpu", dtype), ("backward_cpu", dtype)}),
+}
+
+
+@pytest.mark.parametrize("op", sorted(SLICED_LOOPS))
+def test_cpu_loop_units_compile_as_plain_cpp_one_object_per_dtype(tmp_path, op):
+    """An op's CPU-loop unit compiles without the precompiled torch headers and the
+    registry header, to one object per dtype side by side, each holding its dtype's loops
+    only (sigmoid through cpu_loops.h's OPS_INSTANTIATE_CPU_*, resize through its own
+    OPS_CPU_SLICE_k); the op's flags as torch composes them."""
+    from jit_tools import key as keys, sources
+
+    unit, pattern, expected = SLICED_LOOPS[op]
+    op_dir = sources.resolve_op_dir(op)
+    _key, config, compiled, _inputs = keys.compute_key(op, op_dir, {})
+    flags = ninja_file.torch_flags(op, config, compiled, tmp_path)
+    loops = str(op_dir / unit)
     units_of = ninja_file.units_of(compiled, sources.include_dirs(op_dir, {}))
     assert units_of == {loops: ninja_file.Unit(plain=True, slices=sources.CPU_DTYPE_SLICES)}
     spec = ninja_file.PieceSpec(root=str(tmp_path), cxx="c++", flags=[], post="", ldflags="")
     pieces = ninja_file.Pieces(spec, pch=tmp_path / "pch" / "jit_loader_stable.h", nvcc="nvcc")
-    ninja_file.write(tmp_path, "sigmoid", flags, pieces, [], units_of)
+    ninja_file.write(tmp_path, op, flags, pieces, [], units_of)
     text = (tmp_path / "build.ninja").read_text()
     blocks = re.findall(r"^build (\S+): compile (\S+)\n(?:  cflags = (.*)\n)?", text, re.M)
+    stem = unit.removesuffix(".cpp")
     own = {obj: cflags for obj, source, cflags in blocks if source == loops}
-    assert sorted(own) == [f"sigmoid_cpu.slice{k}.o" for k in range(4)], text
+    assert sorted(own) == [f"{stem}.slice{k}.o" for k in range(4)], text
     registry = str(keys.registry_header(config))
     for k in range(4):
-        line = own[f"sigmoid_cpu.slice{k}.o"]
+        line = own[f"{stem}.slice{k}.o"]
         assert line.endswith(f"-DOPS_CPU_SLICE={k}") and "-O3" in line, line
         assert ninja_file.PIECES_RSP not in line and registry not in line, line
-    glue = [cflags for obj, source, cflags in blocks if obj == "sigmoid.o"]
+    glue = [cflags for obj, source, cflags in blocks if obj == f"{op}.o"]
     assert glue == [""], text  # the op's own flags: the header set and the registry header
     assert f"@{ninja_file.PIECES_RSP}" in text and registry in text
-    link = re.search(r"^build sigmoid\.so: link (.*)$", text, re.M).group(1).split()
-    assert [o for o in link if o.startswith("sigmoid_cpu")] == sorted(own), link
+    link = re.search(rf"^build {op}\.so: link (.*)$", text, re.M).group(1).split()
+    assert [o for o in link if o.startswith(stem)] == sorted(own), link
     # Each slice holds the loops of its own dtype only.
     built = subprocess.run([toolchain.ninja(), *sorted(own)], cwd=tmp_path, capture_output=True, text=True)
     assert built.returncode == 0, built.stdout[-3000:]
     dtypes = ["float", "double", "c10::Half", "c10::BFloat16"]
     for k, dtype in enumerate(dtypes):
-        symbols = subprocess.run(["nm", "-C", "--defined-only", tmp_path / f"sigmoid_cpu.slice{k}.o"],
+        symbols = subprocess.run(["nm", "-C", "--defined-only", tmp_path / f"{stem}.slice{k}.o"],
                                  capture_output=True, text=True, check=True).stdout
-        loops = set(re.findall(r"ops_common::map_cpu<sigmoid_op::(\w+), ([\w:]+)>", symbols))
-        assert loops == {("Forward", dtype), ("Backward", dtype)}, (k, loops)
-    # An op of plain units alone: the first keeps the registry header (the entry points).
-    only_plain = ninja_file.units_of([tmp_path / "plain.cpp", tmp_path / "also_plain.cpp"],
-                                     [tmp_path / "inc"])
-    assert only_plain == {str(tmp_path / "also_plain.cpp"): ninja_file.Unit(plain=True)}
+        assert set(re.findall(pattern, symbols)) == expected(dtype), (k, symbols[-2000:])
