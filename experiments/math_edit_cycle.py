@@ -170,7 +170,8 @@ def rows(tmp: Path, base_env: dict, rounds: int, ops=OPS, cuda: bool = True) -> 
         env, env_first = ({**base_env, "JIT_LOADER_CACHE": str(tmp / f"cache-{kind}{suffix}"),
                            "JIT_LOADER_NVRTC_WARM": "1"} for suffix in ("", "-first-launch"))
         op_dir = _op_copy(kind, tmp / f"ops-{kind}")
-        fresh = run(CYCLE, env, kind, str(op_dir), "1", "1", "cycle")
+        # r starts at 2: resize's edit scales its weights by r, and r = 1 would change nothing.
+        fresh = run(CYCLE, env, kind, str(op_dir), "1", "2", "cycle")
         # The shared pieces the first build went without are built by a background process
         # at low priority: warm rounds start once it is done, so that none runs beside them.
         wait_for_pieces(Path(env["JIT_LOADER_CACHE"]) / "_shared", [])
