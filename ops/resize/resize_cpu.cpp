@@ -22,14 +22,10 @@ int64_t grain_rows(int64_t row_elements) {
 
 }  // namespace
 
-// scalar_t: the dtype (c10::Half and c10::BFloat16 read and written as their bits).
-template <typename scalar_t, typename acc_t>
-void forward_kernel(const scalar_t* input, scalar_t* output, const Geometry& g,
-                    const AxisMap<acc_t>& hmap, const AxisMap<acc_t>& wmap) {
-  using Storage = ops_common::CpuStorage<scalar_t>;
-  using bits_t = typename Storage::type;
-  const bits_t* in = reinterpret_cast<const bits_t*>(input);
-  bits_t* out = reinterpret_cast<bits_t*>(output);
+// Storage: how a dtype is read and written (c10::Half and c10::BFloat16 as their bits).
+template <typename Storage, typename acc_t, typename bits_t = typename Storage::type>
+void forward_kernel(const bits_t* in, bits_t* out, const Geometry& g, const AxisMap<acc_t>& hmap,
+                    const AxisMap<acc_t>& wmap) {
   std::vector<Taps<acc_t>> th(g.out_h), tw(g.out_w);
   for (int y = 0; y < g.out_h; ++y) th[y] = taps(hmap, y);
   for (int x = 0; x < g.out_w; ++x) tw[x] = taps(wmap, x);
@@ -83,13 +79,9 @@ struct Readers {
 
 }  // namespace
 
-template <typename scalar_t, typename acc_t>
-void backward_kernel(const scalar_t* grad_output, scalar_t* grad_input, const Geometry& g,
+template <typename Storage, typename acc_t, typename bits_t = typename Storage::type>
+void backward_kernel(const bits_t* grad_out, bits_t* grad_in, const Geometry& g,
                      const AxisMap<acc_t>& hmap, const AxisMap<acc_t>& wmap) {
-  using Storage = ops_common::CpuStorage<scalar_t>;
-  using bits_t = typename Storage::type;
-  const bits_t* grad_out = reinterpret_cast<const bits_t*>(grad_output);
-  bits_t* grad_in = reinterpret_cast<bits_t*>(grad_input);
   const Readers<acc_t> rows(hmap), cols(wmap);
   const int64_t C = g.channels;
   const int64_t in_row = g.in_w * C, in_plane = g.in_h * in_row;
@@ -122,11 +114,15 @@ void backward_kernel(const scalar_t* grad_output, scalar_t* grad_input, const Ge
 #define RESIZE_DEFINE_CPU_KERNELS(T, ACC)                                                     \
   void forward_cpu(const T* input, T* output, const Geometry& geometry,                      \
                    const AxisMap<ACC>& rows, const AxisMap<ACC>& cols) {                     \
-    forward_kernel(input, output, geometry, rows, cols);                                      \
+    using S = ops_common::CpuStorage<T>;                                                      \
+    forward_kernel<S>(reinterpret_cast<const S::type*>(input),                                \
+                      reinterpret_cast<S::type*>(output), geometry, rows, cols);              \
   }                                                                                           \
   void backward_cpu(const T* grad_output, T* grad_input, const Geometry& geometry,           \
                     const AxisMap<ACC>& rows, const AxisMap<ACC>& cols) {                    \
-    backward_kernel(grad_output, grad_input, geometry, rows, cols);                           \
+    using S = ops_common::CpuStorage<T>;                                                      \
+    backward_kernel<S>(reinterpret_cast<const S::type*>(grad_output),                         \
+                       reinterpret_cast<S::type*>(grad_input), geometry, rows, cols);         \
   }
 OPS_CPU_SLICE_0(RESIZE_DEFINE_CPU_KERNELS(float, float))
 OPS_CPU_SLICE_1(RESIZE_DEFINE_CPU_KERNELS(double, double))
