@@ -114,8 +114,16 @@ class CacheStore:
         return self.shared_folder() == self.root / "_shared"
 
     def ccache_folder(self) -> Path:
-        """ccache's store (``CCACHE_DIR``) of this cache's builds."""
-        return self.root / "_ccache"
+        """ccache's store (``CCACHE_DIR``) of this cache's builds: ``JIT_LOADER_CCACHE_DIR``
+        (one store for many caches, e.g. a user's per-project caches or a test session's
+        private ones: an object compiled for one is a hit for the others), else ``_ccache``."""
+        env = os.environ.get("JIT_LOADER_CCACHE_DIR", "").strip()
+        return Path(env) if env else self.root / "_ccache"
+
+    def owns_ccache_folder(self) -> bool:
+        """Whether ccache's store lives inside this cache (a clean of this cache cannot see
+        which objects of a ``JIT_LOADER_CCACHE_DIR`` other caches' builds use)."""
+        return self.ccache_folder() == self.root / "_ccache"
 
     def builds_folder(self, name: str) -> Path:
         return self.root / name / "builds"

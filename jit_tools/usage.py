@@ -135,7 +135,7 @@ def kept_anyway(store: CacheStore) -> dict[str, int]:
     by ccache itself) and the Ninja work folders (the next build of their op starts from
     them)."""
     parts = {"shared pieces": folder_bytes(store.shared_folder()) if store.owns_shared_folder() else 0,
-             "ccache's store": folder_bytes(store.ccache_folder())}
+             "ccache's store": folder_bytes(store.ccache_folder()) if store.owns_ccache_folder() else 0}
     parts["Ninja work folders"] = sum(folder_bytes(w) for name in store.op_names()
                                       for w in store.work_folders(name))
     return parts

@@ -21,6 +21,11 @@ os.environ.setdefault("JIT_LOADER_SHARED_DIR", str(store.cache_dir() / "_shared"
 # before the first op, not in the background after it (the default for a user, whose
 # one-off flag set must not wait for them; test_build_speed tests that default).
 os.environ.setdefault("JIT_LOADER_SHARED_NOW", "1")
+# ccache's store is shared likewise: a test that builds a bundled op in its private cache
+# compiles what another test already compiled, and gets ccache's hit instead (the private
+# build folder, key, lock and link are still its own). A test about the store itself
+# gives its processes their own (JIT_LOADER_CCACHE_DIR=None).
+os.environ.setdefault("JIT_LOADER_CCACHE_DIR", str(store.cache_dir() / "_ccache"))
 
 # Under pytest-xdist each worker gets its share of the cores for torch's CPU threads (and
 # passes it to the processes it starts): N workers with a thread per core each make OpenMP

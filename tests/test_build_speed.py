@@ -125,7 +125,8 @@ def test_first_build_of_a_flag_set_does_not_wait_for_the_shared_pieces(tmp_path)
     cache: no precompiled header, no linker probe, no ccache), then builds the missing
     ones in the background; the next build with the same flags uses them."""
     cache = tmp_path / "cache"
-    env = private_env(cache, JIT_LOADER_SHARED_NOW="0", JIT_LOADER_SHARED_DIR=None)
+    env = private_env(cache, JIT_LOADER_SHARED_NOW="0", JIT_LOADER_SHARED_DIR=None,
+                      JIT_LOADER_CCACHE_DIR=None)
     first = copy_op("toy_op", tmp_path / "a")
     r1 = json_result(run_python(LOAD_AND_SCALE.format(path=str(first)), env=env))
     assert r1["compiled"] and r1["y"] == [2.0, 2.0, 2.0]
@@ -273,7 +274,7 @@ REVERT_THEN_EDIT = """
 def test_revert_then_edit_another_unit_compiles_only_that_unit(cache, tmp_path):
     op_dir = copy_op("toy_op", tmp_path / "two")
     (op_dir / "helper.cpp").write_text("int toy_op_helper() { return 1; }\n")
-    env = private_env(cache)
+    env = private_env(cache, JIT_LOADER_CCACHE_DIR=None)  # its own store, whose counts it reads
     env["CCACHE_DIR"] = str(cache / "_ccache")
     code = REVERT_THEN_EDIT.format(path=str(op_dir), ccache=speedups.ccache())
     r = json_result(run_python(code, env=env))
@@ -295,7 +296,8 @@ def test_prune_removes_only_unused_pieces(tmp_path):
     assert fresh.is_dir() and not old.exists()
 
 
-def test_ccache_runs_in_depend_mode_with_the_headers_identity(tmp_path):
+def test_ccache_runs_in_depend_mode_with_the_headers_identity(tmp_path, monkeypatch):
+    monkeypatch.delenv("JIT_LOADER_CCACHE_DIR", raising=False)  # the cache's own store
     env = speedups.ccache_env(tmp_path)
     assert env["CCACHE_DEPEND"] == "1" and env["CCACHE_PCH_EXTSUM"] == "1"
     extra = Path(env["CCACHE_EXTRAFILES"])

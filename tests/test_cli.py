@@ -269,7 +269,7 @@ def test_shared_pieces_and_ccache_are_reported_and_cleaned_only_while_no_build_r
     shutil.rmtree(cache / "_ccache", ignore_errors=True)  # the build's own, if any
     (cache / "_ccache").mkdir()
     (cache / "_ccache" / "object").write_bytes(b"y" * 50_000)
-    env = {"JIT_LOADER_SHARED_DIR": ""}  # the pieces of this cache, inside it
+    env = {"JIT_LOADER_SHARED_DIR": "", "JIT_LOADER_CCACHE_DIR": ""}  # this cache's own, inside it
 
     listing = run_cli("list", "--json", env=private_env(cache, **env))
     doc = json.loads(listing.stdout)
@@ -297,6 +297,18 @@ def test_shared_pieces_and_ccache_are_reported_and_cleaned_only_while_no_build_r
     assert "removed       _shared/pch-0123456789abcdef" in out.stdout
     assert not piece.exists() and not (cache / "_ccache").exists()
     assert build_folder(cache, built.key).is_dir()  # builds are not shared pieces
+
+    # A store that several caches use (JIT_LOADER_CCACHE_DIR) is listed, not removed: this
+    # cache cannot tell which of its objects the others' builds use.
+    common = tmp_path / "common-ccache"
+    common.mkdir()
+    (common / "object").write_bytes(b"z" * 40_000)
+    env["JIT_LOADER_CCACHE_DIR"] = str(common)
+    doc = json.loads(run_cli("list", "--json", env=private_env(cache, **env)).stdout)
+    assert doc["ccache"] == {"path": str(common), "bytes": 40_000}, doc["ccache"]
+    out = run_cli("clean", "--shared", env=private_env(cache, **env))
+    assert out.returncode == 0, out.stderr
+    assert "_ccache" not in out.stdout and (common / "object").is_file(), out.stdout
 
 
 def test_clean_broken_removes_damage_that_doctor_reports(built, tmp_path):

@@ -169,7 +169,7 @@ def _clean_shared(args, totals: dict) -> None:
                 else:
                     print(f"skipped       _shared/{path.name}  being built now")
         ccache_dir = store.ccache_folder()
-        if ccache_dir.is_dir():
+        if store.owns_ccache_folder() and ccache_dir.is_dir():
             size = stores.folder_bytes(ccache_dir)
             if not args.dry_run:
                 shutil.rmtree(ccache_dir, ignore_errors=True)
