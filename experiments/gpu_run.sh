@@ -66,6 +66,7 @@ for stage in "${stages[@]}"; do
                 python3 -m pytest -v -rs -p no:cacheprovider -p experiments.pytest_done_log --durations=25 \
                 --dist worksteal -n "${PYTEST_WORKERS:-12}" ${PYTEST_ARGS:-} > "$OUT/pytest_all.txt" 2>&1 || status=1
               echo $(( $(date +%s) - started )) > "$OUTCOME_LOG.seconds"
+              python3 -m experiments.pytest_done_log "$OUTCOME_LOG" --slowest 60 > "$OUT/pytest_slowest.txt"
               grep -E "^(FAILED|ERROR)" "$OUT/pytest_all.txt" | head -30; tail -3 "$OUT/pytest_all.txt" ;;
     rest)   python3 -m pytest --co -q -p no:cacheprovider | grep "::" | sort -u > /tmp/pytest_ids.txt
               sort -u "$DONE_LOG" 2>/dev/null | comm -23 /tmp/pytest_ids.txt - > "$OUT/pytest_rest_ids.txt"
@@ -82,6 +83,7 @@ for stage in "${stages[@]}"; do
                 seconds=$(( $(cat "$OUTCOME_LOG.seconds" 2>/dev/null || echo 0) + $(date +%s) - started ))
                 python3 -m experiments.pytest_done_log "$OUTCOME_LOG" --json "$R/tests.json" \
                   --seconds "$seconds" --workers "${PYTEST_WORKERS:-12}" || status=1
+                python3 -m experiments.pytest_done_log "$OUTCOME_LOG" --slowest 60 > "$OUT/pytest_slowest.txt"
               fi ;;
     suite)  python3 -m experiments.bench --out "$OUT/suite" 2>&1 | tr '\r' '\n' | grep -v "^bench: " \
               | tee "$OUT/suite.txt" | tail -40 || status=1

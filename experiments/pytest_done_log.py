@@ -10,8 +10,10 @@
   skipped, errors, seconds, workers) is written there as the results page reads it
   (experiments/results.py, benchmark ``tests``).
 * A record across calls: with ``$PYTEST_OUTCOME_LOG``, each test's outcome is appended
-  there as it ends; ``python -m experiments.pytest_done_log OUTCOME_LOG --json FILE``
-  writes the record of every run that appended to it (``alltests``, then ``rest``).
+  there as it ends, with the seconds of that phase; ``python -m experiments.pytest_done_log
+  OUTCOME_LOG --json FILE`` writes the record of every run that appended to it (``alltests``,
+  then ``rest``), and ``--slowest N`` lists the N tests that took longest and the seconds of
+  every test together (what the workers had to share), which a run cut short cannot print.
 
     python3 -m pytest -p experiments.pytest_done_log ...
 """
@@ -36,7 +38,7 @@ def pytest_runtest_logreport(report):
     outcomes = os.environ.get("PYTEST_OUTCOME_LOG")
     if outcomes and (report.when != "teardown" or report.outcome != "passed"):
         with open(outcomes, "a", encoding="utf-8") as log:
-            log.write(f"{report.when}\t{report.outcome}\t{report.nodeid}\n")
+            log.write(f"{report.when}\t{report.outcome}\t{report.duration:.2f}\t{report.nodeid}\n")
     failures = os.environ.get("PYTEST_FAILURE_LOG")
     if failures and report.failed:
         with open(failures, "a", encoding="utf-8") as log:
@@ -59,13 +61,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 def summarize(lines, seconds: float | None = None, workers=None) -> dict:
-    """The record of the outcome log's ``lines`` (``when<TAB>outcome<TAB>node id``), each
+    """The record of the outcome log's ``lines`` (``when<TAB>outcome<TAB>seconds<TAB>node id``), each
     test counted once by its last run (``rest`` runs again what a cut run left): failed if
     its call failed, an error if another phase failed, skipped if a phase skipped, passed
     if its call passed; one whose run was cut before its call ended is unfinished."""
     runs: dict[str, list[tuple[str, str]]] = {}
     for line in lines:
-        when, outcome, nodeid = line.rstrip("\n").split("\t", 2)
+        when, outcome, _, nodeid = line.rstrip("\n").split("\t", 3)
         if when == "setup":
             runs[nodeid] = []  # a new run of the test
         runs.setdefault(nodeid, []).append((when, outcome))
@@ -85,6 +87,17 @@ def summarize(lines, seconds: float | None = None, workers=None) -> dict:
     return {**count, "xfailed": 0, "seconds": seconds, "workers": workers, "exit_status": int(bad > 0)}
 
 
+def slowest(lines, n: int) -> tuple[list[tuple[float, str]], float]:
+    """The ``n`` tests of the outcome log's ``lines`` that took longest (setup, call and the
+    teardowns the log holds, each test by its last run), and the seconds of all together."""
+    took: dict[str, float] = {}
+    for line in lines:
+        when, _, seconds, nodeid = line.rstrip("\n").split("\t", 3)
+        took[nodeid] = (0.0 if when == "setup" else took.get(nodeid, 0.0)) + float(seconds)
+    ranked = sorted(((s, nodeid) for nodeid, s in took.items()), reverse=True)
+    return ranked[:n], sum(took.values())
+
+
 def main(argv=None) -> int:
     import argparse
 
@@ -92,12 +105,21 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(description="The record of a suite run over several calls.")
     parser.add_argument("log", help="the $PYTEST_OUTCOME_LOG the runs appended to")
-    parser.add_argument("--json", required=True, help="where the record goes (benchmark 'tests')")
+    parser.add_argument("--json", help="where the record goes (benchmark 'tests')")
+    parser.add_argument("--slowest", type=int, metavar="N", help="list the N slowest tests")
     parser.add_argument("--seconds", type=float, help="the runs' time in all")
     parser.add_argument("--workers", type=int)
     args = parser.parse_args(argv)
     with open(args.log, encoding="utf-8") as log:
-        row = summarize(log, args.seconds, args.workers)
+        lines = log.readlines()
+    if args.slowest:
+        ranked, total = slowest(lines, args.slowest)
+        for seconds, nodeid in ranked:
+            print(f"{seconds:8.1f}s  {nodeid}")
+        print(f"{total:8.1f}s  every test together")
+    if not args.json:
+        return 0
+    row = summarize(lines, args.seconds, args.workers)
     benchutil.save_json(args.json, [row], "tests", list(row))
     print(", ".join(f"{k} {v}" for k, v in row.items() if v is not None))
     return 1 if row["exit_status"] else 0

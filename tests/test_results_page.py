@@ -131,6 +131,15 @@ def test_what_the_benchmarks_write_is_what_the_page_reads(tmp_path):
     failures = (tmp_path / "failures.txt").read_text()
     assert failures.startswith("==== test_tiny.py::test_c (call)\n") and "assert False" in failures
     assert "test_a" not in failures and "test_b" not in failures
+    # The slowest tests, from the same log: each test once, the slowest first, and the total.
+    proc = run_interpreter("-m", "experiments.pytest_done_log", str(tmp_path / "outcomes.txt"),
+                           "--slowest", "2", env=env, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 3 and lines[-1].endswith("every test together"), lines
+    ranked = [(float(line.split("s  ")[0]), line.split("s  ")[1]) for line in lines[:2]]
+    assert ranked[0][0] >= ranked[1][0] and len({name for _, name in ranked}) == 2, ranked
+    assert all(name.startswith("test_tiny.py::") for _, name in ranked), ranked
 
 
 def test_a_run_on_a_machine_without_the_checkout_names_the_commit_it_is_given(monkeypatch):
