@@ -35,6 +35,15 @@ if _WORKERS > 1:
     _THREADS = max(1, (os.cpu_count() or 1) // _WORKERS)
     os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    # Likewise each worker's builds: Ninja's -j is its share of the cores, at least 2 (so a
+    # build still compiles two units at once while the other workers run Python). Every
+    # worker running -j<all cores> made 16 workers on a 16-core host compile 16x
+    # oversubscribed, each test several times slower than alone.
+    os.environ.setdefault("MAX_JOBS", str(max(2, (os.cpu_count() or 1) // _WORKERS)))
+# torch.compile compiles in the process that calls it: by default inductor starts a pool of
+# compile processes, one per core, in every process that compiles (each pool process
+# imports torch), and the suite runs many such processes side by side.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 HAS_CUDA = torch.cuda.is_available()
 
