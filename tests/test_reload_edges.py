@@ -286,6 +286,7 @@ def test_clean_in_a_loop_never_removes_a_build_being_made_or_handed_over(tmp_pat
         while not done.is_set():
             proc = run_cli("clean", "toy_op", env=env, timeout=120)
             cleans.append(proc)
+            done.wait(0.5)  # a clean every two seconds or so: several during each phase
 
     builder = start()
     time.sleep(1.0)
