@@ -55,7 +55,10 @@ SUPPORT_HASH = hashlib.sha256(REGISTRY_HEADER.read_bytes() + REGISTRY_CORE.read_
 def cpu_clone_flags() -> list[str]:
     """``-DOPS_CPU_CLONE=<0|1|2>``: a JIT build compiles only the clone of the ops'
     vectorised CPU loops that this process runs (ops/common/cpu_dispatch.h), ATen's CPU
-    capability (ATEN_CPU_CAPABILITY honoured); being a flag, it is in the key. None off
+    capability (ATEN_CPU_CAPABILITY honoured); in the key (the configuration's
+    ``cpu_clone``), and on the command line of the units that reach cpu_dispatch.h only
+    (ninja_file.units_of): a machine of another capability compiles those again, and takes
+    ccache's hits and the same precompiled header for the others. None off
     x86-64 (one clone there anyway) and with JIT_LOADER_CPU_CLONES=all (a cache shared by
     machines of several capabilities)."""
     if os.environ.get("JIT_LOADER_CPU_CLONES", "").lower() == "all":
@@ -143,8 +146,8 @@ def config(name: str, op_dir: Path, opts: dict, all_sources: list[Path],
         "nvcc": toolchain.file_identity(os.path.join(home, "bin", "nvcc")) if home else None,
         "with_cuda": with_cuda,
         "cuda_arch": toolchain.cuda_arch_list(opts.get("cuda_arch")) if with_cuda else None,
-        "cflags": [*_defaults(DEFAULT_CFLAGS, debug), *cpu_clone_flags(), *cuda_includes,
-                   *opts.get("extra_cflags", ())],
+        "cflags": [*_defaults(DEFAULT_CFLAGS, debug), *cuda_includes, *opts.get("extra_cflags", ())],
+        "cpu_clone": cpu_clone_flags(),
         "cuda_cflags": [*_defaults(DEFAULT_CUDA_CFLAGS, debug), *cuda_includes,
                         *opts.get("extra_cuda_cflags", ())] if with_cuda else [],
         "ldflags": [*DEFAULT_LDFLAGS, *opts.get("extra_ldflags", ())],

@@ -197,6 +197,13 @@ def torch_free(source: Path, include_dirs: Sequence[Path]) -> bool:
     return True
 
 
+def reaches(source: Path, header: str, include_dirs: Sequence[Path]) -> bool:
+    """Whether a C++ unit includes the local header ``header`` (a path's tail, e.g.
+    ``common/cpu_dispatch.h``), itself or through the local headers it reaches."""
+    tail = Path(header).parts
+    return any(p.parts[-len(tail):] == tail for p in local_headers([source], include_dirs))
+
+
 def dtype_slices(source: Path) -> int:
     """How many objects a C++ unit compiles to: ``CPU_DTYPE_SLICES`` (one per dtype,
     side by side) for a unit that instantiates its CPU loops with cpu_loops.h's

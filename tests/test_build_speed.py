@@ -495,8 +495,13 @@ def test_cpu_loop_units_compile_as_plain_cpp_one_object_per_dtype(tmp_path, op):
     _key, config, compiled, _inputs = keys.compute_key(op, op_dir, {})
     flags = ninja_file.torch_flags(op, config, compiled, tmp_path)
     loops = str(op_dir / unit)
-    units_of = ninja_file.units_of(compiled, sources.include_dirs(op_dir, {}))
-    assert units_of == {loops: ninja_file.Unit(plain=True, slices=sources.CPU_DTYPE_SLICES)}
+    clone = config["cpu_clone"]  # the CPU clone's define (none off x86-64)
+    units_of = ninja_file.units_of(compiled, sources.include_dirs(op_dir, {}), clone)
+    glue_reads_clone = bool(clone) and op == "resize"  # resize.cpp includes resize_cpu.h, which includes cpu_dispatch.h
+    assert {path: unit for path, unit in units_of.items() if path != loops} == (
+        {str(op_dir / f"{op}.cpp"): ninja_file.Unit(defines=tuple(clone))} if glue_reads_clone else {})
+    assert units_of[loops] == ninja_file.Unit(plain=True, slices=sources.CPU_DTYPE_SLICES,
+                                              defines=tuple(clone))
     spec = ninja_file.PieceSpec(root=str(tmp_path), cxx="c++", flags=[], post="", ldflags="")
     pieces = ninja_file.Pieces(spec, pch=tmp_path / "pch" / "jit_loader_stable.h", nvcc="nvcc")
     ninja_file.write(tmp_path, op, flags, pieces, [], units_of)
@@ -508,10 +513,16 @@ def test_cpu_loop_units_compile_as_plain_cpp_one_object_per_dtype(tmp_path, op):
     registry = str(keys.registry_header(config))
     for k in range(4):
         line = own[f"{stem}.slice{k}.o"]
-        assert line.endswith(f"-DOPS_CPU_SLICE={k}") and "-O3" in line, line
+        assert line.endswith(" ".join([*clone, f"-DOPS_CPU_SLICE={k}"])) and "-O3" in line, line
         assert ninja_file.PIECES_RSP not in line and registry not in line, line
-    glue = [cflags for obj, source, cflags in blocks if obj == f"{op}.o"]
-    assert glue == [""], text  # the op's own flags: the header set and the registry header
+    # The op's own flags (the header set and the registry header), without the CPU clone's
+    # define where the unit does not read it: the same object on every CPU capability.
+    (glue,) = [cflags for obj, source, cflags in blocks if obj == f"{op}.o"]
+    assert "OPS_CPU_CLONE" not in re.search(r"^cflags = (.*)$", text, re.M).group(1), text
+    if glue_reads_clone:
+        assert glue.endswith(" ".join(clone)) and f"@{ninja_file.PIECES_RSP}" in glue, glue
+    else:
+        assert glue == "", text
     assert f"@{ninja_file.PIECES_RSP}" in text and registry in text
     link = re.search(rf"^build {op}\.so: link (.*)$", text, re.M).group(1).split()
     assert [o for o in link if o.startswith(stem)] == sorted(own), link

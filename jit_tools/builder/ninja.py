@@ -386,7 +386,8 @@ def _build_in(work: Path, store: CacheStore, name: str, op_dir: Path, opts: dict
         pieces = ninja_file.choose_pieces(flags, config, [op_dir], store.root)
         ninja_file.write(work, name, flags, pieces,
                          [p for p in sources if not src.is_cuda_source(p, name)],
-                         ninja_file.units_of(sources, src.include_dirs(op_dir, opts)))
+                         ninja_file.units_of(sources, src.include_dirs(op_dir, opts),
+                                             config.get("cpu_clone", ())))
         if hashes is not None:
             mtimes = _mtimes(hashes)
             # Inputs edited since the key was computed (a background build that an edit

@@ -268,21 +268,31 @@ def _pieces_built(spec: PieceSpec) -> tuple[Path | None, list[str], list[str]]:
 class Unit:
     """How a C++ unit compiles, besides the op's flags: ``plain`` (torch-free,
     :func:`jit_tools.sources.torch_free`: without the precompiled header and the registry
-    header) and ``slices`` (objects side by side, ``-DOPS_CPU_SLICE=k`` each;
-    :func:`jit_tools.sources.dtype_slices`)."""
+    header), ``slices`` (objects side by side, ``-DOPS_CPU_SLICE=k`` each;
+    :func:`jit_tools.sources.dtype_slices`) and ``defines``, flags of its own (the CPU clone's,
+    for a unit that reaches ops/common/cpu_dispatch.h)."""
     plain: bool = False
     slices: int = 1
+    defines: tuple[str, ...] = ()
 
 
-def units_of(sources: list[Path], include_dirs) -> dict[str, Unit]:
+CPU_DISPATCH = "common/cpu_dispatch.h"  # what reads OPS_CPU_CLONE (key.cpu_clone_flags)
+
+
+def units_of(sources: list[Path], include_dirs, clone_flags=()) -> dict[str, Unit]:
     """The :class:`Unit` of each C++ source that compiles otherwise than with the op's
     flags, by absolute path. Where every C++ unit is plain, the first keeps the registry
-    header: it defines the loader's entry points."""
+    header: it defines the loader's entry points. ``clone_flags`` (the configuration's
+    ``cpu_clone``) go to the units that reach cpu_dispatch.h, and to no other: a unit that
+    does not read them compiles the same on every capability."""
     cpp = [p for p in sources if p.suffix not in src.CUDA_SUFFIXES]
     plain = [src.torch_free(p, include_dirs) for p in cpp]
     if plain and all(plain):
         plain[0] = False
-    units = {os.path.abspath(p): Unit(free, src.dtype_slices(p)) for p, free in zip(cpp, plain)}
+    units = {os.path.abspath(p): Unit(free, src.dtype_slices(p),
+                                      tuple(clone_flags) if clone_flags and src.reaches(
+                                          p, CPU_DISPATCH, include_dirs) else ())
+             for p, free in zip(cpp, plain)}
     return {path: unit for path, unit in units.items() if unit != Unit()}
 
 
@@ -343,10 +353,11 @@ def write(work: Path, name: str, flags: TorchFlags, pieces: Pieces, cpu_sources:
         outs = [obj] if unit.slices == 1 else [f"{obj[:-2]}.slice{k}.o" for k in range(unit.slices)]
         for k, out in enumerate(outs):
             lines.append(f"build {_escape(out)}: {rule} {_escape(source)}")
-            own = [plain_cflags] if unit.plain else [" ".join(cflags)] if unit.slices > 1 else []
+            own = ([plain_cflags] if unit.plain else
+                   [" ".join(cflags)] if unit.slices > 1 or unit.defines else [])
             if own:
                 slice_flag = [f"-DOPS_CPU_SLICE={k}"] if unit.slices > 1 else []
-                lines.append("  cflags = " + " ".join(own + slice_flag))
+                lines.append("  cflags = " + " ".join(own + list(unit.defines) + slice_flag))
         unit_objects[source] = outs
         objects += outs
     if flags.cuda_dlink_post_cflags:
