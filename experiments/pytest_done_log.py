@@ -60,6 +60,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     benchutil.save_json(path, [row], "tests", list(row))
 
 
+def _fields(line: str) -> tuple[str, str, float, str]:
+    """(phase, outcome, seconds, node id) of one line of the outcome log."""
+    when, outcome, seconds, nodeid = line.rstrip("\n").split("\t", 3)
+    return when, outcome, float(seconds), nodeid
+
+
 def summarize(lines, seconds: float | None = None, workers=None) -> dict:
     """The record of the outcome log's ``lines`` (``when<TAB>outcome<TAB>seconds<TAB>node id``), each
     test counted once by its last run (``rest`` runs again what a cut run left): failed if
@@ -67,7 +73,7 @@ def summarize(lines, seconds: float | None = None, workers=None) -> dict:
     if its call passed; one whose run was cut before its call ended is unfinished."""
     runs: dict[str, list[tuple[str, str]]] = {}
     for line in lines:
-        when, outcome, _, nodeid = line.rstrip("\n").split("\t", 3)
+        when, outcome, _, nodeid = _fields(line)
         if when == "setup":
             runs[nodeid] = []  # a new run of the test
         runs.setdefault(nodeid, []).append((when, outcome))
@@ -92,8 +98,8 @@ def slowest(lines, n: int) -> tuple[list[tuple[float, str]], float]:
     teardowns the log holds, each test by its last run), and the seconds of all together."""
     took: dict[str, float] = {}
     for line in lines:
-        when, _, seconds, nodeid = line.rstrip("\n").split("\t", 3)
-        took[nodeid] = (0.0 if when == "setup" else took.get(nodeid, 0.0)) + float(seconds)
+        when, _, seconds, nodeid = _fields(line)
+        took[nodeid] = (0.0 if when == "setup" else took.get(nodeid, 0.0)) + seconds
     ranked = sorted(((s, nodeid) for nodeid, s in took.items()), reverse=True)
     return ranked[:n], sum(took.values())
 

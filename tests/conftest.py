@@ -36,9 +36,8 @@ if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     # Likewise each worker's builds: Ninja's -j is its share of the cores, at least 2 (so a
-    # build still compiles two units at once while the other workers run Python). Every
-    # worker running -j<all cores> made 16 workers on a 16-core host compile 16x
-    # oversubscribed, each test several times slower than alone.
+    # build still compiles two units at once while the other workers run Python), not
+    # -j<all cores> in every worker (16 workers on a 16-core host: up to 256 compilers).
     os.environ.setdefault("MAX_JOBS", str(max(2, (os.cpu_count() or 1) // _WORKERS)))
 # torch.compile compiles in the process that calls it: by default inductor starts a pool of
 # compile processes, one per core, in every process that compiles (each pool process
