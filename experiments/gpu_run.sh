@@ -15,7 +15,7 @@
 #   bash experiments/gpu_run.sh env build tests       # default: all stages
 #   PYTEST_WORKERS=15 ALLTESTS_TIMEOUT=560 bash experiments/gpu_run.sh env alltests
 #   PYTEST_ARGS="-m cuda" bash experiments/gpu_run.sh alltests   # the CUDA cases alone
-#   SUITE_PROFILE=1 ... alltests   # + experiments/suite_profile.py's sample and Ninja's seconds
+#   SUITE_PROFILE=1 ... alltests   # + where the host's CPU went (experiments/suite_profile.py)
 #   LOADER_ARGS="--ops toy,sigmoid,lltm" bash experiments/gpu_run.sh loader
 #   CPPEDIT_OPS=resize CPPEDIT_REPEATS=3 bash experiments/gpu_run.sh cppedit
 # alltests logs each finished test in $DONE_LOG; rest (a later call on the same machine) runs
@@ -62,17 +62,15 @@ for stage in "${stages[@]}"; do
               | tee "$OUT/pointwise_variants.txt" | grep -v "^W1" | tail -62 || status=1 ;;
     alltests) # -v: each result is in the file as it comes, so a run cut short says what ran
               rm -f "$DONE_LOG" "$OUTCOME_LOG"; started=$(date +%s)
-              # SUITE_PROFILE=1: what the host's CPU ran meanwhile, and Ninja's compile seconds
-              [ -n "${SUITE_PROFILE:-}" ] && { python3 -m experiments.suite_profile sample \
+              # SUITE_PROFILE=1: where the host's CPU went meanwhile
+              [ -n "${SUITE_PROFILE:-}" ] && { python3 -m experiments.suite_profile \
                 --out "$OUT/suite_profile.json" & sampler=$!; }
               PYTEST_DONE_LOG=$DONE_LOG PYTEST_OUTCOME_LOG=$OUTCOME_LOG PYTEST_FAILURE_LOG="$OUT/failures.txt" \
                 PYTEST_RESULTS_JSON="$R/tests.json" timeout "${ALLTESTS_TIMEOUT:-3000}" \
                 python3 -m pytest -v -rs -p no:cacheprovider -p experiments.pytest_done_log --durations=25 \
                 --dist worksteal -n "${PYTEST_WORKERS:-12}" ${PYTEST_ARGS:-} > "$OUT/pytest_all.txt" 2>&1 || status=1
               echo $(( $(date +%s) - started )) > "$OUTCOME_LOG.seconds"
-              [ -n "${SUITE_PROFILE:-}" ] && { kill "$sampler"; wait "$sampler"
-                python3 -m experiments.suite_profile ninja /tmp/pytest-of-$(id -un) "$JIT_LOADER_CACHE" \
-                  > "$OUT/suite_ninja.json"; }
+              [ -n "${SUITE_PROFILE:-}" ] && { kill "$sampler"; wait "$sampler"; cat "$OUT/suite_profile.json"; }
               python3 -m experiments.pytest_done_log "$OUTCOME_LOG" --slowest 60 > "$OUT/pytest_slowest.txt"
               grep -E "^(FAILED|ERROR)" "$OUT/pytest_all.txt" | head -30; tail -3 "$OUT/pytest_all.txt" ;;
     rest)   python3 -m pytest --co -q -p no:cacheprovider | grep "::" | sort -u > /tmp/pytest_ids.txt

@@ -6,7 +6,8 @@ seconds that Ninja logged per unit.
 
 ``sample`` reads /proc every ``--interval`` seconds and counts the processes that are
 running (state R) by what they are: the compiler's passes (cc1plus, cicc, ptxas, ...) by
-name, Python by the module or script it runs. A count times the interval estimates that
+name, Python by the module or script it runs; and by whose work it is, the test whose
+private folder its command line or working folder names (or inductor, the main cache). A count times the interval estimates that
 kind's CPU-seconds (short processes included, in proportion to their run time). It also
 records how many processes ran at each sample, against the number of cores.
 
@@ -20,19 +21,46 @@ import argparse
 import collections
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
 
 
-def _what(pid: str, comm: str) -> str:
-    if not comm.startswith("python"):
-        return comm
+# A test's private folder (pytest's tmp_path: <base>/pytest-N/[popen-gwN/]<test name>N/...)
+_TEST_FOLDER = re.compile(r"/pytest-\d+/(?:popen-gw\d+/)?([^/\s]+?)\d*(?:/|\s|$)")
+
+
+def _origin(pid: str, args: list[str]) -> str:
+    """Whose work a process does: the test folder its command line or working folder
+    names, else torch's inductor, the loader's main cache or the repo's own sources."""
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        cwd = ""
+    text = " ".join(args) + " " + cwd + "/"
+    if match := _TEST_FOLDER.search(text):
+        return match.group(1)[:60]
+    for mark, name in (("torchinductor", "inductor"), ("aotinductor", "inductor"),
+                       ("jit_loader_cache", "main cache"), ("/.cache/jit_loader", "main cache"),
+                       ("/ops/", "repo ops")):
+        if mark in text:
+            return name
+    return "-"
+
+
+def _what(pid: str, comm: str) -> tuple[str, str]:
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
-        return comm
+        return comm, "-"
     args = [a.decode(errors="replace") for a in argv[1:] if a]
+    return _kind(comm, args), _origin(pid, args)
+
+
+def _kind(comm: str, args: list[str]) -> str:
+    if not comm.startswith("python"):
+        return comm
     if "-m" in args[:-1]:
         return "python -m " + args[args.index("-m") + 1]
     if args[:1] == ["-c"]:
@@ -40,79 +68,65 @@ def _what(pid: str, comm: str) -> str:
     return "python " + Path(args[0]).name if args else comm
 
 
+COMPILERS = {"cc1plus", "cc1", "cicc", "ptxas", "cudafe++", "nvcc", "fatbinary", "nvlink",
+             "as", "ld", "ld.gold", "collect2", "ccache", "ninja"}
+
+
 def sample(out: Path, interval: float) -> None:
-    running: collections.Counter[str] = collections.Counter()
+    ticks = os.sysconf("SC_CLK_TCK")
+    by_kind: collections.Counter[str] = collections.Counter()
+    by_origin: collections.Counter[str] = collections.Counter()
+    compile_by_origin: collections.Counter[str] = collections.Counter()
+    seen: dict[str, tuple[int, str, str]] = {}  # pid:start -> (CPU ticks so far, kind, origin)
     loads: list[int] = []
-    names: dict[str, str] = {}
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.append(1))
-    started = time.time()
+    started, first = time.time(), True
     while not stop:
         n = 0
         for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
+            if not entry.name.isdigit() or entry.name == str(os.getpid()):
                 continue
             try:
                 stat = Path(entry.path, "stat").read_text()
             except OSError:
                 continue
-            comm, rest = stat[stat.index("(") + 1: stat.rindex(")")], stat[stat.rindex(")") + 2:]
-            if rest[0] != "R" or entry.name == str(os.getpid()):
-                continue
-            n += 1
-            key = f"{entry.name}:{comm}"
-            if key not in names:
-                names[key] = _what(entry.name, comm)
-            running[names[key]] += 1
+            comm, fields = stat[stat.index("(") + 1: stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            used, key = int(fields[11]) + int(fields[12]), f"{entry.name}:{fields[19]}"
+            n += fields[0] == "R"
+            if key not in seen:  # a process older than the sampler counts from now on
+                seen[key] = (used if first else 0, *_what(entry.name, comm))
+            before, kind, origin = seen[key]
+            seen[key] = (used, kind, origin)
+            if used > before:
+                by_kind[kind] += used - before
+                by_origin[origin] += used - before
+                if comm in COMPILERS:
+                    compile_by_origin[origin] += used - before
         loads.append(n)
+        first = False
         time.sleep(interval)
     cores = os.cpu_count() or 1
+    seconds = lambda counter, n: {k: round(c / ticks, 1) for k, c in counter.most_common(n)}  # noqa: E731
     report = {
-        "seconds": round(time.time() - started, 1), "interval_s": interval, "cores": cores,
-        "samples": len(loads),
+        "seconds": round(time.time() - started, 1), "cores": cores, "samples": len(loads),
+        "cpu_s": round(sum(by_kind.values()) / ticks, 1),
         "running_mean": round(sum(loads) / max(1, len(loads)), 2),
         "share_over_cores": round(sum(n > cores for n in loads) / max(1, len(loads)), 3),
-        "cpu_s_by_kind": {k: round(c * interval, 1) for k, c in running.most_common(40)},
+        "cpu_s_by_kind": seconds(by_kind, 40),
+        "cpu_s_by_origin": seconds(by_origin, 80),
+        "compile_cpu_s_by_origin": seconds(compile_by_origin, 40),
     }
     out.write_text(json.dumps(report, indent=1))
 
 
-def ninja(roots: list[Path]) -> dict:
-    by_output: collections.Counter[str] = collections.Counter()
-    by_op: collections.Counter[str] = collections.Counter()
-    steps = 0
-    for root in roots:
-        for log in root.rglob(".ninja_log"):
-            op = log.parent.name.split("-")[0]
-            for line in log.read_text(errors="replace").splitlines():
-                fields = line.split("\t")
-                if len(fields) < 4 or line.startswith("#"):
-                    continue
-                seconds = (int(fields[1]) - int(fields[0])) / 1000
-                name = fields[3]
-                kind = ".cuda.o" if name.endswith(".cuda.o") else Path(name).suffix or name
-                by_output[kind] += seconds
-                by_op[op] += seconds
-                steps += 1
-    return {"steps": steps,
-            "seconds_by_output": {k: round(v, 1) for k, v in by_output.most_common()},
-            "seconds_by_op": {k: round(v, 1) for k, v in by_op.most_common(30)}}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("sample")
-    s.add_argument("--out", type=Path, required=True)
-    s.add_argument("--interval", type=float, default=0.5)
-    n = sub.add_parser("ninja")
-    n.add_argument("roots", type=Path, nargs="+")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--interval", type=float, default=0.25)
     args = parser.parse_args()
-    if args.command == "sample":
-        sample(args.out, args.interval)
-    else:
-        print(json.dumps(ninja(args.roots), indent=1))
+    sample(args.out, args.interval)
 
 
 if __name__ == "__main__":
