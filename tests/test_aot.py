@@ -2,14 +2,14 @@
 tree, register under the same namespaces and pass the op's own tests, with nothing
 compiled at import.
 
-CI builds one small op (sigmoid, CPU only) to bound its time; the GPU run builds every op
-with CUDA and runs all op tests with ``JIT_LOADER_PREBUILT=1``.
+The tests build three ops, CPU only, once for this module and test_deploy_runner
+(tests/aot_wheel.py), and run sigmoid's tests against the wheel; the GPU run builds every
+op with CUDA and runs all op tests with ``JIT_LOADER_PREBUILT=1``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import zipfile
@@ -19,48 +19,23 @@ import pytest
 
 import jit_loader
 from jit_tools import abi, prebuilt
-from subproc import child_env, run_interpreter, run_python
+import aot_wheel
+from subproc import run_interpreter, run_python
 
 ROOT = Path(jit_loader.REPO_ROOT)
-OP = "sigmoid"
+OP = aot_wheel.TESTED
 
 pytestmark = pytest.mark.slow
 
 
-def _env(**extra) -> dict:
-    """Only what is installed importable, the prebuilt mode unset unless given."""
-    return child_env(PYTHONPATH=None, **{prebuilt.ENV: None, **extra})
-
-
 @pytest.fixture(scope="module")
 def wheel(once) -> Path:
-    def make(out: Path) -> Path:
-        env = _env(OPS=OP, WITH_CUDA="0", AOT_BUILD_DIR=str(out / "build"),
-                   MAX_JOBS=os.environ.get("MAX_JOBS", "1"))
-        built = run_interpreter("-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
-                                "-q", ROOT / "deploy", "-w", out / "dist", env=env)
-        assert built.returncode == 0, built.stdout + built.stderr
-        (path,) = (out / "dist").glob("*.whl")
-        return path
-
-    return once("aot_wheel", make)
+    return aot_wheel.wheel(once)
 
 
 @pytest.fixture(scope="module")
-def site(wheel, once) -> Path:
-    """The wheel installed into a folder of its own, with the op's tests beside it (the
-    tests put their parent folder first on sys.path, so `import ops` finds the wheel)."""
-    def make(target: Path) -> Path:
-        installed = run_interpreter("-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                                    "--target", target, wheel, env=_env())
-        assert installed.returncode == 0, installed.stdout + installed.stderr
-        (target / "tests").mkdir()
-        for name in ("conftest.py", "pointwise_tester.py", f"test_{OP}.py"):
-            shutil.copy(ROOT / "tests" / name, target / "tests" / name)
-        shutil.copy(ROOT / "pyproject.toml", target / "pyproject.toml")  # markers, options
-        return target
-
-    return once("aot_site", make)
+def site(once) -> Path:
+    return aot_wheel.site(once)
 
 
 def test_wheel_holds_one_library_per_op_and_the_sources(wheel):
@@ -95,7 +70,7 @@ def test_import_loads_prebuilt_library_without_compiling(site, tmp_path, mode):
         "x = torch.randn(64, dtype=torch.float64)\n"
         f"torch.testing.assert_close({OP}(x), torch.sigmoid(x))\n"
         f"torch.testing.assert_close(op.ops.forward(x), torch.sigmoid(x))\n")
-    result = run_python(code, cwd=site, env=_env(JIT_LOADER_CACHE=str(cache), **{prebuilt.ENV: mode}))
+    result = run_python(code, cwd=site, env=aot_wheel.env(JIT_LOADER_CACHE=str(cache), **{prebuilt.ENV: mode}))
     assert result.returncode == 0, result.stderr
     kind, library = result.stdout.split()
     assert kind == "PrebuiltOp" and Path(library).parent == site / "ops" / OP
@@ -129,7 +104,7 @@ def test_op_tests_pass_against_the_wheel(site, tmp_path):
     # The wheel of this test is built without CUDA, so its op has CPU kernels only.
     result = run_interpreter("-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not cuda",
                              f"tests/test_{OP}.py", cwd=site,
-                             env=_env(JIT_LOADER_CACHE=str(cache), **{prebuilt.ENV: "1"}))
+                             env=aot_wheel.env(JIT_LOADER_CACHE=str(cache), **{prebuilt.ENV: "1"}))
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout and " failed" not in result.stdout
     assert not cache.exists(), "a JIT build ran"

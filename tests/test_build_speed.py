@@ -221,14 +221,15 @@ def test_a_flag_set_that_adds_macros_uses_the_header_set_built_without_them(tmp_
 def test_a_first_link_where_gold_fails_links_with_the_default_linker(tmp_path):
     """Before the linker probe exists the link tries gold; a gold that fails (here one
     that exits 1, found first on the compiler's program path) leaves the default
-    linker's link, and the op works."""
+    linker's link, and the op works (without the precompiled header and ccache, which the
+    test does not use: the load would start building the header set in the background)."""
     tools = tmp_path / "tools"
     tools.mkdir()
     (tools / "ld.gold").write_text("#!/bin/sh\necho 'gold: broken' >&2\nexit 1\n")
     (tools / "ld.gold").chmod(0o755)
     cache = tmp_path / "cache"
     env = private_env(cache, JIT_LOADER_SHARED_NOW="0", JIT_LOADER_SHARED_DIR=None,
-                      COMPILER_PATH=str(tools))
+                      JIT_LOADER_PCH="0", JIT_LOADER_CCACHE="0", COMPILER_PATH=str(tools))
     r = json_result(run_python(LOAD_AND_SCALE.format(path=str(copy_op("toy_op", tmp_path / "a"))), env=env))
     assert r["compiled"] and r["y"] == [2.0, 2.0, 2.0]
     assert manifest_of(cache, "toy_op", r["key"])["shared"]["linker"] == "gold, else default"

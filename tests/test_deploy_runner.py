@@ -20,10 +20,11 @@ import torch
 
 import jit_loader
 from jit_tools import prebuilt
-from subproc import child_env, run_interpreter
+import aot_wheel
+from subproc import run_interpreter
 
 ROOT = Path(jit_loader.REPO_ROOT)
-OPS = ("gelu", "lltm", "sigmoid")
+OPS = aot_wheel.OPS
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")]
@@ -31,18 +32,11 @@ pytestmark = [pytest.mark.slow,
 
 @pytest.fixture(scope="module")
 def op_libraries(once) -> list[Path]:
-    """The three ops built ahead of time for CPU into a folder of their own."""
-    def make(out: Path) -> list[Path]:
-        env = child_env(**{prebuilt.ENV: None}, OPS=" ".join(OPS), WITH_CUDA="0",
-                        AOT_BUILD_DIR=str(out / "build"), MAX_JOBS=os.environ.get("MAX_JOBS", "1"))
-        built = run_interpreter(ROOT / "deploy" / "setup.py", "-q", "build_ext", "--build-lib",
-                                out / "lib", env=env)
-        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-        libraries = [prebuilt.library_path(out / "lib" / "ops" / op) for op in OPS]
-        assert all(libraries), libraries
-        return libraries
-
-    return once("deploy_op_libraries", make)
+    """The three ops built ahead of time for CPU (the wheel test_aot checks)."""
+    site = aot_wheel.site(once)
+    libraries = [prebuilt.library_path(site / "ops" / op) for op in OPS]
+    assert all(libraries), libraries
+    return libraries
 
 
 @pytest.fixture(scope="module")

@@ -299,10 +299,10 @@ print(json.dumps(out))
 """
 
 
-def _live_edits(tmp_path, op_dir: Path, function: str, header: Path, old: str, new: str,
+def _live_edits(cache: Path, op_dir: Path, function: str, header: Path, old: str, new: str,
                 broken: str, other: str, mode: str) -> dict:
     return json_result(run_python(LIVE_EDITS, op_dir, function, header, old, new, broken, other,
-                                  mode, env=private_env(tmp_path / "cache"), timeout=1800))
+                                  mode, env=private_env(cache), timeout=1800))
 
 
 def _check_live_edits(out: dict, header: Path, math, old_math, broken_line: int,
@@ -341,48 +341,60 @@ def _check_live_edits(out: dict, header: Path, math, old_math, broken_line: int,
         close(out["cuda_reverted"], old_math(x))
 
 
+def _each_mode(tmp_path, modes: list[str], op_dir: Path, function: str, header: Path, old: str,
+               new: str, broken: str, other: str, math, old_math, units: list[str]) -> None:
+    """The scenario in each mode, one after another on the same copy (each ends with the
+    sources as they were), each in a loader cache of its own. The copy's paths are the
+    same in every mode, so the later modes' compiles are hits in the ccache store the test
+    run shares: they build and link as the first did, without compiling again."""
+    line = header.read_text().split(old)[0].count("\n") + 3
+    for mode in modes:
+        out = _live_edits(tmp_path / f"cache-{mode}", op_dir, function, header, old, new, broken,
+                          other, mode)
+        try:
+            _check_live_edits(out, header, math, old_math, line, mode)
+            # The background build compiled the CPU loops and the kernels: no host glue.
+            assert out["compiled_units"] == units, out["compiled_units"]
+        except AssertionError as e:
+            raise AssertionError(f"mode {mode}: {e}") from e
+
+
 def _broken(body: str) -> str:
     """``body`` behind a line only the host compiler reads (NVRTC and nvcc define
     __CUDACC__), which calls what nothing declares."""
     return "\n#if !defined(__CUDACC__)\n  return not_declared_here();\n#endif\n  " + body
 
 
-MODES = ["nvrtc", "cpu", pytest.param("gpu", marks=[
+# Without a GPU: the kernels swapped through NVRTC (its compile checked, nothing launched),
+# then a process that sees no GPU (only the CPU side is live). On a GPU, the kernels run.
+MODES = [pytest.param(["nvrtc", "cpu"], id="nvrtc-then-cpu"), pytest.param(["gpu"], id="gpu", marks=[
     pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU visible")])]
 
 
 @pytest.mark.skipif(not CAN_BUILD_CUDA, reason="CUDA sources are not built here")
-@pytest.mark.parametrize("mode", MODES)
-def test_a_math_header_edit_of_a_copied_sigmoid(tmp_path, mode):
+@pytest.mark.parametrize("modes", MODES)
+def test_a_math_header_edit_of_a_copied_sigmoid(tmp_path, modes):
     import torch
 
     op_dir = tmp_path / "sigmoid"
     shutil.copytree(OPS / "sigmoid", op_dir, ignore=shutil.ignore_patterns("__pycache__"))
-    header = op_dir / "sigmoid.h"
-    new = SIGMOID_FORWARD.replace("(x)", "(T(2) * x)")
-    broken = _broken(SIGMOID_FORWARD)
-    line = header.read_text().split(SIGMOID_FORWARD)[0].count("\n") + 3
-    out = _live_edits(tmp_path, op_dir, "sigmoid", header, SIGMOID_FORWARD, new, broken,
-                      SIGMOID_FORWARD.replace("(x)", "(T(3) * x)"), mode)
-    _check_live_edits(out, header, lambda x, k: torch.sigmoid(k * x), torch.sigmoid, line, mode)
-    # The background build compiled the CPU loops and the kernels: no host glue.
-    assert out["compiled_units"] == ["sigmoid_cpu.cpp", "sigmoid_cuda.cu"], out["compiled_units"]
+    _each_mode(tmp_path, modes, op_dir, "sigmoid", op_dir / "sigmoid.h", SIGMOID_FORWARD,
+               SIGMOID_FORWARD.replace("(x)", "(T(2) * x)"), _broken(SIGMOID_FORWARD),
+               SIGMOID_FORWARD.replace("(x)", "(T(3) * x)"),
+               lambda x, k: torch.sigmoid(k * x), torch.sigmoid,
+               ["sigmoid_cpu.cpp", "sigmoid_cuda.cu"])
 
 
 @pytest.mark.skipif(not CAN_BUILD_CUDA, reason="CUDA sources are not built here")
-@pytest.mark.parametrize("mode", MODES)
-def test_a_math_header_edit_of_a_scaffolded_op(tmp_path, mode):
-    import torch
-
+@pytest.mark.parametrize("modes", MODES)
+def test_a_math_header_edit_of_a_scaffolded_op(tmp_path, modes):
     name = "live_math_op"
     plan = scaffold.create(name, tmp_path / "ops_here", cuda=True)
-    header = plan.op_dir / f"{name}.h"
     new = "return T(2) * signed_square(x);"
-    line = header.read_text().split(SCAFFOLD_FORWARD)[0].count("\n") + 3
-    out = _live_edits(tmp_path, plan.op_dir, name, header, SCAFFOLD_FORWARD, new,
-                      _broken(SCAFFOLD_FORWARD), new.replace("T(2)", "T(3)"), mode)
-    _check_live_edits(out, header, lambda x, k: k * x * x.abs(), lambda x: x * x.abs(), line, mode)
-    assert out["compiled_units"] == [f"{name}_cpu.cpp", f"{name}_cuda.cu"], out["compiled_units"]
+    _each_mode(tmp_path, modes, plan.op_dir, name, plan.op_dir / f"{name}.h", SCAFFOLD_FORWARD,
+               new, _broken(SCAFFOLD_FORWARD), new.replace("T(2)", "T(3)"),
+               lambda x, k: k * x * x.abs(), lambda x: x * x.abs(),
+               [f"{name}_cpu.cpp", f"{name}_cuda.cu"])
 
 
 # ---- the gate's wait is bounded ----------------------------------------------------------------
