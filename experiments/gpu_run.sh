@@ -63,7 +63,7 @@ for stage in "${stages[@]}"; do
     alltests) # -v: each result is in the file as it comes, so a run cut short says what ran
               rm -f "$DONE_LOG" "$OUTCOME_LOG"; started=$(date +%s)
               # SUITE_PROFILE=1: where the host's CPU went meanwhile
-              [ -n "${SUITE_PROFILE:-}" ] && { python3 -m experiments.suite_profile \
+              [ -n "${SUITE_PROFILE:-}" ] && { python3 -m experiments.suite_profile --interval 0.5 \
                 --out "$OUT/suite_profile.json" & sampler=$!; }
               PYTEST_DONE_LOG=$DONE_LOG PYTEST_OUTCOME_LOG=$OUTCOME_LOG PYTEST_FAILURE_LOG="$OUT/failures.txt" \
                 PYTEST_RESULTS_JSON="$R/tests.json" timeout "${ALLTESTS_TIMEOUT:-3000}" \
