@@ -24,6 +24,13 @@ import os
 import time
 
 _STARTED: list[float] = []
+_WORKER: list[bool] = []
+
+
+def pytest_configure(config):
+    # Under pytest-xdist the controller gets every worker's reports too: it alone writes
+    # the logs, each report once.
+    _WORKER.append(hasattr(config, "workerinput"))
 
 
 def pytest_sessionstart(session):
@@ -31,6 +38,8 @@ def pytest_sessionstart(session):
 
 
 def pytest_runtest_logreport(report):
+    if _WORKER and _WORKER[0]:
+        return
     path = os.environ.get("PYTEST_DONE_LOG")
     if path and report.when == "teardown":
         with open(path, "a", encoding="utf-8") as log:

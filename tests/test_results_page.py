@@ -140,6 +140,16 @@ def test_what_the_benchmarks_write_is_what_the_page_reads(tmp_path):
     ranked = [(float(line.split("s  ")[0]), line.split("s  ")[1]) for line in lines[:2]]
     assert ranked[0][0] >= ranked[1][0] and len({name for _, name in ranked}) == 2, ranked
     assert all(name.startswith("test_tiny.py::") for _, name in ranked), ranked
+    # Under pytest-xdist each report reaches the controller too: the logs hold it once.
+    xdist_env = dict(env, PYTEST_OUTCOME_LOG=str(tmp_path / "xdist.txt"),
+                     PYTEST_DONE_LOG=str(tmp_path / "xdist_done.txt"))
+    proc = run_interpreter("-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "experiments.pytest_done_log",
+                           "-n", "2", str(tmp_path / "test_tiny.py") + "::test_a", env=xdist_env, cwd=tmp_path,
+                           timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    logged = [line.split("\t")[:2] for line in (tmp_path / "xdist.txt").read_text().splitlines()]
+    assert logged == [["setup", "passed"], ["call", "passed"]], logged
+    assert (tmp_path / "xdist_done.txt").read_text() == "test_tiny.py::test_a\n"
 
 
 def test_a_run_on_a_machine_without_the_checkout_names_the_commit_it_is_given(monkeypatch):
