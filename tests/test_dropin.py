@@ -103,6 +103,11 @@ def test_load_inline_functions_bind_like_torch_and_handles_follow_reloads(tmp_pa
     assert out["type_error"] is True
 
 
+# A flag set that only adds a macro compiles with the header set precompiled without it
+# (the loader's default), instead of first precompiling one of its own, as the suite's
+# JIT_LOADER_SHARED_NOW=1 would (a 400 MB header these tests do not need).
+SIBLING_HEADER = {"JIT_LOADER_SHARED_NOW": "0"}
+
 FLAGS = """
     import json, sys, jit_loader
     op_dir = sys.argv[1]
@@ -118,13 +123,14 @@ def test_flags_make_another_build_on_the_command_line_too(tmp_path):
     op_dir = tmp_path / "toy_op"
     shutil.copytree(FIXTURES / "toy_op", op_dir)
     cache = tmp_path / "cache"
-    built = run_cli("build", op_dir, "--extra-cflags=-DTOY_UNUSED_FLAG=1", env=private_env(cache))
+    env = private_env(cache, **SIBLING_HEADER)
+    built = run_cli("build", op_dir, "--extra-cflags=-DTOY_UNUSED_FLAG=1", env=env)
     assert built.returncode == 0, built.stdout + built.stderr
     key = jit_loader.op_key(op_dir, extra_cflags=["-DTOY_UNUSED_FLAG=1"])[0]
     assert f"key {key}" in built.stdout
     assert key != jit_loader.op_key(op_dir)[0]
 
-    out = json_result(run_python(FLAGS, op_dir, cache=cache))
+    out = json_result(run_python(FLAGS, op_dir, env=env))
     assert out["flagged"] == {"compiled": False, "key": key}  # the command line's build
     # The same op without the flag in the same process: not the flagged build.
     assert out["plain"]["key"] != key and out["plain"]["compiled"] is True
@@ -219,7 +225,7 @@ def test_list_names_the_load_call_of_a_source_list_build(tmp_path):
         (op,) = [o for o in jit_loader.loaded_ops() if o.name == "tiny_ext"]
         print(json.dumps({"key": op.build.key}))
     """
-    key = json_result(run_python(code, source, cache=cache))["key"]
+    key = json_result(run_python(code, source, env=private_env(cache, **SIBLING_HEADER)))["key"]
     out = run_cli("list", env=private_env(cache), timeout=600)
     assert out.returncode == 0, out.stderr
     assert ("a new process calling jit_loader.load(name='tiny_ext', sources=['tiny.cpp'], "
