@@ -1,19 +1,15 @@
-"""Where a test run's CPU goes: a sampling profile of the host's processes, and the compile
-seconds that Ninja logged per unit.
+"""Where a test run's CPU goes: the CPU seconds of the host's processes, by what they are
+and by whose work they do.
 
-    python -m experiments.suite_profile sample --out prof.json &   # until SIGTERM/SIGINT
-    python -m experiments.suite_profile ninja /tmp/pytest-of-root /tmp/jit_loader_cache
+    python -m experiments.suite_profile --out prof.json &   # until SIGTERM or SIGINT
 
-``sample`` reads /proc every ``--interval`` seconds and counts the processes that are
-running (state R) by what they are: the compiler's passes (cc1plus, cicc, ptxas, ...) by
-name, Python by the module or script it runs; and by whose work it is, the test whose
-private folder its command line or working folder names (or inductor, the main cache). A count times the interval estimates that
-kind's CPU-seconds (short processes included, in proportion to their run time). It also
-records how many processes ran at each sample, against the number of cores.
-
-``ninja`` sums the build steps of every ``.ninja_log`` under the given folders by the kind
-of output (``.cuda.o``, ``.o``, ``.so``, ``.pch``...) and by the op (the build folder's
-name up to its key)."""
+Every ``--interval`` seconds it reads each process's CPU time from /proc and adds what it
+used since the last read: by kind (the compiler's passes, cc1plus, cicc, ptxas, ..., by
+name; Python by the module or script it runs) and by origin (the test whose private
+folder its command line or working folder names, else inductor, the main cache or the
+repository's ops), and the compilers' share by origin. A process that ends between two
+reads loses its last interval. It also records how many processes were running at each
+read, against the number of cores."""
 
 from __future__ import annotations
 

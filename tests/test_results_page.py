@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import tempfile
+import time
 from pathlib import Path
 
 from experiments import benchutil, results
-from subproc import ROOT, run_interpreter
+from subproc import ROOT, run_interpreter, start_interpreter
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 
@@ -180,3 +183,30 @@ def test_rows_of_two_shapes_show_every_field(tmp_path):
     table = section(page, "A math-header edit to the CUDA and the CPU result")
     assert "| op | warm | route | median |" in table
     assert "| baseline |  | CuPy | 0.1 |" in table
+
+
+# One CPU-second, then a pause, so that a read sees all of it before the process ends.
+SPIN = ("import time\nstarted = time.process_time()\nwhile time.process_time() - started < 1.0:\n"
+        "    pass\ntime.sleep(1.5)\n")
+
+
+def test_the_suite_profile_counts_cpu_by_the_test_folder_a_process_works_in(tmp_path):
+    """experiments/suite_profile.py (gpu_run.sh's SUITE_PROFILE=1): a process that spins
+    one CPU-second in a test's private folder is counted under that test's name."""
+    out = tmp_path / "profile.json"
+    # Outside pytest's own folder, whose test name would come first in the path.
+    with tempfile.TemporaryDirectory() as elsewhere:
+        folder = Path(elsewhere) / "pytest-7" / "popen-gw3" / "test_spinning_op0"
+        folder.mkdir(parents=True)
+        sampler = start_interpreter("-m", "experiments.suite_profile", "--out", out, "--interval", "0.1")
+        try:
+            time.sleep(1.0)  # its first read (processes already running count from then on)
+            spun = run_interpreter("-c", SPIN, cwd=folder, timeout=60)
+            assert spun.returncode == 0, spun.stderr
+        finally:
+            sampler.send_signal(signal.SIGTERM)
+            sampler.wait(timeout=60)
+    profile = json.loads(out.read_text())
+    assert 0.7 <= profile["cpu_s_by_origin"].get("test_spinning_op", 0) <= 1.5, profile
+    assert profile["cpu_s_by_kind"].get("python -c ...", 0) >= 0.7, profile
+    assert profile["cores"] == os.cpu_count() and profile["samples"] >= 5, profile
