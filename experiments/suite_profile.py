@@ -78,7 +78,10 @@ def sample(out: Path, interval: float) -> None:
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.append(1))
-    started, first = time.time(), True
+    started = time.time()
+    # Processes started before this one count from its first read on (their CPU time so
+    # far is not the run's); /proc's start times are clock ticks since boot.
+    born = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
     while not stop:
         n = 0
         for entry in os.scandir("/proc"):
@@ -91,8 +94,8 @@ def sample(out: Path, interval: float) -> None:
             comm, fields = stat[stat.index("(") + 1: stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
             used, key = int(fields[11]) + int(fields[12]), f"{entry.name}:{fields[19]}"
             n += fields[0] == "R"
-            if key not in seen:  # a process older than the sampler counts from now on
-                seen[key] = (used if first else 0, *_what(entry.name, comm))
+            if key not in seen:
+                seen[key] = (used if int(fields[19]) < born else 0, *_what(entry.name, comm))
             before, kind, origin = seen[key]
             seen[key] = (used, kind, origin)
             if used > before:
@@ -101,7 +104,6 @@ def sample(out: Path, interval: float) -> None:
                 if comm in COMPILERS:
                     compile_by_origin[origin] += used - before
         loads.append(n)
-        first = False
         time.sleep(interval)
     cores = os.cpu_count() or 1
     seconds = lambda counter, n: {k: round(c / ticks, 1) for k, c in counter.most_common(n)}  # noqa: E731
